@@ -1,0 +1,180 @@
+"""Byte access to input files and atomic output.
+
+``ByteSource`` maps an input file read-only and hands out zero-copy views; ``atomic_write`` writes a
+destination through a temporary file in the same directory and renames it into place only when
+everything succeeded, so a failure leaves the destination exactly as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import tempfile
+from typing import IO, TYPE_CHECKING
+
+from ckptctl.errors import CorruptCheckpointError, InputError, OutputError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+#: Chunk size for streamed copies and chunked comparisons.
+CHUNK_BYTES = 8 * 1024 * 1024
+
+
+class ByteSource:
+    """A read-only view of one input file: size, bounded reads and zero-copy slices.
+
+    Args:
+        path: the file to open.
+
+    Raises:
+        InputError: the file cannot be opened (missing, a directory, no permission).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        try:
+            self._file: IO[bytes] = open(self.path, "rb")  # noqa: SIM115  # owned, closed in close()
+        except IsADirectoryError:
+            raise InputError("is a directory, not a checkpoint file", path=self.path) from None
+        except FileNotFoundError:
+            raise InputError("no such file", path=self.path) from None
+        except OSError as exc:
+            raise InputError(f"cannot open: {exc.strerror or exc}", path=self.path) from None
+        self.size = os.fstat(self._file.fileno()).st_size
+        self._map: mmap.mmap | None = None
+
+    def fileno(self) -> int:
+        """The OS file descriptor (for ``os.copy_file_range``)."""
+        return self._file.fileno()
+
+    @property
+    def buffer(self) -> memoryview:
+        """The whole file as a read-only memoryview over a memory map (empty files: empty view)."""
+        if self._map is None:
+            if self.size == 0:
+                return memoryview(b"")
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        return memoryview(self._map)
+
+    def read(self, offset: int, length: int) -> bytes:
+        """Read exactly ``length`` bytes at ``offset``.
+
+        Raises:
+            CorruptCheckpointError: the range is not inside the file.
+        """
+        self.check_range(offset, length, "read")
+        return os.pread(self._file.fileno(), length, offset) if length else b""
+
+    def view(self, offset: int, length: int) -> memoryview:
+        """A zero-copy view of ``length`` bytes at ``offset``.
+
+        Raises:
+            CorruptCheckpointError: the range is not inside the file.
+        """
+        self.check_range(offset, length, "view")
+        if length == 0:
+            return memoryview(b"")
+        return self.buffer[offset : offset + length]
+
+    def check_range(self, offset: int, length: int, what: str) -> None:
+        """Raise ``CorruptCheckpointError`` unless ``[offset, offset+length)`` is in the file."""
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise CorruptCheckpointError(
+                f"{what} of {length} bytes at offset {offset} is past the end of the file "
+                f"({self.size} bytes)",
+                path=self.path,
+                hint="the file looks truncated; re-download or re-save it",
+            )
+
+    def close(self) -> None:
+        """Release the map and the file. Views handed out must not be used afterwards."""
+        if self._map is not None:
+            with contextlib.suppress(BufferError):  # a live view keeps the map; GC frees it
+                self._map.close()
+            self._map = None
+        self._file.close()
+
+    def __enter__(self) -> ByteSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def copy_range(src: ByteSource, offset: int, length: int, dst: IO[bytes]) -> None:
+    """Copy a byte range of ``src`` to ``dst`` without a tensor-sized buffer.
+
+    Uses ``os.copy_file_range`` where the OS supports it, else streams ``CHUNK_BYTES`` chunks
+    from the memory map.
+    """
+    src.check_range(offset, length, "copy")
+    dst.flush()
+    done = 0
+    copy_file_range = getattr(os, "copy_file_range", None)
+    if copy_file_range is not None:
+        out_fd = dst.fileno()
+        out_pos = dst.tell()
+        try:
+            while done < length:
+                n = copy_file_range(
+                    src.fileno(), out_fd, min(length - done, 1 << 30), offset + done, out_pos + done
+                )
+                if n == 0:
+                    break
+                done += n
+        except OSError:
+            pass  # EXDEV, ENOSYS, EINVAL on some filesystems: fall back below
+        dst.seek(out_pos + done)
+    while done < length:
+        n = min(CHUNK_BYTES, length - done)
+        dst.write(src.view(offset + done, n))
+        done += n
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike[str], *, force: bool = False) -> Iterator[IO[bytes]]:
+    """Write ``path`` atomically: temp file in the same directory, fsync, ``os.replace``.
+
+    On any exception (KeyboardInterrupt included) the temporary file is removed and ``path`` is
+    left exactly as it was.
+
+    Raises:
+        OutputError: ``path`` exists and ``force`` is false, or it cannot be written.
+    """
+    dest = os.fspath(path)
+    if os.path.isdir(dest):
+        raise OutputError("is a directory", path=dest)
+    if os.path.lexists(dest) and not force:
+        raise OutputError("already exists", path=dest, hint="pass --force to overwrite it")
+    directory = os.path.dirname(os.path.abspath(dest))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".ckptctl-", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise OutputError(f"cannot write: {exc.strerror or exc}", path=dest) from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, dest)
+    except OSError as exc:
+        _unlink_quietly(tmp)
+        raise OutputError(f"cannot write: {exc.strerror or exc}", path=dest) from None
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """True when both paths name the same existing file (hard links and symlinks included)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

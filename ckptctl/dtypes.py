@@ -1,0 +1,188 @@
+"""One dtype table for every format.
+
+The canonical name of a dtype is its safetensors code (``F32``, ``BF16``, ``F8_E4M3`` ...), as the
+CLI contract requires. Each member knows its element size, the numpy dtype its raw little-endian
+bytes are viewed with, and its spelling in torch and burnpack.
+
+numpy has no bfloat16 or float8 types: those load as their raw unsigned integers (``<u2``,
+``u1``); :func:`to_float` and :func:`from_float` convert them bit-exactly (round to nearest even).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from functools import cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+
+class DType(Enum):
+    """A tensor element type, named by its safetensors code."""
+
+    F64 = "F64"
+    F32 = "F32"
+    F16 = "F16"
+    BF16 = "BF16"
+    F8_E4M3 = "F8_E4M3"
+    F8_E5M2 = "F8_E5M2"
+    F8_E8M0 = "F8_E8M0"
+    I64 = "I64"
+    I32 = "I32"
+    I16 = "I16"
+    I8 = "I8"
+    U64 = "U64"
+    U32 = "U32"
+    U16 = "U16"
+    U8 = "U8"
+    BOOL = "BOOL"
+    C64 = "C64"
+    C128 = "C128"
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return _ITEMSIZE[self]
+
+    @property
+    def numpy(self) -> np.dtype[np.generic]:
+        """The numpy dtype that views this dtype's little-endian bytes (raw bits for BF16/FP8)."""
+        return np.dtype(_NUMPY[self])
+
+    @property
+    def is_float(self) -> bool:
+        """True for real floating-point types (what float adapters touch)."""
+        return self in _FLOATS
+
+    @property
+    def is_native(self) -> bool:
+        """True when numpy computes with this dtype directly (not BF16/FP8 raw bits)."""
+        return self not in _RAW_BITS
+
+    @classmethod
+    def parse(cls, text: str) -> DType:
+        """Parse a user-given dtype name: ``f32``, ``F32``, ``float32``, ``bf16``, ``bfloat16`` ...
+
+        Raises:
+            ValueError: the name is not a known dtype.
+        """
+        key = text.strip().upper()
+        try:
+            return cls(key)
+        except ValueError:
+            pass
+        alias = _ALIASES.get(key)
+        if alias is None:
+            raise ValueError(f"unknown dtype {text!r}")
+        return alias
+
+
+_ITEMSIZE = {
+    DType.F64: 8, DType.F32: 4, DType.F16: 2, DType.BF16: 2,
+    DType.F8_E4M3: 1, DType.F8_E5M2: 1, DType.F8_E8M0: 1,
+    DType.I64: 8, DType.I32: 4, DType.I16: 2, DType.I8: 1,
+    DType.U64: 8, DType.U32: 4, DType.U16: 2, DType.U8: 1,
+    DType.BOOL: 1, DType.C64: 8, DType.C128: 16,
+}  # fmt: skip
+
+_NUMPY = {
+    DType.F64: "<f8", DType.F32: "<f4", DType.F16: "<f2", DType.BF16: "<u2",
+    DType.F8_E4M3: "u1", DType.F8_E5M2: "u1", DType.F8_E8M0: "u1",
+    DType.I64: "<i8", DType.I32: "<i4", DType.I16: "<i2", DType.I8: "i1",
+    DType.U64: "<u8", DType.U32: "<u4", DType.U16: "<u2", DType.U8: "u1",
+    DType.BOOL: "?", DType.C64: "<c8", DType.C128: "<c16",
+}  # fmt: skip
+
+_FLOATS = frozenset(
+    {DType.F64, DType.F32, DType.F16, DType.BF16, DType.F8_E4M3, DType.F8_E5M2, DType.F8_E8M0}
+)
+_RAW_BITS = frozenset({DType.BF16, DType.F8_E4M3, DType.F8_E5M2, DType.F8_E8M0})
+
+_ALIASES = {
+    "FLOAT64": DType.F64, "DOUBLE": DType.F64, "FLOAT32": DType.F32, "FLOAT": DType.F32,
+    "FLOAT16": DType.F16, "HALF": DType.F16, "BFLOAT16": DType.BF16,
+    "INT64": DType.I64, "INT32": DType.I32, "INT16": DType.I16, "INT8": DType.I8,
+    "UINT64": DType.U64, "UINT32": DType.U32, "UINT16": DType.U16, "UINT8": DType.U8,
+    "BOOL": DType.BOOL, "COMPLEX64": DType.C64, "COMPLEX128": DType.C128,
+    "FLOAT8_E4M3FN": DType.F8_E4M3, "FLOAT8_E5M2": DType.F8_E5M2, "FLOAT8_E8M0FNU": DType.F8_E8M0,
+}  # fmt: skip
+
+#: torch dtype names (``torch.float32`` without the prefix) for each DType.
+TORCH_NAMES = {
+    DType.F64: "float64", DType.F32: "float32", DType.F16: "float16", DType.BF16: "bfloat16",
+    DType.F8_E4M3: "float8_e4m3fn", DType.F8_E5M2: "float8_e5m2",
+    DType.F8_E8M0: "float8_e8m0fnu", DType.I64: "int64", DType.I32: "int32",
+    DType.I16: "int16", DType.I8: "int8", DType.U64: "uint64", DType.U32: "uint32",
+    DType.U16: "uint16", DType.U8: "uint8", DType.BOOL: "bool", DType.C64: "complex64",
+    DType.C128: "complex128",
+}  # fmt: skip
+
+
+def _fp8_table(exp_bits: int, man_bits: int, bias: int, *, fn: bool) -> NDArray[np.float32]:
+    """Decode all 256 codes of an FP8 format (OCP ``fn`` variants: no inf, one NaN pattern)."""
+    codes = np.arange(256, dtype=np.uint32)
+    sign = np.where(codes & 0x80, -1.0, 1.0)
+    exp = (codes >> man_bits) & ((1 << exp_bits) - 1)
+    man = codes & ((1 << man_bits) - 1)
+    normal = (1.0 + man / (1 << man_bits)) * np.exp2(exp.astype(np.float64) - bias)
+    subnormal = (man / (1 << man_bits)) * np.exp2(1.0 - bias)
+    values = sign * np.where(exp == 0, subnormal, normal)
+    top = (1 << exp_bits) - 1
+    if fn:  # E4M3FN: only S.1111.111 is NaN, the rest of the top exponent is finite
+        values[(exp == top) & (man == (1 << man_bits) - 1)] = np.nan
+    else:  # IEEE-like E5M2: top exponent is inf/NaN
+        values[(exp == top) & (man == 0)] = sign[(exp == top) & (man == 0)] * np.inf
+        values[(exp == top) & (man != 0)] = np.nan
+    return values.astype(np.float32)
+
+
+@cache
+def _decode_table(dtype: DType) -> NDArray[np.float32]:
+    if dtype is DType.F8_E4M3:
+        return _fp8_table(4, 3, 7, fn=True)
+    if dtype is DType.F8_E5M2:
+        return _fp8_table(5, 2, 15, fn=False)
+    # F8_E8M0: an exponent only, 2**(code-127), 0xFF is NaN
+    table = np.exp2(np.arange(256, dtype=np.float64) - 127).astype(np.float32)
+    table[255] = np.nan
+    return table
+
+
+def to_float(raw: NDArray[np.generic], dtype: DType) -> NDArray[np.floating]:
+    """Widen an array loaded as ``dtype`` (raw bits for BF16/FP8) to a numpy float array.
+
+    Floats narrower than 32 bits become float32; F64 stays float64; integers and bools become
+    float64. Complex arrays are returned unchanged.
+    """
+    if dtype is DType.BF16:
+        return (raw.astype(np.uint32) << 16).view(np.float32)
+    if dtype in (DType.F8_E4M3, DType.F8_E5M2, DType.F8_E8M0):
+        decoded: NDArray[np.floating] = _decode_table(dtype)[raw]
+        return decoded
+    if dtype is DType.F16:
+        return raw.astype(np.float32)
+    if dtype in (DType.F32, DType.F64, DType.C64, DType.C128):
+        return raw  # type: ignore[return-value]  # complex passes through on purpose
+    return raw.astype(np.float64)
+
+
+def from_float(values: NDArray[np.generic], dtype: DType) -> NDArray[np.generic]:
+    """Narrow float values to ``dtype``'s storage representation (round to nearest even).
+
+    Raises:
+        ValueError: ``dtype`` is an FP8 type (casting to FP8 is not supported).
+    """
+    if dtype is DType.BF16:
+        f32 = np.ascontiguousarray(values, dtype=np.float32)
+        bits = f32.view(np.uint32)
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+        nan = np.isnan(f32)
+        if nan.any():  # keep NaN a quiet NaN instead of rounding it into inf
+            rounded[nan] = ((bits[nan] >> 16) | 0x0040).astype(np.uint16)
+        return rounded
+    if dtype in (DType.F8_E4M3, DType.F8_E5M2, DType.F8_E8M0):
+        raise ValueError(f"casting to {dtype.value} is not supported")
+    return values.astype(dtype.numpy)

@@ -1,0 +1,95 @@
+"""The error model: one exception tree, each class carrying its exit code.
+
+The library raises these and never exits; ``ckptctl.cli.main`` is the only place that turns an
+exception into a message on stderr and an exit code.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes: public interface, documented under EXIT STATUS in ckptctl(1)."""
+
+    OK = 0
+    CHECK_FAILED = 1
+    USAGE = 2
+    INPUT = 3
+    UNSUPPORTED = 4
+    OUTPUT = 5
+    INTERNAL = 70
+    INTERRUPTED = 130
+
+
+class CkptError(Exception):
+    """Base of every error ckptctl raises on purpose.
+
+    Args:
+        message: what went wrong, lower-case start, no trailing period.
+        path: the file the error is about; shown before the message.
+        hint: what to do next, printed on a second line.
+    """
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+    def __init__(
+        self, message: str, *, path: str | os.PathLike[str] | None = None, hint: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = None if path is None else os.fspath(path)
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+    def with_path(self, path: str | os.PathLike[str]) -> CkptError:
+        """Return this error with ``path`` set when it has none yet (for re-raising)."""
+        if self.path is None:
+            self.path = os.fspath(path)
+        return self
+
+
+class InputError(CkptError):
+    """The input cannot be opened or read."""
+
+    exit_code = ExitCode.INPUT
+
+
+class UnknownFormatError(InputError):
+    """The input is not a checkpoint format ckptctl knows."""
+
+
+class CorruptCheckpointError(InputError):
+    """Bad magic, header, offsets, or a limit exceeded."""
+
+
+class UnsafePickleError(InputError):
+    """A pickle references a global that only makes sense as an attack."""
+
+
+class UnsupportedError(CkptError):
+    """A valid file that uses a dtype, version or feature ckptctl cannot handle."""
+
+    exit_code = ExitCode.UNSUPPORTED
+
+
+class SelectionError(CkptError, KeyError):
+    """Unknown tensor or adapter name, bad remap rule, bad option value."""
+
+    exit_code = ExitCode.USAGE
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return CkptError.__str__(self)
+
+
+class OutputError(CkptError):
+    """The output cannot be written: it exists, is not writable, the disk is full."""
+
+    exit_code = ExitCode.OUTPUT
+
+
+class CkptWarning(UserWarning):
+    """A non-fatal problem with an input; the CLI prints it on stderr."""

@@ -1,0 +1,233 @@
+"""Format registry: detection by content, opening, and saving by extension."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from ckptctl._io import ByteSource, atomic_write, same_file
+from ckptctl.errors import (
+    CkptError,
+    SelectionError,
+    UnknownFormatError,
+    UnsupportedError,
+)
+from ckptctl.formats._base import SNIFF_BYTES, FormatSpec, HeaderLayout, Region
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from ckptctl.model import Checkpoint, JSONValue, TensorEntry
+
+__all__ = [
+    "FormatSpec",
+    "HeaderLayout",
+    "Region",
+    "detect_format",
+    "format_for_output",
+    "get_format",
+    "open_checkpoint",
+    "read_layout",
+    "register_format",
+    "save_checkpoint",
+]
+
+_REGISTRY: dict[str, FormatSpec] = {}
+_LOADED = False
+
+
+def register_format(spec: FormatSpec) -> None:
+    """Add a format; detection tries formats in registration order."""
+    _REGISTRY[spec.name] = spec
+
+
+def _ensure_loaded() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    # Imported here so that `ckptctl --help` does not pay for numpy and cbor2.
+    from ckptctl.formats import burnpack, pytorch, safetensors  # noqa: F401
+
+
+def get_format(name: str) -> FormatSpec:
+    """The registered format called ``name``.
+
+    Raises:
+        SelectionError: no such format.
+    """
+    _ensure_loaded()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise SelectionError(f"unknown format {name!r}") from None
+
+
+def _sniff(source: ByteSource) -> FormatSpec:
+    head = source.read(0, min(source.size, SNIFF_BYTES))
+    for spec in _REGISTRY.values():
+        if spec.sniff(head, source):
+            return spec
+    raise UnknownFormatError(_diagnose(head, source.size), path=source.path, hint=_hint(head))
+
+
+def detect_format(path: str | os.PathLike[str]) -> FormatSpec:
+    """Detect a file's format from its content (never its extension).
+
+    Raises:
+        InputError: the file cannot be read.
+        UnknownFormatError: no format recognises it; the message says what the file looks like.
+    """
+    _ensure_loaded()
+    with ByteSource(path) as source:
+        return _sniff(source)
+
+
+def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+    """Open a checkpoint file lazily: parse its header, read no tensor bytes.
+
+    Args:
+        path: a ``.safetensors``, ``.bpk``, ``.pt``/``.pth``/``.bin`` file or a Hugging Face
+            ``*.index.json``; the format is detected from the content.
+
+    Returns:
+        A :class:`~ckptctl.model.Checkpoint`; close it (or use ``with``) when done.
+
+    Raises:
+        InputError: unreadable, unknown, corrupt or unsafe input (exit 3).
+        UnsupportedError: a valid file using something ckptctl cannot handle (exit 4).
+
+    Example:
+        >>> with open_checkpoint("model.safetensors") as ckpt:  # doctest: +SKIP
+        ...     print(ckpt["fc.weight"].shape)
+    """
+    _ensure_loaded()
+    source = ByteSource(path)
+    try:
+        spec = _sniff(source)
+        return spec.open(source)
+    except CkptError as exc:
+        source.close()
+        raise exc.with_path(source.path) from None
+    except BaseException:
+        source.close()
+        raise
+
+
+def read_layout(path: str | os.PathLike[str]) -> HeaderLayout:
+    """Decode a file's raw header and account for every byte (what ``ckptctl header`` shows).
+
+    Raises:
+        InputError: unreadable, unknown or corrupt input.
+        UnsupportedError: the format has no byte-level layout view.
+    """
+    _ensure_loaded()
+    with ByteSource(path) as source:
+        spec = _sniff(source)
+        if spec.layout is None:
+            raise UnsupportedError(f"no header view for {spec.name} files", path=source.path)
+        try:
+            return spec.layout(source)
+        except CkptError as exc:
+            raise exc.with_path(source.path) from None
+
+
+def format_for_output(path: str | os.PathLike[str]) -> FormatSpec:
+    """The writable format selected by ``path``'s extension.
+
+    Raises:
+        SelectionError: the extension names no writable format.
+    """
+    _ensure_loaded()
+    lower = os.fspath(path).lower()
+    for spec in _REGISTRY.values():
+        if spec.write is not None and lower.endswith(spec.extensions):
+            return spec
+    known = sorted(ext for s in _REGISTRY.values() if s.write for ext in s.extensions)
+    raise SelectionError(
+        f"cannot tell the output format from the extension of {os.fspath(path)!r}",
+        hint="use one of " + ", ".join(known),
+    )
+
+
+def save_checkpoint(
+    path: str | os.PathLike[str],
+    entries: Sequence[TensorEntry],
+    metadata: Mapping[str, str] | None = None,
+    *,
+    scalars: Mapping[str, JSONValue] | None = None,
+    force: bool = False,
+    sources: Sequence[str | os.PathLike[str]] = (),
+) -> None:
+    """Write ``entries`` to ``path`` atomically, in the format its extension selects.
+
+    Plans the layout from metadata, then streams one tensor at a time. On any failure ``path`` is
+    left as it was.
+
+    Args:
+        path: destination; ``.safetensors``, ``.bpk``, ``.pt``/``.pth``/``.bin``.
+        entries: tensors in write order.
+        metadata: string key/values to store where the format has room for them.
+        scalars: burnpack typed scalars.
+        force: overwrite an existing destination.
+        sources: input paths; writing over one of them is refused.
+
+    Raises:
+        SelectionError: unknown output extension.
+        OutputError: destination exists (without ``force``), is a source, or cannot be written.
+    """
+    from ckptctl.errors import OutputError
+
+    spec = format_for_output(path)
+    assert spec.write is not None
+    for src in sources:
+        if same_file(src, path):
+            raise OutputError(
+                "is also an input; writing it would destroy the data being read",
+                path=os.fspath(path),
+                hint="write to a new file, then rename it",
+            )
+    with atomic_write(path, force=force) as out:
+        spec.write(out, entries, dict(metadata or {}), dict(scalars or {}))
+
+
+# --- diagnosis of files no format recognises -------------------------------------------------
+
+_SIGNATURES: tuple[tuple[bytes, str], ...] = (
+    (b"version https://git-lfs.github.com/spec/", "this is a git-lfs pointer, not the weights"),
+    (b"GGUF", "this is a GGUF file (llama.cpp), which ckptctl does not read"),
+    (b"\x93NUMPY", "this is a NumPy .npy array file, not a checkpoint"),
+    (b"\x89HDF\r\n\x1a\n", "this is an HDF5 file (Keras .h5), which ckptctl does not read"),
+    (b"\x1f\x8b", "this is a gzip-compressed file"),
+    (b"PYTORCH1", "this is a 2018 TorchScript preview container, which even torch refuses"),
+    (b"\x28\xb5\x2f\xfd", "this is a zstd-compressed file"),
+    (b"BZh", "this is a bzip2-compressed file"),
+    (b"\xfd7zXZ\x00", "this is an xz-compressed file"),
+)
+
+
+def _diagnose(head: bytes, size: int) -> str:
+    if size == 0:
+        return "the file is empty"
+    for magic, text in _SIGNATURES:
+        if head.startswith(magic):
+            return text
+    lowered = head[:512].lstrip().lower()
+    if lowered.startswith((b"<!doctype", b"<html", b"<?xml", b"<head")):
+        return "this is an HTML/XML page (a failed download?), not a checkpoint"
+    if lowered.startswith((b"{", b"[")):
+        return "this is a JSON file, but not a checkpoint or a sharded-checkpoint index"
+    if size < 16:
+        return f"the file has only {size} bytes, too short for any checkpoint format"
+    return "not a checkpoint format ckptctl recognises (safetensors, burnpack, PyTorch)"
+
+
+def _hint(head: bytes) -> str | None:
+    if head.startswith(b"version https://git-lfs.github.com/spec/"):
+        return "run `git lfs pull` (or download the file itself, not its pointer)"
+    if head.startswith((b"\x1f\x8b", b"\x28\xb5\x2f\xfd", b"BZh", b"\xfd7zXZ\x00")):
+        return "decompress it first"
+    lowered = head[:512].lstrip().lower()
+    if lowered.startswith((b"<!doctype", b"<html")):
+        return "the download returned a web page; check the URL or your access token"
+    return None

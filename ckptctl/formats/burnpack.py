@@ -1,0 +1,3 @@
+"""burnpack format (being written)."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""PyTorch formats (being written)."""
+
+from __future__ import annotations

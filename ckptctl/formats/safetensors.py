@@ -1,0 +1,3 @@
+"""safetensors format (being written)."""
+
+from __future__ import annotations

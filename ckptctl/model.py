@@ -1,0 +1,194 @@
+"""The core model: a checkpoint is an ordered, read-only mapping of tensor entries.
+
+Everything about an entry but its bytes is known once a header is parsed; ``entry.load()`` is the
+only call that reads tensor bytes. Entries are frozen: adapters make new entries whose ``data``
+wraps the old one, so metadata changes happen at once and data work stays lazy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import numpy as np
+
+from ckptctl.errors import CorruptCheckpointError
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from ckptctl._io import ByteSource
+    from ckptctl.dtypes import DType
+
+#: Metadata values taken from files (JSON-like, validated by each reader).
+JSONValue: TypeAlias = Any
+
+
+class TensorData:
+    """Where an entry's bytes come from. Subclasses implement :meth:`read`.
+
+    ``read()`` returns the tensor's bytes in the canonical encoding of its dtype: C order,
+    little-endian, exactly ``nbytes`` long.
+    """
+
+    def read(self) -> memoryview:
+        """The tensor's bytes (a zero-copy view where the layout allows)."""
+        raise NotImplementedError
+
+    def file_range(self) -> tuple[ByteSource, int] | None:
+        """``(source, absolute offset)`` when the bytes lie contiguous in a file, else None."""
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class FileData(TensorData):
+    """Bytes that lie contiguous in an input file."""
+
+    source: ByteSource
+    offset: int
+    nbytes: int
+
+    def read(self) -> memoryview:
+        return self.source.view(self.offset, self.nbytes)
+
+    def file_range(self) -> tuple[ByteSource, int] | None:
+        return (self.source, self.offset)
+
+
+@dataclass(frozen=True, eq=False)
+class ComputedData(TensorData):
+    """Bytes computed on demand (adapters, decoded or strided tensors)."""
+
+    compute: Callable[[], NDArray[Any] | bytes | memoryview]
+
+    def read(self) -> memoryview:
+        out = self.compute()
+        if isinstance(out, np.ndarray):
+            return np.ascontiguousarray(out).reshape(-1).view(np.uint8).data
+        return memoryview(out).cast("B")
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor: its name, dtype, shape and where its bytes are.
+
+    Attributes:
+        name: the tensor name (``fc.weight``).
+        dtype: element type.
+        shape: dimension sizes; ``()`` is a scalar.
+        nbytes: size of the tensor's bytes in canonical encoding.
+        offset: absolute byte offset in the file when the bytes lie there contiguous, else None.
+        data: the lazy loader.
+        param_id: burnpack parameter identity, when the file carries one.
+        module_type: the module class that owns this tensor (``Linear``), when the file says.
+        source_dtype: the format's own spelling of the dtype when it carries more than ``dtype``
+            (burnpack ``Flex32`` or a bool store), so a same-format rewrite reproduces it.
+        extra: format-specific facts for reports (shared storage, strides), as strings.
+    """
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    nbytes: int
+    offset: int | None
+    data: TensorData = field(repr=False, compare=False)
+    param_id: int | None = None
+    module_type: str | None = None
+    source_dtype: JSONValue = None
+    extra: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def numel(self) -> int:
+        """Number of elements (1 for a scalar, 0 when any dimension is 0)."""
+        return math.prod(self.shape)
+
+    def load(self) -> NDArray[Any]:
+        """Read the tensor: a read-only numpy array of ``dtype.numpy`` with ``shape``.
+
+        BF16 and FP8 come back as their raw unsigned bits; see ``ckptctl.dtypes.to_float``.
+
+        Raises:
+            CorruptCheckpointError: the bytes are not ``nbytes`` long.
+        """
+        raw = self.data.read()
+        if len(raw) != self.nbytes:
+            raise CorruptCheckpointError(
+                f"tensor {self.name!r} has {len(raw)} bytes, expected {self.nbytes}"
+            )
+        return np.frombuffer(raw, dtype=self.dtype.numpy).reshape(self.shape)
+
+
+def expected_nbytes(dtype: DType, shape: tuple[int, ...]) -> int:
+    """``prod(shape) * itemsize`` with Python ints (no overflow)."""
+    return math.prod(shape) * dtype.itemsize
+
+
+class Checkpoint(Mapping[str, TensorEntry]):
+    """An ordered, read-only mapping from tensor name to entry, plus metadata.
+
+    A checkpoint owns the files it read from; use it as a context manager (or call ``close``).
+
+    Attributes:
+        path: the file (or index) it was opened from.
+        format: the format name (``safetensors``, ``burnpack``, ``pytorch-zip`` ...).
+        metadata: string key/values from the file.
+        scalars: burnpack typed scalars (``{"step": {"UInt": 42}}``), empty elsewhere.
+        kind: what the file is as a whole (``state_dict``, ``nested``, ``module``, ``torchscript``
+            ...), for formats where that is a question; None elsewhere.
+        notes: human-readable facts about the structure (where tensors hide, aliasing).
+    """
+
+    def __init__(
+        self,
+        entries: list[TensorEntry],
+        *,
+        path: str,
+        format: str,
+        metadata: Mapping[str, str] | None = None,
+        scalars: Mapping[str, JSONValue] | None = None,
+        kind: str | None = None,
+        notes: list[str] | None = None,
+        sources: list[ByteSource] | None = None,
+    ) -> None:
+        self._entries: dict[str, TensorEntry] = {}
+        for entry in entries:
+            if entry.name in self._entries:
+                raise CorruptCheckpointError(f"tensor name {entry.name!r} appears twice", path=path)
+            self._entries[entry.name] = entry
+        self.path = path
+        self.format = format
+        self.metadata: Mapping[str, str] = dict(metadata or {})
+        self.scalars: Mapping[str, JSONValue] = dict(scalars or {})
+        self.kind = kind
+        self.notes = list(notes or [])
+        self._sources = list(sources or [])
+
+    def __getitem__(self, name: str) -> TensorEntry:
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entries(self) -> list[TensorEntry]:
+        """All entries in file order."""
+        return list(self._entries.values())
+
+    def close(self) -> None:
+        """Close every file this checkpoint read from."""
+        for source in self._sources:
+            source.close()
+        self._sources.clear()
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({self.path!r}, format={self.format!r}, tensors={len(self)})"
