@@ -138,6 +138,8 @@ class Checkpoint(Mapping[str, TensorEntry]):
         kind: what the file is as a whole (``state_dict``, ``nested``, ``module``, ``torchscript``
             ...), for formats where that is a question; None elsewhere.
         notes: human-readable facts about the structure (where tensors hide, aliasing).
+        facts: machine-readable structure facts for ``verify`` and JSON reports, e.g.
+            ``{"top_level_tensors": 0, "containers": {"model": 273}, "module_class": "Net"}``.
     """
 
     def __init__(
@@ -150,6 +152,7 @@ class Checkpoint(Mapping[str, TensorEntry]):
         scalars: Mapping[str, JSONValue] | None = None,
         kind: str | None = None,
         notes: list[str] | None = None,
+        facts: Mapping[str, JSONValue] | None = None,
         sources: list[ByteSource] | None = None,
     ) -> None:
         self._entries: dict[str, TensorEntry] = {}
@@ -163,6 +166,7 @@ class Checkpoint(Mapping[str, TensorEntry]):
         self.scalars: Mapping[str, JSONValue] = dict(scalars or {})
         self.kind = kind
         self.notes = list(notes or [])
+        self.facts: Mapping[str, JSONValue] = dict(facts or {})
         self._sources = list(sources or [])
 
     def __getitem__(self, name: str) -> TensorEntry:
