@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
@@ -118,6 +118,10 @@ class TensorEntry:
                 f"tensor {self.name!r} has {len(raw)} bytes, expected {self.nbytes}"
             )
         return np.frombuffer(raw, dtype=self.dtype.numpy).reshape(self.shape)
+
+    def renamed(self, name: str) -> TensorEntry:
+        """The same entry under another tensor name."""
+        return replace(self, name=name)
 
 
 def expected_nbytes(dtype: DType, shape: tuple[int, ...]) -> int:

@@ -1,7 +1,134 @@
-"""placeholder"""
+"""The ``ckptctl`` command line: a thin shell over the library.
+
+Commands live one per module and are imported only when run, so ``ckptctl --help`` stays fast.
+:func:`main` is the only place that turns exceptions into messages and exit codes.
+"""
 
 from __future__ import annotations
 
+import importlib
+import os
+import sys
+from typing import TYPE_CHECKING
 
-def main() -> None:
-    """Placeholder."""
+import click
+
+from ckptctl._version import __version__
+from ckptctl.errors import CkptError, ExitCode
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+#: command name → (module, short help). The help is repeated here so `--help` imports nothing.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "ls": ("ckptctl.cli.ls", "List the tensors in a checkpoint and say what the file is."),
+    "header": ("ckptctl.cli.header", "Show the raw header and account for every byte."),
+    "convert": ("ckptctl.cli.convert", "Convert between .pt, .safetensors and .bpk."),
+    "remap": ("ckptctl.cli.remap", "Rename tensors by ordered regex rules."),
+    "diff": ("ckptctl.cli.diff", "Compare two checkpoints, across formats."),
+    "verify": ("ckptctl.cli.verify", "Check checkpoints for CI: readable, safe, loadable."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name, (module, _) in COMMANDS.items() if _exists(module)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS or not _exists(COMMANDS[cmd_name][0]):
+            return None
+        module = importlib.import_module(COMMANDS[cmd_name][0])
+        command: click.Command = module.command
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _exists(module: str) -> bool:
+    path = os.path.join(os.path.dirname(__file__), module.rsplit(".", 1)[1] + ".py")
+    return os.path.exists(path)
+
+
+EPILOG = """\b
+Exit status: 0 success; 1 verify found a problem or diff found differences;
+2 usage error; 3 input unreadable, corrupt or unsafe; 4 valid input using an
+unsupported feature; 5 output cannot be written; 70 internal error; 130 interrupted.
+"""
+
+
+@click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="ckptctl")
+@click.option(
+    "--no-color", is_flag=True, help="Never use colour (NO_COLOR in the environment does the same)."
+)
+@click.option(
+    "--debug", is_flag=True, help="Show a traceback for internal errors (or set CKPTCTL_DEBUG=1)."
+)
+@click.pass_context
+def cli(ctx: click.Context, no_color: bool, debug: bool) -> None:
+    """Inspect, verify and convert deep-learning checkpoints: PyTorch .pt/.pth/.bin,
+    safetensors and Burn .bpk, without torch and without running pickled code.
+
+    Formats are detected from file content, never from the extension.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["no_color"] = no_color or "NO_COLOR" in os.environ
+    ctx.obj["debug"] = debug
+
+
+def _debug_requested(args: Sequence[str]) -> bool:
+    return "--debug" in args or os.environ.get("CKPTCTL_DEBUG", "") not in ("", "0")
+
+
+def _error(message: str, hint: str | None = None) -> None:
+    from ckptctl.report.sanitize import sanitize
+
+    click.echo(f"ckptctl: error: {sanitize(message)}", err=True)
+    if hint:
+        click.echo(f"hint: {sanitize(hint)}", err=True)
+
+
+def main(args: Sequence[str] | None = None) -> None:
+    """Run the CLI and exit with the documented code; never show a traceback unless asked."""
+    argv = list(sys.argv[1:] if args is None else args)
+    try:
+        code = cli.main(args=argv, prog_name="ckptctl", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        code = exc.exit_code
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except (click.Abort, KeyboardInterrupt):
+        click.echo("ckptctl: interrupted", err=True)
+        code = ExitCode.INTERRUPTED
+    except CkptError as exc:
+        _error(str(exc), exc.hint)
+        code = exc.exit_code
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+        code = ExitCode.OK
+    except Exception as exc:
+        if _debug_requested(argv):
+            raise
+        _error(
+            f"internal error: {type(exc).__name__}: {exc}",
+            "this is a bug in ckptctl; please report it with the command line "
+            "(run again with --debug for a traceback)",
+        )
+        code = ExitCode.INTERNAL
+    sys.exit(int(code or 0))
+
+
+def _quiet_broken_pipe() -> None:
+    """`ckptctl ls big.pt | head`: the reader went away; exit without noise."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

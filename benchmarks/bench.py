@@ -1,0 +1,220 @@
+"""ckptctl benchmarks: throughput and peak memory against baselines, side by side.
+
+Usage (from the repository root, with ckptctl installed)::
+
+    python benchmarks/bench.py                 # all cases, 1 GiB inputs, 5 runs each
+    python benchmarks/bench.py --size-mib 2048 --runs 7 --case convert-st-bpk
+    python benchmarks/bench.py --quick         # tiny inputs, 1 run: a smoke test
+
+Inputs are generated into ``benchmarks/_work/`` (seeded, reproducible) and reused. Each case runs
+a command as a child process; wall time is the median of ``--runs`` runs, peak RSS is the child's
+``ru_maxrss`` from ``os.wait4`` (the OS's accounting, not tracemalloc). The page cache is warm for
+every command alike (each input is read once before timing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+WORK = Path(__file__).resolve().parent / "_work"
+CKPTCTL = [sys.executable, "-m", "ckptctl"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One timed child process."""
+
+    seconds: float
+    max_rss_kib: int
+
+
+def run(cmd: list[str]) -> Run:
+    """Run ``cmd`` and return its wall time and peak RSS; raise if it fails."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    stderr = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.stderr:
+        proc.stderr.close()
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {code}: {stderr.strip()}")
+    return Run(elapsed, int(usage.ru_maxrss))
+
+
+def write_safetensors(path: Path, size_mib: int, *, seed: int = 0) -> int:
+    """A safetensors file of about ``size_mib`` MiB of F32 tensors; returns the largest tensor."""
+    rng = np.random.default_rng(seed)
+    # A realistic mix: a few big matrices, many small vectors.
+    shapes: list[tuple[int, ...]] = []
+    remaining = size_mib * (1 << 20) // 4
+    big = max(1, min(remaining // 8, 4096 * 4096))
+    while remaining > 0:
+        n = min(big, remaining)
+        rows = max(1, n // 1024)
+        shapes.append((rows, n // rows))
+        shapes.append((min(1024, n // rows),))
+        remaining -= rows * (n // rows) + min(1024, n // rows)
+    header: dict[str, object] = {}
+    offset = 0
+    for i, shape in enumerate(shapes):
+        nbytes = int(np.prod(shape)) * 4
+        header[f"layers.{i // 2}.{'weight' if len(shape) == 2 else 'bias'}"] = {
+            "dtype": "F32",
+            "shape": list(shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
+        offset += nbytes
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-(8 + len(blob)) % 8)
+    largest = 0
+    with open(path, "wb") as out:
+        out.write(struct.pack("<Q", len(blob)) + blob)
+        for shape in shapes:
+            array = rng.standard_normal(shape, dtype=np.float32)
+            largest = max(largest, array.nbytes)
+            out.write(array.tobytes())
+    return largest
+
+
+def warm(path: Path) -> None:
+    """Read a file once so every command starts with the same warm page cache."""
+    with open(path, "rb") as f:
+        while f.read(1 << 24):
+            pass
+
+
+@dataclass(frozen=True)
+class Case:
+    """A benchmark: ckptctl's command against a baseline on the same input."""
+
+    name: str
+    describe: str
+    prepare: Callable[[int], Path]
+    ours: Callable[[Path, Path], list[str]]
+    baseline_name: str
+    baseline: Callable[[Path, Path], list[str]]
+    out_ext: str
+
+
+def _st_input(size_mib: int) -> Path:
+    path = WORK / f"input-{size_mib}m.safetensors"
+    meta = path.with_suffix(".largest")
+    if not path.exists():
+        WORK.mkdir(parents=True, exist_ok=True)
+        meta.write_text(str(write_safetensors(path, size_mib)))
+    return path
+
+
+def _bpk_input(size_mib: int) -> Path:
+    path = WORK / f"input-{size_mib}m.bpk"
+    if not path.exists():
+        src = _st_input(size_mib)
+        subprocess.run([*CKPTCTL, "convert", str(src), str(path), "--force"], check=True)
+        (WORK / f"input-{size_mib}m.largest").write_text(src.with_suffix(".largest").read_text())
+    return path
+
+
+def _convert(src: Path, dst: Path) -> list[str]:
+    return [*CKPTCTL, "convert", str(src), str(dst), "--force"]
+
+
+def _cp(src: Path, dst: Path) -> list[str]:
+    return ["cp", str(src), str(dst)]
+
+
+CASES = [
+    Case("convert-st-bpk", "safetensors → burnpack", _st_input, _convert, "cp", _cp, ".bpk"),
+    Case(
+        "convert-bpk-st", "burnpack → safetensors", _bpk_input, _convert, "cp", _cp, ".safetensors"
+    ),
+]
+
+
+def measure(case: Case, size_mib: int, runs: int) -> dict[str, object]:
+    """Median time and max peak RSS of ckptctl and the baseline, interleaved run by run."""
+    src = case.prepare(size_mib)
+    warm(src)
+    ours: list[Run] = []
+    base: list[Run] = []
+    out = WORK / f"out{case.out_ext}"
+    for _ in range(runs):
+        base.append(run(case.baseline(src, WORK / f"copy{src.suffix}")))
+        ours.append(run(case.ours(src, out)))
+    largest = (
+        int(src.with_suffix(".largest").read_text()) if src.with_suffix(".largest").exists() else 0
+    )
+    t_ours = statistics.median(r.seconds for r in ours)
+    t_base = statistics.median(r.seconds for r in base)
+    size = src.stat().st_size
+    return {
+        "case": case.name,
+        "what": case.describe,
+        "input_bytes": size,
+        "largest_tensor_bytes": largest,
+        "ckptctl_s": t_ours,
+        "baseline": case.baseline_name,
+        "baseline_s": t_base,
+        "throughput_ratio": t_base / t_ours if t_ours else float("inf"),
+        "ckptctl_MiB_s": size / t_ours / (1 << 20),
+        "ckptctl_peak_rss_MiB": max(r.max_rss_kib for r in ours) / 1024,
+        "baseline_peak_rss_MiB": max(r.max_rss_kib for r in base) / 1024,
+    }
+
+
+def machine() -> str:
+    """One line describing this machine."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
+    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, Python {platform.python_version()}"
+
+
+def main() -> None:
+    """Parse options, run the cases, print a table (and JSON with --json)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size-mib", type=int, default=1024, help="input size (default 1024)")
+    parser.add_argument("--runs", type=int, default=5, help="runs per command (default 5)")
+    parser.add_argument("--case", action="append", help="run only these cases")
+    parser.add_argument("--quick", action="store_true", help="8 MiB, 1 run: a smoke test")
+    parser.add_argument("--json", action="store_true", help="print results as JSON")
+    args = parser.parse_args()
+    size, runs = (8, 1) if args.quick else (args.size_mib, args.runs)
+    results = [measure(c, size, runs) for c in CASES if not args.case or c.name in args.case]
+    if args.json:
+        print(json.dumps({"machine": machine(), "runs": runs, "results": results}, indent=2))
+        return
+    print(f"machine: {machine()}; medians of {runs} runs")
+    print(f"{'case':<16} {'input':>9} {'ckptctl':>9} {'baseline':>13} {'ratio':>6} "
+          f"{'MiB/s':>7} {'peak RSS':>9} {'largest':>9}")  # fmt: skip
+    for r in results:
+        print(
+            f"{r['case']:<16} {r['input_bytes'] / (1 << 20):>7.0f}Mi "
+            f"{r['ckptctl_s']:>8.3f}s {r['baseline']:>5} {r['baseline_s']:>6.3f}s "
+            f"{r['throughput_ratio']:>5.2f}x {r['ckptctl_MiB_s']:>7.0f} "
+            f"{r['ckptctl_peak_rss_MiB']:>6.0f}MiB {r['largest_tensor_bytes'] / (1 << 20):>6.0f}MiB"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Options shared by several commands, and the per-invocation consoles."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def output_options(func: F) -> F:
+    """``--format text|json`` and its shorthand ``--json``."""
+    func = click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="Print one JSON object (schema_version 1) instead of text.",
+    )(func)
+    return click.option(
+        "--format",
+        "output_format",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="Output format.",
+    )(func)
+
+
+def force_option(func: F) -> F:
+    """``--force``: overwrite an existing destination."""
+    return click.option("--force", "-f", is_flag=True, help="Overwrite DST if it exists.")(func)
+
+
+def dry_run_option(func: F) -> F:
+    """``--dry-run``: print the plan, write nothing."""
+    return click.option("--dry-run", "-n", is_flag=True, help="Print the plan and write nothing.")(
+        func
+    )
+
+
+def state_key_option(func: F) -> F:
+    """``--state-key KEY``: descend into a nested checkpoint."""
+    return click.option(
+        "--state-key",
+        metavar="KEY",
+        help="Descend into KEY (dotted path, e.g. 'model' or 'state_dict') and strip the prefix.",
+    )(func)
+
+
+def wants_json(as_json: bool, output_format: str) -> bool:
+    """True when JSON output was asked for by either option."""
+    return as_json or output_format == "json"
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    """A console for this invocation: no colour when NO_COLOR/--no-color or not a terminal."""
+    from rich.console import Console
+
+    ctx = click.get_current_context(silent=True)
+    no_color = bool(ctx and ctx.find_root().obj and ctx.find_root().obj.get("no_color"))
+    stream = sys.stderr if stderr else sys.stdout
+    is_tty = stream.isatty()
+    width = None if is_tty else int(os.environ.get("COLUMNS", "100") or 100)
+    return Console(
+        file=stream,
+        no_color=no_color or not is_tty,
+        color_system=None if (no_color or not is_tty) else "auto",
+        highlight=False,
+        soft_wrap=False,
+        width=width,
+        emoji=False,
+        markup=False,
+    )
+
+
+def print_json(text: str) -> None:
+    """Write JSON text to stdout as is."""
+    click.echo(text, nl=False)

@@ -1,0 +1,133 @@
+"""``ls`` and ``header``: what is in a checkpoint, and where every byte of it goes."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING
+
+from ckptctl.errors import SelectionError
+from ckptctl.formats import open_checkpoint, read_layout
+from ckptctl.report.model import HeaderReport, LsReport, TensorRow
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ckptctl.model import Checkpoint, TensorEntry
+
+#: Orders ``ls --sort`` accepts.
+SORT_KEYS = ("file", "name", "size", "dtype", "shape")
+
+
+def select_state_key(
+    entries: Sequence[TensorEntry], key: str | None, ckpt: Checkpoint | None = None
+) -> list[TensorEntry]:
+    """Descend into ``key`` (a dotted path): keep the tensors below it, with the prefix stripped.
+
+    Raises:
+        SelectionError: nothing lies below ``key``; the message lists where tensors are.
+    """
+    if key is None:
+        return list(entries)
+    key = key.strip(".")
+    prefix = key + "."
+    out = [e.renamed(e.name[len(prefix) :]) for e in entries if e.name.startswith(prefix)]
+    if out:
+        return out
+    tops = sorted({e.name.split(".", 1)[0] for e in entries if "." in e.name})
+    where = ""
+    if ckpt is not None and isinstance(ckpt.facts.get("containers"), dict):
+        where = ", ".join(f"{k!r} ({v})" for k, v in ckpt.facts["containers"].items())
+    elif tops:
+        where = ", ".join(repr(t) for t in tops[:10])
+    raise SelectionError(
+        f"no tensors under state key {key!r}",
+        path=None if ckpt is None else ckpt.path,
+        hint=f"tensors are under {where}" if where else "the file has no nested tensors",
+    )
+
+
+def _row(entry: TensorEntry) -> TensorRow:
+    return TensorRow(
+        name=entry.name,
+        dtype=entry.dtype.value,
+        shape=entry.shape,
+        nbytes=entry.nbytes,
+        numel=entry.numel,
+        param_id=entry.param_id,
+        module_type=entry.module_type,
+        offset=entry.offset,
+    )
+
+
+def list_tensors(
+    path: str | os.PathLike[str],
+    *,
+    state_key: str | None = None,
+    pattern: str | None = None,
+    sort: str = "file",
+) -> LsReport:
+    """List a checkpoint's tensors from its header alone.
+
+    Args:
+        path: the checkpoint file.
+        state_key: descend into this dotted key and strip it from names.
+        pattern: keep only tensors whose name matches this regex (``re.search``).
+        sort: one of :data:`SORT_KEYS`.
+
+    Returns:
+        An :class:`~ckptctl.report.model.LsReport`.
+
+    Raises:
+        InputError: unreadable, unknown, corrupt or unsafe input.
+        SelectionError: bad regex, unknown sort key, or nothing under ``state_key``.
+    """
+    if sort not in SORT_KEYS:
+        raise SelectionError(
+            f"unknown sort key {sort!r}", hint="use one of " + ", ".join(SORT_KEYS)
+        )
+    regex = compile_regex(pattern, "--filter") if pattern is not None else None
+    with open_checkpoint(path) as ckpt:
+        entries = select_state_key(ckpt.entries(), state_key, ckpt)
+        total = len(entries)
+        if regex is not None:
+            entries = [e for e in entries if regex.search(e.name)]
+        rows = [_row(e) for e in entries]
+        if sort == "name":
+            rows.sort(key=lambda r: r.name)
+        elif sort == "size":
+            rows.sort(key=lambda r: (-r.nbytes, r.name))
+        elif sort == "dtype":
+            rows.sort(key=lambda r: (r.dtype, r.name))
+        elif sort == "shape":
+            rows.sort(key=lambda r: (len(r.shape), r.shape, r.name))
+        return LsReport(
+            path=os.fspath(path),
+            format=ckpt.format,
+            tensors=tuple(rows),
+            metadata=dict(ckpt.metadata),
+            kind=ckpt.kind,
+            notes=tuple(ckpt.notes),
+            scalars=dict(ckpt.scalars),
+            facts=dict(ckpt.facts),
+            state_key=state_key,
+            total_tensors=total,
+        )
+
+
+def describe_header(path: str | os.PathLike[str]) -> HeaderReport:
+    """Decode the raw header of ``path`` and account for every byte of the file.
+
+    Raises:
+        InputError: unreadable, unknown or corrupt input.
+        UnsupportedError: the format has no byte-level view.
+    """
+    return HeaderReport(path=os.fspath(path), layout=read_layout(path))
+
+
+def compile_regex(pattern: str, option: str) -> re.Pattern[str]:
+    """Compile a user regex, turning ``re.error`` into a ``SelectionError`` naming the option."""
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise SelectionError(f"{option}: invalid regex {pattern!r}: {exc}") from None

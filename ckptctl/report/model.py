@@ -1,0 +1,119 @@
+"""Report objects: what each command found, independent of how it is shown.
+
+``ops`` builds these; ``cli`` renders them as text (``report.text``) or JSON (``report.json``).
+Strings taken from files are stored raw here and escaped by the renderers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ckptctl.formats import HeaderLayout
+    from ckptctl.model import JSONValue
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TensorRow:
+    """One tensor as listed by ``ls``."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+    numel: int
+    param_id: int | None = None
+    module_type: str | None = None
+    offset: int | None = None
+
+
+@dataclass(frozen=True)
+class DTypeTotal:
+    """Tensors, parameters and bytes of one dtype."""
+
+    dtype: str
+    tensors: int
+    numel: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class LsReport:
+    """What ``ckptctl ls`` shows: the file's kind and its tensors."""
+
+    path: str
+    format: str
+    tensors: tuple[TensorRow, ...]
+    metadata: Mapping[str, str]
+    kind: str | None = None
+    notes: tuple[str, ...] = ()
+    scalars: Mapping[str, JSONValue] = field(default_factory=dict)
+    facts: Mapping[str, JSONValue] = field(default_factory=dict)
+    state_key: str | None = None
+    total_tensors: int | None = None
+
+    @property
+    def totals(self) -> tuple[DTypeTotal, ...]:
+        """Totals by dtype, largest first."""
+        count: Counter[str] = Counter()
+        numel: Counter[str] = Counter()
+        nbytes: Counter[str] = Counter()
+        for row in self.tensors:
+            count[row.dtype] += 1
+            numel[row.dtype] += row.numel
+            nbytes[row.dtype] += row.nbytes
+        order = sorted(count, key=lambda d: (-nbytes[d], d))
+        return tuple(DTypeTotal(d, count[d], numel[d], nbytes[d]) for d in order)
+
+
+@dataclass(frozen=True)
+class HeaderReport:
+    """What ``ckptctl header`` shows: the decoded header and the byte accounting."""
+
+    path: str
+    layout: HeaderLayout
+
+    def bytes_by_kind(self) -> dict[str, int]:
+        """Bytes per region kind, in the order kinds first appear."""
+        out: dict[str, int] = {}
+        for region in self.layout.regions:
+            out[region.kind] = out.get(region.kind, 0) + region.size
+        return out
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One tensor's way through ``convert``/``remap``: source → target and what was done."""
+
+    source: str
+    target: str | None
+    dtype_before: str
+    dtype_after: str | None
+    shape_before: tuple[int, ...]
+    shape_after: tuple[int, ...] | None
+    actions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ConvertReport:
+    """What ``convert``/``remap`` did (or, with ``--dry-run``, would do)."""
+
+    source: str
+    destination: str
+    source_format: str
+    destination_format: str
+    plan: tuple[PlanRow, ...]
+    written: bool
+    dry_run: bool
+    bytes_written: int = 0
+    warnings: tuple[str, ...] = ()
+    summary: JSONValue = None
+    summary_text: str | None = None
+    fixes: tuple[str, ...] = ()
+    ok: bool = True
