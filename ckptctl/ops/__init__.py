@@ -1,0 +1,1 @@
+"""Operations behind the commands: pure functions returning reports."""
