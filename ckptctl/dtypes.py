@@ -146,9 +146,9 @@ def _decode_table(dtype: DType) -> NDArray[np.float32]:
     if dtype is DType.F8_E5M2:
         return _fp8_table(5, 2, 15, fn=False)
     # F8_E8M0: an exponent only, 2**(code-127), 0xFF is NaN
-    table = np.exp2(np.arange(256, dtype=np.float64) - 127).astype(np.float32)
-    table[255] = np.nan
-    return table
+    exponents = np.exp2(np.arange(256, dtype=np.float64) - 127)
+    exponents[255] = np.nan
+    return exponents.astype(np.float32)
 
 
 def to_float(raw: NDArray[np.generic], dtype: DType) -> NDArray[np.floating]:
