@@ -31,7 +31,7 @@ def test_exit_codes_follow_the_contract():
     assert UnsupportedError("x").exit_code == 4
     assert SelectionError("x").exit_code == 2
     assert OutputError("x").exit_code == 5
-    assert ExitCode.INTERRUPTED == 130
+    assert int(ExitCode.INTERRUPTED) == 130
 
 
 def test_error_message_names_the_file_and_selection_error_is_unquoted():
