@@ -33,3 +33,48 @@ def corpus() -> Path:
     if not path.is_dir():
         pytest.skip("../shared/corpus is not available")
     return path
+
+
+class CliResult:
+    """What one ``ckptctl`` invocation did: exit code, stdout, stderr."""
+
+    def __init__(self, code: int, stdout: str, stderr: str) -> None:
+        self.code = code
+        self.stdout = stdout
+        self.stderr = stderr
+
+    def __repr__(self) -> str:
+        return f"CliResult(code={self.code}, stdout={self.stdout!r}, stderr={self.stderr!r})"
+
+
+@pytest.fixture
+def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    """Run ``ckptctl.cli.main(args)`` in-process: the real error mapping, fixed width, no colour."""
+    from ckptctl.cli import main
+
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.delenv("CKPTCTL_DEBUG", raising=False)
+
+    def invoke(*args: str | Path) -> CliResult:
+        capsys.readouterr()
+        try:
+            main([str(a) for a in args])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        else:  # pragma: no cover - main always exits
+            code = -1
+        out = capsys.readouterr()
+        return CliResult(code, out.out, out.err)
+
+    return invoke
+
+
+def check_golden(text: str, path: Path, update: bool) -> None:
+    """Compare ``text`` with the golden file ``path`` (or rewrite it with --update-golden)."""
+    if update or not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        if not update:
+            pytest.fail(f"golden file {path} was missing and has been written; review and rerun")
+    assert text == path.read_text(encoding="utf-8")
