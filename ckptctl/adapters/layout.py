@@ -1,0 +1,154 @@
+"""``pytorch-to-burn`` and ``burn-to-pytorch``: Burn's PyTorch adapters (burn-store spec §1).
+
+Only two things ever change (§1.2):
+
+* a rank-2 ``weight`` owned by a ``Linear`` is transposed (``[out, in]`` <-> ``[in, out]``);
+* in ``BatchNorm``, ``LayerNorm``, ``GroupNorm`` and ``RmsNorm`` PyTorch ``weight``/``bias`` are
+  Burn ``gamma``/``beta`` (renamed; the RmsNorm rename needs Burn 0.22+, §1.4).
+
+Everything else -- Embedding, convolutions, InstanceNorm, PRelu, user parameters, tensors whose
+module type is unknown -- passes through unchanged (the same entry, so copies stay zero-copy).
+The module type comes from :mod:`ckptctl.adapters.modules` decisions; a target verdict in a
+decision (``transpose``/``rename``) overrides the type-based rule. Burn does the file-side
+rename for PyTorch -> Burn through an alternative-name lookup at load time (§1.3); a file
+converter has to rename for real, which is what this adapter does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ckptctl.adapters import Action, Adapted, BaseAdapter
+from ckptctl.adapters.modules import RENAMED_NORMS, Decision, resolve
+from ckptctl.model import ComputedData
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from numpy.typing import NDArray
+
+    from ckptctl.model import TensorEntry
+
+#: Edge of the square tiles a large transpose is copied in: 64 x 64 elements of up to 16 bytes
+#: stay well inside L1/L2 for both the read and the write side.
+TILE_ELEMENTS = 64
+#: Below this many elements one numpy copy is faster than tiling.
+SMALL_TRANSPOSE_ELEMENTS = 1 << 16
+
+
+def transpose_2d(array: NDArray[Any]) -> NDArray[Any]:
+    """Transpose a 2-D array into a new C-contiguous array, tile by tile (cache friendly).
+
+    Works on any dtype by element: BF16/FP8 arrive as their raw unsigned-integer bits and are
+    moved without decoding.
+    """
+    rows, cols = array.shape
+    if rows * cols <= SMALL_TRANSPOSE_ELEMENTS:
+        return np.ascontiguousarray(array.T)
+    out = np.empty((cols, rows), dtype=array.dtype)
+    tile = TILE_ELEMENTS
+    for r in range(0, rows, tile):
+        for c in range(0, cols, tile):
+            out[c : c + tile, r : r + tile] = array[r : r + tile, c : c + tile].T
+    return out
+
+
+def _load_transposed(entry: TensorEntry) -> NDArray[Any]:
+    return transpose_2d(entry.load())
+
+
+def transposed(entry: TensorEntry) -> TensorEntry:
+    """A rank-2 entry with swapped shape whose data transposes lazily."""
+    rows, cols = entry.shape
+    return replace(
+        entry, shape=(cols, rows), offset=None, data=ComputedData(partial(_load_transposed, entry))
+    )
+
+
+def _fmt(shape: tuple[int, ...]) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
+def _layout(
+    entry: TensorEntry,
+    decision: Decision | None,
+    renames: Mapping[str, str],
+    rename_rmsnorm: bool,
+    label: str,
+) -> Adapted:
+    prefix, _, param = entry.name.rpartition(".")
+    rank2_weight = param == "weight" and len(entry.shape) == 2
+    if decision is None or decision.module_type is None:
+        if rank2_weight:
+            why = decision.evidence if decision else "module type unknown"
+            return entry, (Action("keep", _fmt(entry.shape), f"{why}; left as is", label),)
+        return entry, ()
+    module_type = decision.module_type
+    is_linear = module_type == "Linear"
+    do_transpose = rank2_weight and (
+        decision.transpose if decision.transpose is not None else is_linear
+    )
+    if do_transpose:
+        out = transposed(entry)
+        detail = f"{_fmt(entry.shape)} -> {_fmt(out.shape)}"
+        return out, (Action("transpose", detail, f"{module_type} ({decision.evidence})", label),)
+    new_param = renames.get(param)
+    norm = module_type in RENAMED_NORMS and (rename_rmsnorm or module_type != "RmsNorm")
+    do_rename = new_param is not None and (decision.rename if decision.rename is not None else norm)
+    if do_rename and new_param is not None:
+        new_name = f"{prefix}.{new_param}" if prefix else new_param
+        action = Action(
+            "rename", f"{entry.name} -> {new_name}", f"{module_type} ({decision.evidence})", label
+        )
+        # carry the decided type so later adapters (half) still know it under the new name
+        return replace(entry, name=new_name, module_type=module_type), (action,)
+    if rank2_weight:
+        reason = f"{module_type} ({decision.evidence}); not transposed"
+        return entry, (Action("keep", _fmt(entry.shape), reason, label),)
+    return entry, ()
+
+
+@dataclass(frozen=True)
+class PyTorchToBurn(BaseAdapter):
+    """PyTorch -> Burn: transpose Linear weights, norm ``weight``/``bias`` -> ``gamma``/``beta``.
+
+    Attributes:
+        decisions: module-type decisions by tensor name (else ``entry.module_type`` is used).
+        rename_rmsnorm: rename RmsNorm parameters too (Burn 0.22+; set False for Burn 0.21).
+    """
+
+    decisions: Mapping[str, Decision] = field(default_factory=dict)
+    rename_rmsnorm: bool = True
+
+    def apply(self, entry: TensorEntry) -> Adapted:
+        decision = resolve(entry, self.decisions)
+        renames = {"weight": "gamma", "bias": "beta"}
+        return _layout(entry, decision, renames, self.rename_rmsnorm, self.describe())
+
+    def describe(self) -> str:
+        return "pytorch-to-burn"
+
+
+@dataclass(frozen=True)
+class BurnToPyTorch(BaseAdapter):
+    """Burn -> PyTorch: transpose Linear weights, norm ``gamma``/``beta`` -> ``weight``/``bias``.
+
+    Attributes:
+        decisions: module-type decisions by tensor name (else ``entry.module_type`` is used).
+        rename_rmsnorm: rename RmsNorm parameters too (Burn 0.22+; set False for Burn 0.21).
+    """
+
+    decisions: Mapping[str, Decision] = field(default_factory=dict)
+    rename_rmsnorm: bool = True
+
+    def apply(self, entry: TensorEntry) -> Adapted:
+        decision = resolve(entry, self.decisions)
+        renames = {"gamma": "weight", "beta": "bias"}
+        return _layout(entry, decision, renames, self.rename_rmsnorm, self.describe())
+
+    def describe(self) -> str:
+        return "burn-to-pytorch"

@@ -1,0 +1,421 @@
+"""Key remapping like Burn's ``KeyRemapper`` (burn-store spec §3), in Rust ``regex`` dialect.
+
+A rule is ``PATTERN=REPLACEMENT``. Every rule is applied, in order, to the result of the previous
+one; each replaces **all** non-overlapping matches found by an unanchored search.
+
+Splitting ``PATTERN=REPLACEMENT``: the split is at the first ``=`` that is neither escaped
+(``\\=``) nor inside a character class (``[=]``); write ``\\=`` to put an ``=`` in a pattern.
+The replacement may contain ``=`` freely.
+
+Patterns are Rust ``regex`` syntax, translated to Python ``re`` where the two differ (§3.4):
+
+* ``(?<name>...)`` becomes ``(?P<name>...)``; ``$`` (without the ``m`` flag) and ``\\z`` become
+  ``\\Z`` (Python's ``$`` also matches before a final newline); ``\\x{HHHH}`` becomes ``\\U``;
+  ``[[:alpha:]]``-style ASCII classes are expanded.
+* Syntax Rust rejects but Python accepts is refused with a :class:`SelectionError`, so a rule
+  never means something Burn would not run: look-around, back-references (``\\1``, ``(?P=n)``),
+  atomic groups, possessive quantifiers, conditionals, comments, ``\\Z``, mid-pattern global
+  flags, ``(?U)``, ``\\p{..}`` Unicode classes, nested classes and class set operations, and a
+  bare ``{`` that does not start a repetition.
+* In replace-all, an empty match right where the previous match ended is skipped, as in Rust
+  (``x*`` -> ``-`` on ``abxd`` gives ``-a-b-d-``, not Python's ``-a-b--d-``).
+
+Replacements use Rust interpolation (§3.2), never Python's: ``$1``, ``${1}``, ``$name``,
+``${name}``, ``$$`` for a literal ``$``. ``$name`` takes the longest run of ``[0-9A-Za-z_]``, so
+``$1_x`` names the group ``1_x`` (empty) -- write ``${1}_x``. Unknown or non-participating
+groups expand to nothing; backslashes are literal.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from ckptctl.adapters import Action, Adapted, BaseAdapter
+from ckptctl.errors import SelectionError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from ckptctl.model import TensorEntry
+
+_POSIX_CLASSES = {
+    "alnum": "0-9A-Za-z",
+    "alpha": "A-Za-z",
+    "ascii": "\\x00-\\x7F",
+    "blank": "\\t ",
+    "cntrl": "\\x00-\\x1F\\x7F",
+    "digit": "0-9",
+    "graph": "!-~",
+    "lower": "a-z",
+    "print": " -~",
+    "punct": "!-/:-@\\[-`{-~",
+    "space": "\\t\\n\\v\\f\\r ",
+    "upper": "A-Z",
+    "word": "0-9A-Za-z_",
+    "xdigit": "0-9A-Fa-f",
+}
+_REPETITION = re.compile(r"\{\d+(,\d*)?\}")
+_FLAGS = re.compile(r"\(\?([a-zA-Z-]*)([:)])")
+_CAP_LETTERS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+
+
+def _reject(pattern: str, what: str, why: str) -> SelectionError:
+    return SelectionError(
+        f"{what}: pattern {pattern!r} uses {why}, which Rust regex (Burn) does not support"
+    )
+
+
+def _translate_class(pattern: str, i: int, what: str) -> tuple[str, int]:
+    """Translate a character class starting at ``pattern[i] == '['``; return (text, next i)."""
+    out = ["["]
+    i += 1
+    if i < len(pattern) and pattern[i] == "^":
+        out.append("^")
+        i += 1
+    if i < len(pattern) and pattern[i] == "]":  # a leading ']' is a literal in both dialects
+        out.append("\\]")
+        i += 1
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "]":
+            out.append("]")
+            return "".join(out), i + 1
+        if c == "\\":
+            nxt = pattern[i + 1 : i + 2]
+            if nxt in ("p", "P"):
+                raise _reject(pattern, what, "Unicode classes (\\p)")
+            if nxt.isdigit():
+                raise _reject(pattern, what, f"the escape \\{nxt} in a class")
+            if nxt == "x" and pattern[i + 2 : i + 3] == "{":
+                text, i = _hex_escape(pattern, i, what)
+                out.append(text)
+                continue
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if c == "[":
+            if pattern.startswith("[:", i):
+                end = pattern.find(":]", i + 2)
+                name = pattern[i + 2 : end] if end > 0 else ""
+                if name in _POSIX_CLASSES:
+                    out.append(_POSIX_CLASSES[name])
+                    i = end + 2
+                    continue
+            raise _reject(pattern, what, "nested character classes")
+        if pattern.startswith(("&&", "--", "~~"), i):
+            raise _reject(pattern, what, f"the class set operation {pattern[i : i + 2]!r}")
+        out.append(c)
+        i += 1
+    raise SelectionError(f"{what}: pattern {pattern!r} has an unterminated character class")
+
+
+def _hex_escape(pattern: str, i: int, what: str) -> tuple[str, int]:
+    """``\\x{HHHH}`` at ``pattern[i]`` -> Python ``\\UHHHHHHHH``."""
+    end = pattern.find("}", i + 3)
+    digits = pattern[i + 3 : end] if end > 0 else ""
+    try:
+        code = int(digits, 16)
+    except ValueError:
+        code = -1
+    if not 0 <= code <= 0x10FFFF or not digits:
+        raise SelectionError(f"{what}: pattern {pattern!r} has a bad escape \\x{{{digits}")
+    return f"\\U{code:08X}", end + 1
+
+
+def translate_pattern(pattern: str, what: str = "rule") -> str:
+    """Translate a Rust ``regex`` pattern to an equivalent Python ``re`` pattern.
+
+    Args:
+        pattern: the pattern in Rust syntax.
+        what: names the rule in error messages (``rule #2``).
+
+    Returns:
+        A Python pattern with the same meaning.
+
+    Raises:
+        SelectionError: the pattern uses syntax Rust rejects or Python cannot express.
+    """
+    multiline = any("m" in m.group(1).split("-")[0] for m in _FLAGS.finditer(pattern))
+    out: list[str] = []
+    i = 0
+    prev_quant = False
+    while i < len(pattern):
+        c = pattern[i]
+        quant = False
+        if c == "\\":
+            nxt = pattern[i + 1 : i + 2]
+            if not nxt:
+                raise SelectionError(f"{what}: pattern {pattern!r} ends with a backslash")
+            if nxt.isdigit():
+                raise _reject(pattern, what, f"the back-reference \\{nxt}")
+            if nxt in "pP":
+                raise _reject(pattern, what, "Unicode classes (\\p)")
+            if nxt in "gkZG<>":
+                raise _reject(pattern, what, f"the escape \\{nxt}")
+            if nxt == "z":
+                out.append("\\Z")
+            elif nxt == "x" and pattern[i + 2 : i + 3] == "{":
+                text, i = _hex_escape(pattern, i, what)
+                out.append(text)
+                prev_quant = False
+                continue
+            elif nxt == "b" and pattern[i + 2 : i + 3] == "{":
+                raise _reject(pattern, what, "\\b{...} word boundaries")
+            else:
+                out.append(pattern[i : i + 2])
+            i += 2
+        elif c == "[":
+            text, i = _translate_class(pattern, i, what)
+            out.append(text)
+        elif c == "(" and pattern.startswith("(?", i):
+            rest = pattern[i + 2 :]
+            if rest.startswith(("=", "!", "<=", "<!", ">", "(", "#", "P=", "P>")):
+                raise _reject(pattern, what, "look-around, back-references or special groups")
+            if rest.startswith("<"):
+                out.append("(?P<")
+                i += 3
+            elif rest.startswith("P<"):
+                out.append("(?P<")
+                i += 4
+            else:
+                m = _FLAGS.match(pattern, i)
+                if m is None:
+                    raise SelectionError(f"{what}: pattern {pattern!r} has a bad group at {i}")
+                if "U" in m.group(1) or "R" in m.group(1):
+                    raise _reject(pattern, what, f"the flags {m.group(1)!r}")
+                if m.group(2) == ")" and i != 0:
+                    raise SelectionError(
+                        f"{what}: pattern {pattern!r} sets flags in the middle of the pattern",
+                        hint="use a scoped group such as (?i:...) or put the flags first",
+                    )
+                out.append(m.group(0))
+                i = m.end()
+        elif c == "$":
+            out.append("$" if multiline else "\\Z")
+            i += 1
+        elif c == "{":
+            m = _REPETITION.match(pattern, i)
+            if m is None:
+                raise SelectionError(
+                    f"{what}: pattern {pattern!r} has a '{{' that does not start a repetition",
+                    hint="escape a literal brace as \\{",
+                )
+            if prev_quant:
+                raise _reject(pattern, what, "a repeated repetition")
+            out.append(m.group(0))
+            i = m.end()
+            quant = True
+        elif c in "*+?":
+            if prev_quant and c == "+":
+                raise _reject(pattern, what, "possessive quantifiers")
+            out.append(c)
+            i += 1
+            quant = c != "?" or not prev_quant  # '*?' is lazy, the '?' ends the quantifier
+        else:
+            out.append(c)
+            i += 1
+        prev_quant = quant
+    return "".join(out)
+
+
+def compile_pattern(pattern: str, what: str = "rule") -> re.Pattern[str]:
+    """Compile a Rust-dialect pattern (see :func:`translate_pattern`).
+
+    Raises:
+        SelectionError: invalid pattern; the message names ``what`` and the pattern.
+    """
+    translated = translate_pattern(pattern, what)
+    with warnings.catch_warnings():
+        # Python warns (FutureWarning) on syntax whose meaning will change; refuse it
+        warnings.simplefilter("error")
+        try:
+            return re.compile(translated)
+        except (re.error, Warning) as exc:
+            raise SelectionError(f"{what}: invalid pattern {pattern!r}: {exc}") from None
+
+
+def expand_replacement(template: str, match: re.Match[str]) -> str:
+    """Expand a Rust-style replacement (``$1``, ``${name}``, ``$$``) for one match (§3.2)."""
+    out: list[str] = []
+    i = 0
+    n = len(template)
+    while i < n:
+        dollar = template.find("$", i)
+        if dollar < 0:
+            out.append(template[i:])
+            break
+        out.append(template[i:dollar])
+        i = dollar + 1
+        if template.startswith("$", i):
+            out.append("$")
+            i += 1
+            continue
+        if template.startswith("{", i):
+            close = template.find("}", i + 1)
+            if close < 0:  # no closing brace: not a reference, the '$' is literal
+                out.append("$")
+                continue
+            ref = template[i + 1 : close]
+            i = close + 1
+        else:
+            end = i
+            while end < n and template[end] in _CAP_LETTERS:
+                end += 1
+            if end == i:
+                out.append("$")
+                continue
+            ref = template[i:end]
+            i = end
+        out.append(_group(match, ref))
+    return "".join(out)
+
+
+def _group(match: re.Match[str], ref: str) -> str:
+    key: int | str = int(ref) if ref.isascii() and ref.isdigit() else ref
+    try:
+        value = match.group(key)
+    except IndexError:  # unknown group number or name: Rust expands it to nothing
+        return ""
+    return value or ""
+
+
+def replace_all(regex: re.Pattern[str], text: str, template: str) -> str:
+    """Rust ``Regex::replace_all``: skip an empty match that touches the previous match."""
+    out: list[str] = []
+    last = 0
+    prev_end = -1
+    for match in regex.finditer(text):
+        start, end = match.span()
+        if start == end and start == prev_end:
+            continue
+        out.append(text[last:start])
+        out.append(expand_replacement(template, match))
+        last = prev_end = end
+    out.append(text[last:])
+    return "".join(out)
+
+
+def split_rule(text: str) -> tuple[str, str]:
+    """Split ``PATTERN=REPLACEMENT`` at the first ``=`` not escaped and not inside ``[...]``.
+
+    Raises:
+        SelectionError: there is no such ``=``.
+    """
+    i = 0
+    in_class = False
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            # a ']' right after '[' or '[^' is a literal, not the end of the class
+            if text.startswith("]", i + 1):
+                i += 1
+            elif text.startswith("^]", i + 1):
+                i += 2
+        elif c == "=":
+            return text[:i], text[i + 1 :]
+        i += 1
+    raise SelectionError(
+        f"remap rule {text!r} has no '='", hint="write rules as PATTERN=REPLACEMENT"
+    )
+
+
+@dataclass(frozen=True)
+class RemapRule:
+    """One ordered rule: a Rust-dialect regex and a Rust-style replacement.
+
+    Attributes:
+        pattern: the regex as the user wrote it.
+        replacement: the replacement template (``$1``, ``${name}``, ``$$``).
+        number: 1-based position in the rule list, for messages.
+    """
+
+    pattern: str
+    replacement: str
+    number: int = 1
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.pattern:
+            raise SelectionError(
+                f"remap rule #{self.number} has an empty pattern",
+                hint="an empty pattern matches between every character; anchor it with ^",
+            )
+        object.__setattr__(self, "regex", compile_pattern(self.pattern, self.label))
+
+    @property
+    def label(self) -> str:
+        """``rule #2 '^model\\.='`` for messages and plans."""
+        return f"rule #{self.number} '{self.pattern}={self.replacement}'"
+
+    def apply(self, name: str) -> str:
+        """Rewrite ``name`` (replace-all; unchanged when the pattern does not match)."""
+        return replace_all(self.regex, name, self.replacement)
+
+
+def parse_rules(texts: Sequence[str]) -> tuple[RemapRule, ...]:
+    """Parse ``PATTERN=REPLACEMENT`` strings into numbered rules.
+
+    Raises:
+        SelectionError: a rule without ``=`` or with an invalid pattern (named by number).
+    """
+    rules = []
+    for number, text in enumerate(texts, start=1):
+        try:
+            pattern, replacement = split_rule(text)
+        except SelectionError as exc:
+            raise SelectionError(f"rule #{number}: {exc.message}", hint=exc.hint) from None
+        rules.append(RemapRule(pattern, replacement, number))
+    return tuple(rules)
+
+
+def remap_name(name: str, rules: Iterable[RemapRule]) -> tuple[str, tuple[RemapRule, ...]]:
+    """Apply every rule in order, each to the previous result.
+
+    Returns:
+        The new name and the rules that changed it.
+    """
+    fired = []
+    for rule in rules:
+        new = rule.apply(name)
+        if new != name:
+            fired.append(rule)
+            name = new
+    return name, tuple(fired)
+
+
+@dataclass(frozen=True)
+class Rename(BaseAdapter):
+    """Adapter renaming tensors with ordered remap rules (Burn's ``KeyRemapper``).
+
+    Collisions between renamed tensors are detected by :func:`ckptctl.adapters.plan` (an
+    adapter sees one entry at a time).
+    """
+
+    rules: tuple[RemapRule, ...]
+
+    @classmethod
+    def parse(cls, texts: Sequence[str]) -> Rename:
+        """Build from ``PATTERN=REPLACEMENT`` strings (see :func:`parse_rules`)."""
+        return cls(parse_rules(texts))
+
+    def apply(self, entry: TensorEntry) -> Adapted:
+        new, fired = remap_name(entry.name, self.rules)
+        if not fired:
+            return entry, ()
+        reason = ", ".join(rule.label for rule in fired)
+        if "" in new.split("."):
+            reason += " (warning: the new name has an empty segment)"
+        action = Action("rename", f"{entry.name} -> {new}", reason, self.describe())
+        return replace(entry, name=new), (action,)
+
+    def describe(self) -> str:
+        return "remap " + "; ".join(f"{r.pattern}={r.replacement}" for r in self.rules)

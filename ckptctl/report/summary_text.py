@@ -1,0 +1,100 @@
+"""Text rendering of the Tensor Loading Summary in Burn's exact layout (burn-store spec §5.3).
+
+The Burn-identical part is reproduced byte for byte: the 51-character top line, the Skipped
+line's one-column misalignment, fixed plurals ("1 tensors"), ``U+26A0 U+FE0F`` warning signs,
+the 52-character bottom line and no trailing newline (callers add one). ckptctl extras (dtype
+notes, suggested fixes) come in additional ``├─`` sections after Errors (§5.6), so a diff
+against Burn's output stays meaningful. Every tensor name goes through ``report.sanitize``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ckptctl.report.sanitize import sanitize
+
+if TYPE_CHECKING:
+    from ckptctl.ops.summary import LoadingSummary
+
+#: Shown and suggested per list, as Burn does.
+DISPLAY_LIMIT = 10
+WARNING = "\u26a0\ufe0f"
+#: Printed after a blank line following the box when missing tensors fail a conversion.
+HINT_ALLOW_PARTIAL = (
+    "Hint: use --allow-partial to write the output anyway; missing tensors are then left out."
+)
+
+_ENUM_BLOCK = (
+    f"│  {WARNING}  {{count}} paths contain enum variants (detected from container stack)",
+    "│      Burn includes enum variant names in paths, but PyTorch doesn't.",
+    "│      Example: Burn has 'field.BaseConv.weight', PyTorch has 'field.weight'",
+    "│",
+    "│      💡 Solution 1: Enable skip_enum_variants flag (simplest):",
+    "│",
+    '│         let mut store = PytorchStore::from_file("model.pth")',
+    "│             .skip_enum_variants(true);  // ← Add this",
+    "│",
+    "│      💡 Solution 2: Remap enum keys in source (most precise):",
+    "│",
+    '│         let mut store = SafetensorsStore::from_file("model.safetensors")',
+    '│             .with_key_remapping(r"field\\.(\\w+)", "field.BaseConv.$1");',
+    "│",
+)
+
+
+def _more(lines: list[str], total: int) -> None:
+    if total > DISPLAY_LIMIT:
+        lines.append(f"│    ... and {total - DISPLAY_LIMIT} more")
+
+
+def render_summary(summary: LoadingSummary, *, extras: bool = True) -> str:
+    """Render the summary box (no trailing newline).
+
+    Args:
+        summary: the classified result.
+        extras: add ckptctl's extra sections (dtype notes, suggested fixes) when non-empty;
+            False gives exactly Burn's text.
+
+    Returns:
+        The box as one string.
+    """
+    lines = [
+        "┌─ Tensor Loading Summary " + "─" * 25,
+        "│",
+        f"│ ✓ Successfully applied: {len(summary.applied)} tensors",
+        f"│ ⊘ Skipped (filtered):  {len(summary.skipped)} tensors",
+        f"│ ✗ Missing in source:    {len(summary.missing)} tensors",
+        f"│ ? Unused in target:     {len(summary.unused)} tensors",
+        f"│ ! Errors:               {len(summary.errors)} errors",
+    ]
+    if summary.missing:
+        lines += ["│", "├─ Missing Tensors (requested by model but not found in source)", "│"]
+        if summary.enum_paths:
+            lines += [line.format(count=summary.enum_paths) for line in _ENUM_BLOCK]
+        lines.append("│  First 10 missing tensors:")
+        for missing in summary.missing[:DISPLAY_LIMIT]:
+            lines.append(f"│    • {sanitize(missing.name)}")
+            if missing.suggestion is not None:
+                lines.append(f"│        Did you mean: '{sanitize(missing.suggestion)}'?")
+        _more(lines, len(summary.missing))
+    if summary.unused:
+        lines += ["│", "├─ Unused Tensors (in source but not used by model)", "│"]
+        lines.append("│  First 10 unused tensors:")
+        lines += [f"│    • {sanitize(name)}" for name in summary.unused[:DISPLAY_LIMIT]]
+        _more(lines, len(summary.unused))
+    if summary.errors:
+        lines += ["│", "├─ Errors", "│"]
+        lines += [f"│  {WARNING}  {sanitize(e.text())}" for e in summary.errors[:DISPLAY_LIMIT]]
+        _more(lines, len(summary.errors))
+    if extras and summary.dtype_notes:
+        lines += ["│", "├─ Dtype Differences (applied; Burn does not check dtypes)", "│"]
+        lines += [
+            f"│    • {sanitize(n.name)}: source {n.found.value}, target {n.expected.value}"
+            for n in summary.dtype_notes[:DISPLAY_LIMIT]
+        ]
+        _more(lines, len(summary.dtype_notes))
+    if extras and summary.fixes:
+        lines += ["│", "├─ Suggested Fixes (add to the command line)", "│"]
+        lines += [f"│    {sanitize(fix)}" for fix in summary.fixes]
+    lines += ["│", "└" + "─" * 51]
+    return "\n".join(lines)

@@ -1,0 +1,239 @@
+"""pytorch-to-burn / burn-to-pytorch (burn-store spec §1) and module-type decisions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ckptctl.adapters import AdapterContext, chain, parse_adapter, plan
+from ckptctl.adapters.layout import BurnToPyTorch, PyTorchToBurn, transpose_2d
+from ckptctl.adapters.modules import (
+    Decision,
+    decide_module_types,
+    module_rules_from_mapping,
+    normalize_type,
+    parse_module_rules,
+)
+from ckptctl.dtypes import DType
+from ckptctl.errors import SelectionError
+from ckptctl.model import TensorEntry
+from tests.strategies import array_entry, make_entry
+
+
+def typed(entry: TensorEntry, module_type: str) -> TensorEntry:
+    from dataclasses import replace
+
+    return replace(entry, module_type=module_type)
+
+
+def f32(name: str, shape: tuple[int, ...], module_type: str | None = None) -> TensorEntry:
+    entry = array_entry(name, np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape))
+    return typed(entry, module_type) if module_type else entry
+
+
+def test_acceptance_net_pytorch_to_burn() -> None:
+    entries = [f32("fc.weight", (3, 4)), f32("fc.bias", (3,)), f32("head.weight", (2, 3))]
+    decisions = decide_module_types(entries)
+    adapter = parse_adapter("pytorch-to-burn", AdapterContext(decisions))
+    out = {item.source: item.entry for item in plan(entries, adapter)}
+    fc = out["fc.weight"]
+    assert fc is not None
+    assert fc.shape == (4, 3)
+    assert fc.load().ravel().tolist() == [0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11]
+    assert fc.load().flags.c_contiguous
+    head = out["head.weight"]
+    assert head is not None
+    assert head.shape == (3, 2)
+    assert out["fc.bias"] is entries[1]  # untouched: same object, zero-copy
+    assert decisions["head.weight"].evidence == "pattern 'head'"
+    assert decisions["fc.weight"].module_type == "Linear"
+
+
+def test_only_rank2_linear_weight_transposed_and_norms_renamed() -> None:
+    entries = [
+        f32("emb.weight", (5, 3), "Embedding"),
+        f32("conv.weight", (2, 3, 3, 3), "Conv2d"),
+        f32("lin.weight", (2, 3), "torch.nn.modules.linear.Linear"),
+        f32("lin.bias", (2,), "Linear"),
+        f32("bn.weight", (3,), "BatchNorm2d"),
+        f32("bn.bias", (3,), "BatchNorm2d"),
+        f32("bn.running_mean", (3,), "BatchNorm2d"),
+        f32("ln.weight", (3,), "LayerNorm"),
+        f32("gn.bias", (3,), "GroupNorm"),
+        f32("rms.weight", (3,), "RMSNorm"),
+        f32("inorm.weight", (3,), "InstanceNorm2d"),
+        f32("act.weight", (1,), "PReLU"),
+        f32("cls_token", (1, 3), "VisionTransformer"),
+    ]
+    items = plan(entries, PyTorchToBurn())
+    names = {i.source: i.entry.name for i in items if i.entry is not None}
+    assert names["bn.weight"] == "bn.gamma"
+    assert names["bn.bias"] == "bn.beta"
+    assert names["ln.weight"] == "ln.gamma"
+    assert names["gn.bias"] == "gn.beta"
+    assert names["rms.weight"] == "rms.gamma"
+    assert names["inorm.weight"] == "inorm.weight"  # InstanceNorm: Burn does not rename
+    assert names["act.weight"] == "act.weight"  # PRelu: alpha vs weight, no rename
+    transposed = [i.source for i in items if any(a.kind == "transpose" for a in i.actions)]
+    assert transposed == ["lin.weight"]
+    for item in items:
+        if item.source not in ("lin.weight",) and not item.actions:
+            assert item.entry is next(e for e in entries if e.name == item.source)
+    # Burn 0.21 did not rename RmsNorm
+    old = PyTorchToBurn(rename_rmsnorm=False).apply(entries[9])[0]
+    assert old is not None
+    assert old.name == "rms.weight"
+
+
+def test_burn_to_pytorch_reverses() -> None:
+    entries = [f32("fc.weight", (4, 3), "Linear"), f32("ln.gamma", (3,), "LayerNorm")]
+    items = plan(entries, BurnToPyTorch())
+    fc, ln = (i.entry for i in items)
+    assert fc is not None
+    assert fc.shape == (3, 4)
+    assert fc.load().tolist() == np.arange(12).reshape(4, 3).T.tolist()
+    assert ln is not None
+    assert ln.name == "ln.weight"
+
+
+def test_unknown_module_type_left_alone_with_reason() -> None:
+    entry = f32("mystery.weight", (3, 3))
+    out, actions = PyTorchToBurn().apply(entry)
+    assert out is entry
+    assert actions[0].kind == "keep"
+    assert "module type unknown" in actions[0].reason
+
+
+def test_half_follows_renamed_norm() -> None:
+    entries = [f32("ln.weight", (3,), "LayerNorm")]
+    items = plan(entries, chain(PyTorchToBurn(), parse_adapter("half")))
+    out = items[0].entry
+    assert out is not None
+    assert out.name == "ln.gamma"
+    assert out.dtype is DType.F16
+
+
+def test_bf16_transposes_as_raw_bits() -> None:
+    raw = np.arange(6, dtype=np.uint16).reshape(2, 3) + 0x3F80
+    entry = typed(make_entry("fc.weight", DType.BF16, (2, 3), raw.tobytes()), "Linear")
+    out = PyTorchToBurn()(entry)
+    assert out is not None
+    assert out.dtype is DType.BF16
+    assert out.load().tolist() == raw.T.tolist()
+
+
+def test_blocked_transpose_matches_numpy() -> None:
+    rng = np.random.default_rng(0)
+    big = rng.integers(0, 2**16, size=(300, 517), dtype=np.uint16)
+    assert np.array_equal(transpose_2d(big), big.T)
+    assert transpose_2d(big).flags.c_contiguous
+
+
+@given(
+    rows=st.integers(0, 9),
+    cols=st.integers(0, 9),
+    dtype=st.sampled_from([DType.F32, DType.BF16, DType.F8_E4M3, DType.I64, DType.C128]),
+    data=st.data(),
+)
+def test_transpose_twice_is_identity(rows: int, cols: int, dtype: DType, data: st.DataObject):
+    raw = data.draw(
+        st.binary(min_size=rows * cols * dtype.itemsize, max_size=rows * cols * dtype.itemsize)
+    )
+    entry = typed(make_entry("x.weight", dtype, (rows, cols), raw), "Linear")
+    once = PyTorchToBurn()(entry)
+    assert once is not None
+    assert once.shape == (cols, rows)
+    twice = BurnToPyTorch()(once)
+    assert twice is not None
+    assert twice.shape == (rows, cols)
+    assert bytes(twice.data.read()) == raw
+
+
+# --- module-type decisions -------------------------------------------------------------------
+
+
+def test_target_decides_linear_and_conflicts_with_class() -> None:
+    entries = [f32("proj_x.weight", (3, 4)), f32("proj_x.bias", (3,))]
+    target = {"proj_x.weight": (DType.F32, (4, 3)), "proj_x.bias": (DType.F32, (3,))}
+    d = decide_module_types(entries, target=target)
+    assert d["proj_x.weight"].module_type == "Linear"
+    assert d["proj_x.weight"].transpose is True
+    assert "transpose" in d["proj_x.weight"].evidence
+    assert d["proj_x.bias"].module_type == "Linear"
+    # a class Linear whose target keeps the shape (Col layout, spec §8.1) is a contradiction
+    same = {"proj_x.weight": (DType.F32, (3, 4))}
+    with pytest.raises(SelectionError, match="class Linear from file"):
+        decide_module_types([f32("proj_x.weight", (3, 4), "Linear")], target=same)
+    # a pattern guess yields to the target's shapes: not transposed
+    fc = decide_module_types([f32("fc.weight", (3, 4))], target={"fc.weight": (DType.F32, (3, 4))})
+    assert fc["fc.weight"].transpose is False
+    out = PyTorchToBurn(fc)(f32("fc.weight", (3, 4)))
+    assert out is not None
+    assert out.shape == (3, 4)
+
+
+def test_target_norm_rename_evidence() -> None:
+    entries = [f32("blk.scale.weight", (4,)), f32("blk.scale.bias", (4,))]
+    target = {"blk.scale.gamma": (DType.F32, (4,)), "blk.scale.beta": (DType.F32, (4,))}
+    d = decide_module_types(entries, target=target)
+    assert d["blk.scale.weight"].module_type == "LayerNorm"
+    items = plan(entries, PyTorchToBurn(d))
+    assert [i.entry.name for i in items if i.entry] == ["blk.scale.gamma", "blk.scale.beta"]
+
+
+def test_heuristics_and_flags() -> None:
+    entries = [
+        f32("tok_embeddings.weight", (10, 4)),
+        f32("layers.0.q_proj.weight", (4, 4)),
+        f32("layers.0.mlp.weight", (8, 4)),
+        f32("layers.0.mlp.bias", (8,)),
+        f32("bn1.weight", (4,)),
+        f32("bn1.running_var", (4,)),
+        f32("final_layernorm.weight", (4,)),
+        f32("odd.weight", (4, 4)),
+        f32("h.0.attn.c_proj.weight", (4, 4)),
+        f32("conv.weight", (2, 2, 3, 3)),
+    ]
+    d = decide_module_types(entries)
+    assert d["tok_embeddings.weight"].module_type == "Embedding"
+    assert not d["tok_embeddings.weight"].flagged
+    q = d["layers.0.q_proj.weight"]
+    assert q.module_type == "Linear"
+    assert q.flagged
+    assert "square" in q.evidence
+    assert d["layers.0.mlp.weight"].module_type == "Linear"
+    assert "bias" in d["layers.0.mlp.weight"].evidence
+    assert d["bn1.weight"].module_type == "BatchNorm"
+    assert d["final_layernorm.weight"].module_type == "LayerNorm"
+    assert d["odd.weight"].module_type is None
+    assert d["odd.weight"].flagged
+    assert d["h.0.attn.c_proj.weight"].module_type == "Conv1D"
+    assert d["h.0.attn.c_proj.weight"].flagged
+    assert d["conv.weight"].module_type == "Conv2d"
+    out = PyTorchToBurn(d)(entries[8])
+    assert out is entries[8]  # GPT-2 Conv1D is already [in, out]
+
+
+def test_rules_override_and_parse() -> None:
+    rules = parse_module_rules([r"odd=Linear", r"^tok=embedding"])
+    assert rules[1].module_type == "Embedding"
+    d = decide_module_types([f32("odd.weight", (4, 4), "MyBlock")], rules=rules)
+    assert d["odd.weight"] == Decision(
+        "odd.weight", "Linear", "module rule #1 'odd=Linear'", False, None, None
+    )
+    assert module_rules_from_mapping({"x": "RmsNorm"})[0].module_type == "RmsNorm"
+    with pytest.raises(SelectionError, match="unknown module type"):
+        parse_module_rules(["x=Linaer"])
+    with pytest.raises(SelectionError, match="module rule #1"):
+        parse_module_rules(["(?=x)=Linear"])
+    with pytest.raises(SelectionError, match="REGEX=Type"):
+        parse_module_rules(["Linear"])
+
+
+def test_normalize_type() -> None:
+    assert normalize_type("__torch__.torch.nn.modules.linear.Linear") == "Linear"
+    assert normalize_type("Struct:LayerNorm") == "LayerNorm"
+    assert normalize_type("SyncBatchNorm") == "BatchNorm"
+    assert normalize_type("MyBlock") == "Other"
