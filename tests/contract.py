@@ -144,7 +144,12 @@ class FormatContract:
         assert spec.write is not None
 
     @settings(
-        max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+        max_examples=60,
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.differing_executors,
+        ],
     )
     @given(data=checkpoints(), metadata=metadata_maps)
     def test_property_round_trip(

@@ -47,7 +47,7 @@ def _ensure_loaded() -> None:
         return
     _LOADED = True
     # Imported here so that `ckptctl --help` does not pay for numpy and cbor2.
-    from ckptctl.formats import burnpack, pytorch, safetensors  # noqa: F401
+    from ckptctl.formats import burnpack, pytorch, safetensors, sharded  # noqa: F401
 
 
 def get_format(name: str) -> FormatSpec:

@@ -1,0 +1,301 @@
+"""Sharded Hugging Face checkpoints: a ``*.safetensors.index.json`` plus its shard files.
+
+The index is a JSON object (written by ``transformers``' ``save_pretrained`` and
+``huggingface_hub.save_torch_state_dict``)::
+
+    {"metadata": {"total_size": 28966928384},
+     "weight_map": {"lm_head.weight": "model-00002-of-00002.safetensors", ...}}
+
+``weight_map`` maps each tensor name to the shard file holding it, relative to the index's
+directory. Opening an index opens every shard and returns one checkpoint over all of them
+(``format`` is ``safetensors``; ``facts`` has ``sharded``, ``shards`` and ``index``). Entries come
+in shard order (the order shards first appear in ``weight_map``), and within a shard in
+data-offset order, so reading them in order reads each file front to back.
+
+Hard failures raise ``CorruptCheckpointError`` from :func:`open_index`: a shard path that is
+absolute or leaves the index's directory, a missing shard, a tensor the index places in a shard
+that lacks it, a tensor present in two shards. Softer problems (a shard tensor the index does not
+list, a ``total_size`` that is not the sum of the tensor sizes) become ``Checkpoint.notes``;
+:func:`check_index` reports both kinds as sentences for ``verify``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ckptctl._io import ByteSource
+from ckptctl.errors import CkptError, CorruptCheckpointError, InputError, UnsupportedError
+from ckptctl.formats import register_format
+from ckptctl.formats import safetensors as st
+from ckptctl.formats._base import SNIFF_BYTES, FormatSpec
+from ckptctl.model import Checkpoint, JSONValue
+
+if TYPE_CHECKING:
+    from ckptctl.model import TensorEntry
+
+__all__ = ["MAX_INDEX_BYTES", "SPEC", "check_index", "open_index", "sniff"]
+
+#: Largest index file read. Real ones are well under 1 MiB even for 1000-shard models.
+MAX_INDEX_BYTES = 64 * 1024 * 1024
+
+_WHITESPACE = b" \t\r\n"
+
+
+@dataclass(frozen=True)
+class _Index:
+    directory: str
+    weight_map: dict[str, str]  # tensor name -> normalised shard name
+    shards: tuple[str, ...]  # in order of first appearance
+    total_size: JSONValue  # as declared (may be missing or of the wrong type)
+
+
+def sniff(head: bytes, source: ByteSource) -> bool:
+    """Is this a JSON object with a ``weight_map`` key? Never raises; reads at most 64 MiB."""
+    try:
+        if head.lstrip(_WHITESPACE)[:1] != b"{":
+            return False
+        if source.size > MAX_INDEX_BYTES:  # claim it only to say it is too large
+            return b'"weight_map"' in head
+        data = head if source.size <= SNIFF_BYTES else source.read(0, source.size)
+        value = json.loads(data.decode("utf-8-sig"))  # lenient: open() reports what is wrong
+        return isinstance(value, dict) and "weight_map" in value
+    except Exception:  # sniffing must never raise
+        return False
+
+
+def _shard_name(name: JSONValue, tensor: str) -> str:
+    """Validate a weight_map value and return it normalised (``./a`` -> ``a``)."""
+    if not isinstance(name, str) or not name:
+        raise CorruptCheckpointError(
+            f"the index gives tensor {tensor!r} the shard {name!r}, not a file name"
+        )
+    problem = st.check_tensor_name(name)
+    if problem:
+        raise CorruptCheckpointError(f"shard file name {name!r} {problem}")
+    if os.path.isabs(name) or name.startswith(("/", "\\")) or name[1:2] == ":":
+        raise CorruptCheckpointError(
+            f"the index gives tensor {tensor!r} the absolute shard path {name!r}",
+            hint="shard paths must be relative to the index's directory",
+        )
+    norm = os.path.normpath(name)
+    if norm in (".", "..") or norm.startswith(".." + os.sep):
+        raise CorruptCheckpointError(
+            f"the index gives tensor {tensor!r} the shard path {name!r}, which leaves the "
+            "index's directory",
+            hint="shard paths must be relative to the index's directory",
+        )
+    return norm
+
+
+def _read_index(source: ByteSource) -> _Index:
+    if source.size > MAX_INDEX_BYTES:
+        raise CorruptCheckpointError(
+            f"the index has {source.size} bytes, more than the limit of {MAX_INDEX_BYTES}"
+        )
+    try:
+        text = source.read(0, source.size).decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CorruptCheckpointError(f"the index is not valid UTF-8 (byte {exc.start})") from None
+    value = st.loads_strict(text, "index")
+    if not isinstance(value, dict) or not isinstance(value.get("weight_map"), dict):
+        raise CorruptCheckpointError(
+            "the index has no weight_map object",
+            hint='a sharded-checkpoint index looks like {"weight_map": {"name": "file"}}',
+        )
+    metadata = value.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise CorruptCheckpointError("the index's metadata is not a JSON object")
+    weight_map: dict[str, str] = {}
+    shards: dict[str, None] = {}  # ordered set
+    for tensor, shard in value["weight_map"].items():
+        problem = st.check_tensor_name(tensor)
+        if problem:
+            raise CorruptCheckpointError(f"tensor name {tensor!r} in the index {problem}")
+        norm = _shard_name(shard, tensor)
+        weight_map[tensor] = norm
+        shards[norm] = None
+    directory = os.path.dirname(os.path.abspath(source.path))
+    return _Index(directory, weight_map, tuple(shards), metadata.get("total_size"))
+
+
+def _require_safetensors(shard: str, source: ByteSource) -> None:
+    head = source.read(0, min(source.size, SNIFF_BYTES))
+    if not st.sniff(head, source):
+        raise UnsupportedError(
+            f"shard {shard!r} is not a safetensors file; only safetensors shards are read"
+        )
+
+
+def _open_shard(index: _Index, shard: str) -> tuple[ByteSource, Checkpoint]:
+    path = os.path.join(index.directory, shard)
+    try:
+        source = ByteSource(path)
+    except InputError as exc:
+        raise CorruptCheckpointError(
+            f"shard {shard!r} listed in the index cannot be opened: {exc.message}",
+            hint="download every shard next to the index",
+        ) from None
+    try:
+        _require_safetensors(shard, source)
+        return source, st.open_safetensors(source)
+    except CkptError as exc:
+        source.close()
+        raise exc.with_path(path) from None
+    except BaseException:
+        source.close()
+        raise
+
+
+def _open_all(index: _Index) -> tuple[list[ByteSource], dict[str, Checkpoint]]:
+    sources: list[ByteSource] = []
+    opened: dict[str, Checkpoint] = {}
+    try:
+        for shard in index.shards:
+            source, opened[shard] = _open_shard(index, shard)
+            sources.append(source)
+    except BaseException:
+        for source in sources:
+            source.close()
+        raise
+    return sources, opened
+
+
+def _try_open(index: _Index, shard: str) -> Checkpoint | str:
+    """The opened shard, or the reason it cannot be opened."""
+    try:
+        return _open_shard(index, shard)[1]
+    except CkptError as exc:
+        prefix = f"shard {shard!r}"
+        return exc.message if exc.message.startswith(prefix) else f"{prefix}: {exc.message}"
+
+
+def _raise_hard(hard: list[str]) -> None:
+    if hard:
+        more = f" ({len(hard) - 1} more problems)" if len(hard) > 1 else ""
+        raise CorruptCheckpointError(
+            hard[0] + more, hint="re-download the checkpoint or regenerate its index"
+        )
+
+
+def _compare(index: _Index, shards: dict[str, Checkpoint]) -> tuple[list[str], list[str]]:
+    """Cross-check the index against the opened shards: (hard problems, soft problems).
+
+    ``total_size`` is checked only when every shard is open (a missing one would make it wrong).
+    """
+    hard: list[str] = []
+    soft: list[str] = []
+    found: dict[str, str] = {}  # tensor -> first shard holding it
+    for shard, ckpt in shards.items():
+        for name in ckpt:
+            if name in found:
+                hard.append(f"tensor {name!r} is in both shard {found[name]!r} and {shard!r}")
+            else:
+                found[name] = shard
+    for name, shard in index.weight_map.items():
+        if shard in shards and name not in shards[shard]:
+            elsewhere = f" (it is in {found[name]!r})" if name in found else ""
+            hard.append(
+                f"the index places tensor {name!r} in shard {shard!r}, which has no such "
+                f"tensor{elsewhere}"
+            )
+    for name, shard in found.items():
+        if name not in index.weight_map:
+            soft.append(f"tensor {name!r} in shard {shard!r} is not listed in the index")
+    total = sum(entry.nbytes for ckpt in shards.values() for entry in ckpt.values())
+    declared = index.total_size
+    if declared is not None and len(shards) == len(index.shards):
+        if isinstance(declared, bool) or not isinstance(declared, int):
+            soft.append(f"the index's metadata.total_size is {declared!r}, not a byte count")
+        elif declared != total:
+            soft.append(
+                f"the index's metadata.total_size is {declared} but the tensors hold {total} bytes"
+            )
+    return hard, soft
+
+
+def open_index(source: ByteSource) -> Checkpoint:
+    """Open a sharded checkpoint from its index: one lazy checkpoint over every shard.
+
+    The returned checkpoint owns ``source`` and every shard file; closing it closes them all.
+
+    Raises:
+        CorruptCheckpointError: a bad index, a missing or corrupt shard, or an index that
+            disagrees with its shards about where a tensor is.
+        UnsupportedError: a shard is not a safetensors file, or uses an unsupported dtype.
+    """
+    index = _read_index(source)
+    sources, opened = _open_all(index)
+    try:
+        hard, soft = _compare(index, opened)
+        _raise_hard(hard)
+        entries: list[TensorEntry] = [e for ckpt in opened.values() for e in ckpt.values()]
+        metadata: dict[str, str] = {}
+        for ckpt in opened.values():
+            for key, value in ckpt.metadata.items():
+                metadata.setdefault(key, value)
+        return Checkpoint(
+            entries,
+            path=source.path,
+            format="safetensors",
+            metadata=metadata,
+            notes=soft,
+            facts={
+                "sharded": True,
+                "shards": list(index.shards),
+                "index": source.path,
+                "total_size": index.total_size,
+            },
+            sources=[source, *sources],
+        )
+    except BaseException:
+        for shard_source in sources:
+            shard_source.close()
+        raise
+
+
+def check_index(path: str | os.PathLike[str]) -> list[str]:
+    """Every problem with a sharded checkpoint, as sentences; an empty list when consistent.
+
+    Reports missing, unreadable or corrupt shards, tensors the index misplaces, tensors in two
+    shards, shard tensors the index does not list, and a wrong ``metadata.total_size``.
+
+    Args:
+        path: the ``*.index.json`` file.
+
+    Raises:
+        InputError: the index itself cannot be read or is not a valid index.
+    """
+    with ByteSource(path) as source:
+        try:
+            index = _read_index(source)
+        except CkptError as exc:
+            raise exc.with_path(source.path) from None
+    problems: list[str] = []
+    opened: dict[str, Checkpoint] = {}
+    for shard in index.shards:
+        result = _try_open(index, shard)
+        if isinstance(result, str):
+            problems.append(result)
+        else:
+            opened[shard] = result
+    try:
+        hard, soft = _compare(index, opened)
+    finally:
+        for ckpt in opened.values():
+            ckpt.close()
+    return problems + hard + soft
+
+
+SPEC = FormatSpec(
+    name="safetensors-index",
+    extensions=(),
+    sniff=sniff,
+    open=open_index,
+    layout=None,
+    write=None,
+)
+
+register_format(SPEC)
