@@ -124,8 +124,9 @@ def render_header(report: HeaderReport, console: Console, *, all_regions: bool =
     console.print(Text(f"{sanitize(report.path)}: {layout.format}, {layout.file_size:,} bytes"))
     console.print()
     console.print(Text("header", style="bold"))
+    # ensure_ascii escapes every control, bidi and non-ASCII character inside the strings
     header_text = json.dumps(layout.header, indent=2, ensure_ascii=True, default=str)
-    console.print(Text(sanitize(header_text)))
+    console.print(Text(header_text))
     console.print()
     console.print(Text("byte accounting", style="bold"))
     table = Table(box=None, pad_edge=False, header_style="bold")

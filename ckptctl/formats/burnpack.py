@@ -1,3 +1,0 @@
-"""burnpack format (being written)."""
-
-from __future__ import annotations
