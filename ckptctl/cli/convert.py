@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from ckptctl.cli._options import (
@@ -13,42 +15,190 @@ from ckptctl.cli._options import (
     state_key_option,
     wants_json,
 )
+from ckptctl.errors import ExitCode
+
+if TYPE_CHECKING:
+    from ckptctl.ops.convert import ConvertOptions
+
+
+def run_conversion(
+    src: str,
+    dst: str,
+    options: ConvertOptions,
+    *,
+    as_json: bool,
+    output_format: str,
+    quiet: bool,
+) -> None:
+    """Run the pipeline, render the report, exit 1 when a target check failed (shared by remap)."""
+    from dataclasses import replace
+
+    from ckptctl.ops.convert import convert
+
+    json_out = wants_json(as_json, output_format)
+    err = make_console(stderr=True)
+    progress = None
+    if not options.dry_run and not quiet and not json_out and err.is_terminal:
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        progress = Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=err,
+            transient=True,
+        )
+    if progress is None:
+        report = convert(src, dst, options)
+    else:
+        with progress:
+            task = progress.add_task("writing", total=None)
+            report = convert(
+                src,
+                dst,
+                replace(options, progress=lambda n: progress.advance(task, n)),
+            )
+    if json_out:
+        from ckptctl.report.json import dumps, to_json
+
+        print_json(dumps(to_json(report)))
+    else:
+        from rich.text import Text
+
+        from ckptctl.report.sanitize import sanitize
+        from ckptctl.report.text import render_convert
+
+        for warning in report.warnings:
+            err.print(Text(f"warning: {sanitize(warning)}"))
+        if options.dry_run or not report.ok:
+            render_convert(report, make_console())
+        elif not quiet:
+            render_convert(report, err)
+        if not report.ok and not report.written:
+            err.print(
+                Text(
+                    f"ckptctl: nothing written to {sanitize(dst)}: the output does not fit "
+                    "--target; fix the names (see above) or pass --allow-partial"
+                )
+            )
+    if not report.ok:
+        raise SystemExit(int(ExitCode.CHECK_FAILED))
 
 
 @click.command("convert")
 @click.argument("src", type=click.Path(dir_okay=False))
 @click.argument("dst", type=click.Path(dir_okay=False))
+@click.option(
+    "--adapter",
+    "-a",
+    "adapters",
+    multiple=True,
+    metavar="NAME",
+    help="Adapter to apply, repeatable, in order: pytorch-to-burn, burn-to-pytorch, half, "
+    "cast:DTYPE (e.g. cast:f32, cast:bf16).",
+)
+@click.option(
+    "--remap",
+    "-r",
+    "rules",
+    multiple=True,
+    metavar="PATTERN=REPLACEMENT",
+    help="Rename tensors by regex, repeatable; applied in order before the adapters. "
+    "Groups are written $1 or ${name}, as in Burn's KeyRemapper.",
+)
 @state_key_option
+@click.option("--include", multiple=True, metavar="REGEX", help="Keep only matching tensors.")
+@click.option("--exclude", multiple=True, metavar="REGEX", help="Drop matching tensors.")
+@click.option(
+    "--module-type",
+    "module_types",
+    multiple=True,
+    metavar="REGEX=TYPE",
+    help="Declare the module type (Linear, LayerNorm, BatchNorm, Embedding, Conv2d, ...) of "
+    "matching tensors for the layout adapters; repeatable, first match wins.",
+)
+@click.option(
+    "--module-types",
+    "module_types_file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE.json",
+    help="A JSON object {regex: type} of more --module-type rules.",
+)
+@click.option(
+    "--target",
+    type=click.Path(dir_okay=False),
+    metavar="REF",
+    help="A checkpoint whose names and shapes the output must fit; prints the Tensor Loading "
+    "Summary and writes nothing (exit 1) when tensors are missing or mismatched.",
+)
+@click.option(
+    "--allow-partial", is_flag=True, help="With --target: write even if tensors do not fit."
+)
+@click.option(
+    "--param-ids-from",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Give the output the ParamIds of a Burn model (.bpk) or optimizer record, by name.",
+)
 @force_option
 @dry_run_option
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary line.")
 @output_options
 def command(
     src: str,
     dst: str,
+    adapters: tuple[str, ...],
+    rules: tuple[str, ...],
     state_key: str | None,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    module_types: tuple[str, ...],
+    module_types_file: str | None,
+    target: str | None,
+    allow_partial: bool,
+    param_ids_from: str | None,
     force: bool,
     dry_run: bool,
+    quiet: bool,
     as_json: bool,
     output_format: str,
 ) -> None:
     """Convert SRC to DST; DST's extension picks the format (.safetensors, .bpk, .pt/.pth/.bin).
 
-    Streams one tensor at a time and writes atomically: on any failure DST is left as it was.
-    Refuses to overwrite DST without --force, and never writes over SRC.
+    Tensors go through: --state-key, --include/--exclude, --remap rules (in order), then
+    adapters (in order). Streams one tensor at a time; tensors that need no change are copied
+    as raw bytes. Writes atomically: on any failure DST is left as it was. Refuses to overwrite
+    DST without --force, and never writes over SRC.
 
     \b
     Examples:
-      ckptctl convert model.safetensors model.bpk
+      ckptctl convert model.safetensors model.bpk --adapter pytorch-to-burn
       ckptctl convert checkpoint.pt model.safetensors --state-key model
+      ckptctl convert net.bpk fixed.bpk --target model.bpk --remap '^fc\\.=fc1.'
+      ckptctl convert llama.safetensors llama.bpk -r '^model\\.=' -a pytorch-to-burn -a cast:f32
     """
-    from ckptctl.ops.convert import convert
+    from ckptctl.ops.convert import ConvertOptions
 
-    report = convert(src, dst, state_key=state_key, force=force, dry_run=dry_run)
-    if wants_json(as_json, output_format):
-        from ckptctl.report.json import dumps, to_json
-
-        print_json(dumps(to_json(report)))
-    else:
-        from ckptctl.report.text import render_convert
-
-        render_convert(report, make_console(stderr=not dry_run))
+    options = ConvertOptions(
+        state_key=state_key,
+        include=include,
+        exclude=exclude,
+        remap=rules,
+        adapters=adapters,
+        module_types=module_types,
+        module_types_file=module_types_file,
+        target=target,
+        allow_partial=allow_partial,
+        param_ids_from=param_ids_from,
+        force=force,
+        dry_run=dry_run,
+    )
+    run_conversion(src, dst, options, as_json=as_json, output_format=output_format, quiet=quiet)

@@ -1,101 +1,215 @@
 """``convert`` and ``remap``: one pipeline from any readable checkpoint to any writable format.
 
-select (``--state-key``) → write, streaming one tensor at a time; later stages (remap rules,
-adapters, target matching) plug in between. Metadata work happens at once, data work stays lazy:
-entries that need no change are copied as raw bytes.
+select (``--state-key``, ``--include``/``--exclude``) → remap rules → adapters in the order given
+→ target matching (``--target``) → ParamIds (``--param-ids-from``) → writer. Metadata work happens
+at once; data work stays lazy and streams one tensor at a time. Entries that need no change keep
+their file-backed data, so the writer copies raw bytes without decoding them.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from ckptctl.adapters import AdapterContext, Chain, PlanItem, chain, parse_adapter, plan
+from ckptctl.adapters.modules import (
+    decide_module_types,
+    module_rules_from_mapping,
+    parse_module_rules,
+)
+from ckptctl.adapters.rename import Rename
+from ckptctl.adapters.select import Select
+from ckptctl.errors import SelectionError
 from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint
+from ckptctl.model import TensorData
 from ckptctl.ops.inspect import select_state_key
+from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.model import ConvertReport, PlanRow
+from ckptctl.report.summary_text import render_summary
 
 if TYPE_CHECKING:
-    from ckptctl.model import TensorEntry
+    from collections.abc import Callable, Mapping
+
+    from ckptctl._io import ByteSource
+    from ckptctl.dtypes import DType
+    from ckptctl.model import Checkpoint, TensorEntry
+
+    Specs = Mapping[str, tuple[DType, tuple[int, ...]]]
 
 #: Formats whose metadata map is free-form user metadata (and so worth carrying over).
 _USER_METADATA_FORMATS = frozenset({"safetensors", "burnpack"})
+#: Adapters that need module-type decisions.
+_NEEDS_DECISIONS = ("pytorch-to-burn", "burn-to-pytorch", "half")
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """Everything ``convert``/``remap`` can be asked to do besides reading and writing.
+
+    Attributes:
+        state_key: descend into this dotted key of a nested checkpoint first.
+        include: keep only tensors matching one of these regexes (Rust dialect).
+        exclude: drop tensors matching any of these regexes.
+        remap: ordered ``PATTERN=REPLACEMENT`` rules (Burn's KeyRemapper syntax).
+        adapters: adapter names, applied in order after the remap rules.
+        module_types: explicit ``REGEX=Type`` rules for the layout adapters.
+        module_types_file: a JSON file ``{regex: type}`` with more such rules.
+        target: a checkpoint whose names and shapes the output must fit.
+        allow_partial: write even when the target reports missing tensors or errors.
+        param_ids_from: a burnpack model or Burn optimizer record to take ParamIds from.
+        force: overwrite the destination.
+        dry_run: plan only, write nothing.
+        progress: called with the byte count of each tensor as it is written.
+    """
+
+    state_key: str | None = None
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    remap: tuple[str, ...] = ()
+    adapters: tuple[str, ...] = ()
+    module_types: tuple[str, ...] = ()
+    module_types_file: str | None = None
+    target: str | None = None
+    allow_partial: bool = False
+    param_ids_from: str | None = None
+    force: bool = False
+    dry_run: bool = False
+    progress: Callable[[int], None] | None = field(default=None, compare=False)
 
 
 def convert(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
-    *,
-    state_key: str | None = None,
-    force: bool = False,
-    dry_run: bool = False,
+    options: ConvertOptions | None = None,
 ) -> ConvertReport:
     """Convert ``src`` to ``dst``; the extension of ``dst`` picks the output format.
 
-    The output is written atomically: on any failure ``dst`` is left as it was.
+    The output is written atomically: on any failure ``dst`` is left as it was. With a target
+    that reports missing tensors or errors nothing is written (``report.ok`` is False) unless
+    ``allow_partial`` is set.
 
     Args:
         src: any readable checkpoint (format detected from content).
         dst: ``.safetensors``, ``.bpk`` or ``.pt``/``.pth``/``.bin``.
-        state_key: descend into this dotted key of a nested checkpoint first.
-        force: overwrite ``dst`` if it exists.
-        dry_run: plan only; write nothing.
+        options: what to select, rename, adapt, match and how to write.
 
     Returns:
         A :class:`~ckptctl.report.model.ConvertReport`.
 
     Raises:
-        InputError: ``src`` is unreadable, corrupt or unsafe.
+        InputError: ``src`` (or the target / ParamId file) is unreadable, corrupt or unsafe.
         UnsupportedError: ``src`` holds something the output format cannot (e.g. FP8 in .bpk).
-        SelectionError: unknown output extension or state key.
+        SelectionError: unknown output extension, state key, adapter or bad rule.
         OutputError: ``dst`` exists (without ``force``), is ``src``, or cannot be written.
 
     Example:
-        >>> convert("model.safetensors", "model.bpk")  # doctest: +SKIP
+        >>> convert("model.safetensors", "model.bpk",
+        ...         ConvertOptions(adapters=("pytorch-to-burn",)))  # doctest: +SKIP
     """
+    opts = options or ConvertOptions()
     out_spec = format_for_output(dst)
+    target_specs = _read_specs(opts.target) if opts.target else None
     with open_checkpoint(src) as ckpt:
-        entries = select_state_key(ckpt.entries(), state_key, ckpt)
-        plan = tuple(_plan_row(e, e) for e in entries)
+        entries = select_state_key(ckpt.entries(), opts.state_key, ckpt)
+        items, warnings = _build_plan(entries, opts, target_specs)
+        outputs = [item.entry for item in items if item.entry is not None]
+        if opts.param_ids_from:
+            outputs, note = _attach_param_ids(outputs, opts.param_ids_from)
+            warnings.append(note)
+        summary = summary_text = None
+        fixes: tuple[str, ...] = ()
+        ok = True
+        if target_specs is not None:
+            result = summarize(specs_of(outputs), target_specs)
+            summary, summary_text, fixes = result.to_dict(), render_summary(result), result.fixes
+            ok = result.ok
+        by_name = {e.name: e for e in entries}
+        rows = tuple(_plan_row(item, by_name[item.source]) for item in items)
         metadata = dict(ckpt.metadata) if ckpt.format in _USER_METADATA_FORMATS else {}
         report = ConvertReport(
             source=os.fspath(src),
             destination=os.fspath(dst),
             source_format=ckpt.format,
             destination_format=out_spec.name,
-            plan=plan,
+            plan=rows,
             written=False,
-            dry_run=dry_run,
+            dry_run=opts.dry_run,
+            warnings=tuple(warnings),
+            summary=summary,
+            summary_text=summary_text,
+            fixes=fixes,
+            ok=ok,
         )
-        if dry_run:
+        if opts.dry_run or (not ok and not opts.allow_partial):
             return report
+        if opts.progress is not None:
+            outputs = [_with_progress(e, opts.progress) for e in outputs]
         save_checkpoint(
-            dst, entries, metadata, scalars=ckpt.scalars, force=force, sources=_sources(src, ckpt)
+            dst,
+            outputs,
+            metadata,
+            scalars=ckpt.scalars,
+            force=opts.force,
+            sources=_sources(src, ckpt),
         )
-    return ConvertReport(
-        source=report.source,
-        destination=report.destination,
-        source_format=report.source_format,
-        destination_format=report.destination_format,
-        plan=plan,
-        written=True,
-        dry_run=False,
-        bytes_written=os.path.getsize(dst),
-    )
+    return replace(report, written=True, bytes_written=os.path.getsize(dst))
 
 
-def _sources(src: str | os.PathLike[str], ckpt: object) -> list[str]:
-    paths = [os.fspath(src)]
-    facts = getattr(ckpt, "facts", {})
-    shards = facts.get("shards") if isinstance(facts, dict) else None
-    if isinstance(shards, list):
-        base = os.path.dirname(os.fspath(src))
-        paths.extend(os.path.join(base, str(s)) for s in shards)
-    return paths
+def _build_plan(
+    entries: list[TensorEntry],
+    opts: ConvertOptions,
+    target: Specs | None,
+) -> tuple[list[PlanItem], list[str]]:
+    """Select and rename, decide module types on the new names, then run the adapters."""
+    first = chain(Select(opts.include, opts.exclude), Rename.parse(opts.remap))
+    stage1 = plan(entries, first)
+    renamed = [item.entry for item in stage1 if item.entry is not None]
+    warnings: list[str] = []
+    adapters: Chain = chain()
+    if opts.adapters:
+        context = AdapterContext()
+        if any(a.strip().lower() in _NEEDS_DECISIONS for a in opts.adapters):
+            rules = parse_module_rules(opts.module_types)
+            if opts.module_types_file:
+                rules += module_rules_from_mapping(_read_json_map(opts.module_types_file))
+            decisions = decide_module_types(
+                renamed,
+                target=target,
+                rules=rules,
+            )
+            context = AdapterContext(decisions=decisions)
+            warnings += [
+                f"{d.name}: {d.module_type or 'no module type'} decided by {d.evidence} only;"
+                " check it (a square weight cannot be told from its shape)"
+                for d in decisions.values()
+                if d.flagged
+            ]
+        adapters = chain(*(parse_adapter(a, context) for a in opts.adapters))
+    stage2 = {item.source: item for item in plan(renamed, adapters)}
+    merged: list[PlanItem] = []
+    for item in stage1:
+        if item.entry is None:
+            merged.append(item)
+            continue
+        second = stage2[item.entry.name]
+        merged.append(PlanItem(item.source, second.entry, item.actions + second.actions))
+    names = [i.entry.name for i in merged if i.entry is not None]
+    if len(set(names)) != len(names):
+        seen: dict[str, str] = {}
+        for i in merged:
+            if i.entry is not None and seen.setdefault(i.entry.name, i.source) != i.source:
+                raise SelectionError(
+                    f"tensors {seen[i.entry.name]!r} and {i.source!r} would both be named "
+                    f"{i.entry.name!r}",
+                    hint="change the --remap rules or adapters so that names stay unique",
+                )
+    return merged, warnings
 
 
-def _plan_row(
-    before: TensorEntry, after: TensorEntry | None, actions: tuple[str, ...] = ()
-) -> PlanRow:
+def _plan_row(item: PlanItem, before: TensorEntry) -> PlanRow:
+    after = item.entry
     return PlanRow(
         source=before.name,
         target=None if after is None else after.name,
@@ -103,5 +217,94 @@ def _plan_row(
         dtype_after=None if after is None else after.dtype.value,
         shape_before=before.shape,
         shape_after=None if after is None else after.shape,
-        actions=actions,
+        actions=tuple(a.describe() for a in item.actions),
     )
+
+
+def _read_specs(path: str) -> Specs:
+    with open_checkpoint(path) as ref:
+        return specs_of(ref.values())
+
+
+def _read_json_map(path: str) -> dict[str, object]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as exc:
+        raise SelectionError(f"cannot read module-type map: {exc.strerror}", path=path) from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SelectionError(f"module-type map is not valid JSON: {exc}", path=path) from None
+    if not isinstance(data, dict):
+        raise SelectionError("module-type map must be a JSON object {regex: type}", path=path)
+    return data
+
+
+def read_param_ids(path: str | os.PathLike[str]) -> tuple[dict[str, int], str]:
+    """ParamIds by tensor name from a burnpack model or a Burn optimizer record.
+
+    A model carries ``param_id`` on its tensors; an optimizer record names its tensors
+    ``<id>.<field>`` and maps each decimal id to the parameter's path in its metadata.
+
+    Returns:
+        ``(name -> id, kind)`` where kind is ``model`` or ``optimizer record``.
+
+    Raises:
+        SelectionError: the file carries no ParamIds.
+    """
+    with open_checkpoint(path) as ckpt:
+        by_path = {k: v for k, v in ckpt.metadata.items() if k.isdigit()}
+        if by_path:
+            ids: dict[str, int] = {}
+            for key, name in by_path.items():
+                ids.setdefault(name, int(key))
+            return ids, "optimizer record"
+        ids = {e.name: e.param_id for e in ckpt.values() if e.param_id is not None}
+        if ids:
+            return ids, "model"
+    raise SelectionError(
+        "carries no ParamIds (neither a burnpack model with param_id nor an optimizer record)",
+        path=os.fspath(path),
+    )
+
+
+def _attach_param_ids(entries: list[TensorEntry], path: str) -> tuple[list[TensorEntry], str]:
+    ids, kind = read_param_ids(path)
+    out = [replace(e, param_id=ids[e.name]) if e.name in ids else e for e in entries]
+    matched = sum(1 for e in entries if e.name in ids)
+    return out, f"ParamIds from {kind} {path}: {matched} of {len(entries)} tensors matched"
+
+
+def _sources(src: str | os.PathLike[str], ckpt: Checkpoint) -> list[str]:
+    paths = [os.fspath(src)]
+    shards = ckpt.facts.get("shards")
+    if isinstance(shards, list):
+        base = os.path.dirname(os.fspath(src))
+        paths.extend(os.path.join(base, str(s)) for s in shards)
+    return paths
+
+
+@dataclass(frozen=True, eq=False)
+class _ProgressData(TensorData):
+    """Reports a tensor's size once, when the writer first reaches for its bytes."""
+
+    inner: TensorData
+    nbytes: int
+    report: Callable[[int], None]
+    _done: list[bool] = field(default_factory=lambda: [False])
+
+    def _tick(self) -> None:
+        if not self._done[0]:
+            self._done[0] = True
+            self.report(self.nbytes)
+
+    def read(self) -> memoryview:
+        self._tick()
+        return self.inner.read()
+
+    def file_range(self) -> tuple[ByteSource, int] | None:
+        self._tick()
+        return self.inner.file_range()
+
+
+def _with_progress(entry: TensorEntry, report: Callable[[int], None]) -> TensorEntry:
+    return replace(entry, data=_ProgressData(entry.data, entry.nbytes, report))

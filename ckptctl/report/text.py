@@ -173,6 +173,17 @@ def render_header(report: HeaderReport, console: Console, *, all_regions: bool =
             reasons[key] = reasons.get(key, 0) + region.size
     for reason, size in reasons.items():
         console.print(Text(f"  padding {size:,} bytes: {sanitize(reason)}"))
+    why = _WHY_PADDING.get(layout.format)
+    if why and sum(reasons.values()) > tensor_bytes:
+        console.print(Text(f"why: {why}"))
+
+
+_WHY_PADDING = {
+    "burnpack": "burnpack starts the data section and every tensor on a 256-byte boundary so "
+    "that each tensor can be memory-mapped in place; with small tensors that padding dominates",
+    "safetensors": "safetensors pads its JSON header with spaces to a multiple of 8 bytes",
+    "pytorch-zip": "torch aligns every record's data to 64 bytes and adds zip headers per record",
+}
 
 
 def _reason_key(note: str | None) -> str:
@@ -197,12 +208,6 @@ def render_convert(report: ConvertReport, console: Console) -> None:
                 f"{len(report.plan)} tensors, nothing written (--dry-run)"
             )
         )
-        table = Table(box=None, pad_edge=False, header_style="bold")
-        table.add_column("source", overflow="fold")
-        table.add_column("target", overflow="fold")
-        table.add_column("dtype")
-        table.add_column("shape")
-        table.add_column("actions", overflow="fold")
         for row in report.plan:
             dtype = row.dtype_before
             if row.dtype_after is not None and row.dtype_after != row.dtype_before:
@@ -210,15 +215,15 @@ def render_convert(report: ConvertReport, console: Console) -> None:
             shape = _shape(row.shape_before)
             if row.shape_after is not None and row.shape_after != row.shape_before:
                 shape += f" → {_shape(row.shape_after)}"
-            target = "(dropped)" if row.target is None else row.target
-            table.add_row(
-                Text(sanitize(row.source)),
-                Text(sanitize(target)),
-                dtype,
-                shape,
-                Text(sanitize("; ".join(row.actions) or "copy")),
-            )
-        console.print(table)
+            if row.target is None:
+                head = f"{sanitize(row.source)} (dropped)"
+            elif row.target != row.source:
+                head = f"{sanitize(row.source)} → {sanitize(row.target)}"
+            else:
+                head = sanitize(row.source)
+            console.print(Text(f"{head}  {dtype} {shape}"))
+            for action in row.actions or ("copy (bytes unchanged)",):
+                console.print(Text(f"    {sanitize(action)}"))
     if report.summary_text:
         console.print(Text(report.summary_text))
     for fix in report.fixes:

@@ -1,0 +1,54 @@
+"""``ckptctl remap``."""
+
+from __future__ import annotations
+
+import click
+
+from ckptctl.cli._options import dry_run_option, force_option, output_options, state_key_option
+
+
+@click.command("remap")
+@click.argument("src", type=click.Path(dir_okay=False))
+@click.argument("dst", type=click.Path(dir_okay=False))
+@click.option(
+    "--rule",
+    "-r",
+    "rules",
+    multiple=True,
+    required=True,
+    metavar="PATTERN=REPLACEMENT",
+    help="A regex rename rule, repeatable; each applies (replace-all) to the previous result. "
+    "Groups are written $1 or ${name}, as in Burn's KeyRemapper.",
+)
+@state_key_option
+@force_option
+@dry_run_option
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary line.")
+@output_options
+def command(
+    src: str,
+    dst: str,
+    rules: tuple[str, ...],
+    state_key: str | None,
+    force: bool,
+    dry_run: bool,
+    quiet: bool,
+    as_json: bool,
+    output_format: str,
+) -> None:
+    """Rename the tensors of SRC by ordered regex rules and write DST (any output format).
+
+    The same engine as convert, without adapters: bytes are copied unchanged. Two tensors
+    renamed to the same name is an error naming both. --dry-run prints source name → target
+    name for every tensor and writes nothing.
+
+    \b
+    Examples:
+      ckptctl remap model.safetensors renamed.safetensors --rule '^model\\.=' --dry-run
+      ckptctl remap hf.safetensors burn.bpk -r '\\.self_attn\\.=.attn.' -r 'ln\\.weight$=ln.gamma'
+    """
+    from ckptctl.cli.convert import run_conversion
+    from ckptctl.ops.convert import ConvertOptions
+
+    options = ConvertOptions(state_key=state_key, remap=rules, force=force, dry_run=dry_run)
+    run_conversion(src, dst, options, as_json=as_json, output_format=output_format, quiet=quiet)
