@@ -1,3 +1,152 @@
-"""PyTorch formats (being written)."""
+"""PyTorch checkpoints (``.pt``/``.pth``/``.bin``/``.ckpt``) read without torch.
+
+Containers are detected by content (spec: /work/shared/spec/pytorch-pt.md, section 1):
+
+* ZIP (torch >= 1.6): ``PK\\x03\\x04`` at offset 0, ``<prefix>/data.pkl`` + ``<prefix>/data/<key>``
+  records; TorchScript when ``<prefix>/constants.pkl`` exists.
+* legacy stream: a pickle of the magic int ``0x1950A86A20F9469CFC6C``, then 1001, sys_info, the
+  object, the storage keys, and each storage as an i64 count plus raw elements.
+* TAR (torch < 0.1.10): ``ustar`` at offset 257, members ``sys_info``, ``pickle``, ``tensors``,
+  ``storages``.
+* plain pickle: any other pickle (storages pickled by value through ``_load_from_bytes``).
+
+Nothing from a pickle is imported or executed: see ``_unpickler.py``. ``Checkpoint.format`` is
+one of ``pytorch-zip``, ``pytorch-legacy``, ``pytorch-tar``, ``pickle``, ``torchscript``.
+"""
 
 from __future__ import annotations
+
+from typing import IO, TYPE_CHECKING
+
+from ckptctl.errors import CkptError, CorruptCheckpointError
+from ckptctl.formats import register_format
+from ckptctl.formats._base import FormatSpec
+from ckptctl.model import Checkpoint
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from ckptctl._io import ByteSource
+    from ckptctl.formats.pytorch._containers import Parsed
+    from ckptctl.model import JSONValue, TensorEntry
+
+__all__ = ["open_pytorch", "sniff_pytorch"]
+
+_PICKLE_OPCODES_P0 = b"c(]}"
+
+
+def _container(head: bytes, source: ByteSource) -> str | None:
+    """Which container the file is (``zip``, ``tar``, ``pickle``), or None."""
+    if head.startswith(b"PK\x03\x04"):
+        return "zip"
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        return "tar"
+    if len(head) >= 3 and head[0] == 0x80 and head[1] <= 5 and head[2] != 0:
+        # Protocol 2+ pickle. A safetensors header length can start with 0x80 too, but then
+        # bytes 2..7 are zero (no opcode is 0x00) and byte 8 opens the JSON header.
+        return None if head[8:10] == b'{"' else "pickle"
+    if head[:1] in (b"c", b"(", b"]", b"}") and source.size > 2:
+        # Protocol 0/1 pickle: it must end with STOP.
+        try:
+            return "pickle" if source.read(source.size - 1, 1) == b"." else None
+        except CkptError:
+            return None
+    return None
+
+
+def sniff_pytorch(head: bytes, source: ByteSource) -> bool:
+    """True when the content is a PyTorch ZIP, TAR, legacy stream or pickle. Never raises."""
+    try:
+        return _container(head, source) is not None
+    except Exception:  # sniffers must never raise
+        return False
+
+
+def _is_legacy(source: ByteSource) -> bool:
+    from ckptctl.formats.pytorch._containers import LEGACY_MAGIC
+    from ckptctl.formats.pytorch._unpickler import load_pickle
+
+    head = source.read(0, min(source.size, 64))
+    try:
+        end = head.index(b".") + 1  # the magic pickle is tiny; STOP ends it
+        value, _ = load_pickle(head[:end], "the first pickle")
+    except (ValueError, CkptError):
+        return False
+    return value == LEGACY_MAGIC
+
+
+def _parse(source: ByteSource) -> Parsed:
+    from ckptctl.formats.pytorch import _containers
+
+    head = source.read(0, min(source.size, 512))
+    kind = _container(head, source)
+    if kind == "zip":
+        return _containers.read_zip(source)
+    if kind == "tar":
+        return _containers.read_tar(source)
+    if kind == "pickle" and _is_legacy(source):
+        return _containers.read_legacy(source)
+    if kind == "pickle":
+        return _containers.read_plain(source)
+    raise CorruptCheckpointError("not a PyTorch checkpoint")
+
+
+def open_pytorch(source: ByteSource) -> Checkpoint:
+    """Open a PyTorch checkpoint lazily: unpickle the structure, read no tensor bytes.
+
+    Args:
+        source: the input file.
+
+    Returns:
+        A checkpoint whose ``format``, ``kind``, ``notes`` and ``facts`` describe the structure.
+
+    Raises:
+        UnsafePickleError: the pickle names a global that only makes sense as an attack.
+        CorruptCheckpointError: truncated or malformed container or pickle.
+        UnsupportedError: a tensor uses a dtype or layout ckptctl cannot represent.
+    """
+    from ckptctl.formats.pytorch._structure import analyse, make_entries
+
+    try:
+        parsed = _parse(source)
+        structure = analyse(parsed)
+        entries, shared_notes = make_entries(parsed, structure, source)
+    except CkptError as exc:
+        raise exc.with_path(source.path) from None
+    except (MemoryError, RecursionError) as exc:  # belt and braces: limits should catch these
+        raise CorruptCheckpointError(
+            f"checkpoint exceeds a resource limit ({type(exc).__name__})", path=source.path
+        ) from None
+    return Checkpoint(
+        entries,
+        path=source.path,
+        format=parsed.format,
+        metadata=parsed.metadata,
+        kind=structure.kind,
+        notes=[*parsed.notes, *structure.notes, *shared_notes],
+        facts=structure.facts,
+        sources=[source],
+    )
+
+
+def _write(
+    out: IO[bytes],
+    entries: Sequence[TensorEntry],
+    metadata: Mapping[str, str],
+    scalars: Mapping[str, JSONValue],
+) -> None:
+    # Imported lazily: the writer lives in its own module, owned separately.
+    from ckptctl.formats.pytorch._writer import write_zip  # type: ignore[import-not-found,unused-ignore]  # may not exist yet
+
+    write_zip(out, entries, metadata, scalars)
+
+
+register_format(
+    FormatSpec(
+        name="pytorch",
+        extensions=(".pt", ".pth", ".bin"),
+        sniff=sniff_pytorch,
+        open=open_pytorch,
+        write=_write,
+    )
+)

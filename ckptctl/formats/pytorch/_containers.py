@@ -1,0 +1,652 @@
+"""The four physical containers of a PyTorch checkpoint: ZIP, legacy stream, TAR, plain pickle.
+
+Each reader unpickles the object tree with the restricted unpickler and maps every storage key
+to a :class:`StorageBytes` (where its bytes are, read lazily). See the spec, sections 2 (ZIP),
+6 (legacy stream), 7 (TAR) and 8 (plain pickle). Stored ZIP records and legacy/TAR storages are
+addressed by absolute file offset (zero-copy); compressed ZIP records are decompressed on first
+load, with the size checked against the persistent id.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import struct
+import tarfile
+import zipfile
+from dataclasses import dataclass, field
+from functools import cache
+from typing import TYPE_CHECKING
+
+from ckptctl.errors import CkptError, CorruptCheckpointError, UnknownFormatError, UnsupportedError
+from ckptctl.formats.pytorch._scan import PickleTruncatedError
+from ckptctl.formats.pytorch._unpickler import (
+    MAX_PICKLE_BYTES,
+    StorageRef,
+    StorageType,
+    Stub,
+    _rebuild_tensor_v2,
+    load_pickle,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ckptctl._io import ByteSource
+
+#: The legacy stream's magic number (first pickle of the file).
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+#: Largest small text record read (``version``, ``byteorder``).
+MAX_TEXT_RECORD_BYTES = 256
+#: Largest TorchScript ``code/*.py`` record read to find ``__parameters__``.
+MAX_CODE_BYTES = 16 << 20
+#: Most members a TAR checkpoint may have, and most storages any container may declare.
+MAX_TAR_MEMBERS = 16
+MAX_STORAGES = 10_000_000
+
+# Element size of every torch dtype a storage can hold (spec section 4).
+TORCH_ITEMSIZE = {
+    "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
+    "int16": 2, "int8": 1, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1,
+    "complex64": 8, "complex128": 16, "complex32": 4, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1, "float4_e2m1fn_x2": 1,
+    "bits8": 1, "bits16": 2, "bits1x8": 1, "bits2x4": 1, "bits4x2": 1, "quint8": 1,
+    "qint8": 1, "qint32": 4, "quint4x2": 1, "quint2x4": 1,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StorageBytes:
+    """Where one storage's bytes are.
+
+    Attributes:
+        nbytes: the storage's size in bytes.
+        file_offset: absolute offset when the bytes lie uncompressed in the file, else None.
+        load: reads (or decompresses) the bytes; called only when a tensor is loaded.
+        note: why the bytes are not zero-copy (``deflate``), for reports.
+    """
+
+    nbytes: int
+    file_offset: int | None
+    load: Callable[[], bytes | memoryview]
+    note: str | None = None
+
+
+@dataclass
+class Parsed:
+    """What a container reader found: the unpickled object tree and where storages are."""
+
+    format: str
+    root: object
+    storages: dict[str, StorageBytes] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    #: TorchScript: class name -> (parameter names, buffer names) from ``code/``.
+    script_members: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
+    byteorder: str = "little"
+
+
+class ViewReader(io.RawIOBase):
+    """A seekable binary file over a memoryview (lets zipfile/tarfile read the mmap)."""
+
+    def __init__(self, view: memoryview) -> None:
+        super().__init__()
+        self._view = view
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]  # RawIOBase accepts any writable buffer
+        n = max(0, min(len(buffer), len(self._view) - self._pos))
+        buffer[:n] = self._view[self._pos : self._pos + n]
+        self._pos += n
+        return n
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self._pos, len(self._view))[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+
+def _element_size(stype: StorageType) -> int:
+    if stype.dtype is None:
+        return 1
+    size = TORCH_ITEMSIZE.get(stype.dtype)
+    if size is None:
+        raise UnsupportedError(f"unknown storage type {stype.qualname}")
+    return size
+
+
+def pickle_at(
+    source: ByteSource | _Reader,
+    pos: int,
+    limit: int,
+    where: str,
+    persistent_load: Callable[[object], object] | None = None,
+    extra: dict[tuple[str, str], object] | None = None,
+) -> tuple[object, int]:
+    """Unpickle the pickle at absolute ``pos`` (ending before ``limit``); return (obj, end)."""
+    chunk = 1 << 16
+    while True:
+        n = min(chunk, limit - pos)
+        data = source.read(pos, n)
+        try:
+            obj, end = load_pickle(data, where, persistent_load, extra)
+        except PickleTruncatedError:
+            if pos + n >= limit or n >= MAX_PICKLE_BYTES:
+                raise
+            chunk *= 4
+            continue
+        return obj, pos + end
+
+
+# --- ZIP ---------------------------------------------------------------------------------
+
+
+_JUNK = ("__MACOSX/", ".DS_Store")
+
+
+def _zip_prefix(names: list[str]) -> str:
+    candidates = sorted(
+        {n[: -len("data.pkl")] for n in names if re.fullmatch(r"[^/]*/?data\.pkl", n)}
+    )
+    candidates = [c for c in candidates if not c.startswith(_JUNK)]
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        if any(n.endswith(".npy") for n in names):
+            raise UnknownFormatError("this is a NumPy .npz archive, not a PyTorch checkpoint")
+        raise UnknownFormatError(
+            "zip archive without a data.pkl record: not a PyTorch checkpoint",
+            hint="torch.save archives hold <name>/data.pkl and <name>/data/<key> records",
+        )
+    raise CorruptCheckpointError(
+        "zip archive holds several checkpoints: " + ", ".join(c + "data.pkl" for c in candidates)
+    )
+
+
+class _ZipRecords:
+    """Name -> ZipInfo of one archive, with raw-offset and lazy decompressed access."""
+
+    def __init__(self, source: ByteSource) -> None:
+        self.source = source
+        try:
+            archive = zipfile.ZipFile(ViewReader(source.buffer))
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as exc:
+            raise CorruptCheckpointError(
+                f"corrupt zip archive: {exc}", hint="the file looks truncated or damaged"
+            ) from None
+        infos = archive.infolist()
+        self.infos = {i.filename: i for i in infos if not i.filename.endswith("/")}
+        if len(self.infos) != len([i for i in infos if not i.filename.endswith("/")]):
+            raise CorruptCheckpointError("zip archive has duplicate record names")
+        self.data_end = min(getattr(archive, "start_dir", source.size), source.size)
+
+    def data_offset(self, info: zipfile.ZipInfo) -> int:
+        head = self.source.read(info.header_offset, 30)
+        sig, *_rest, n, m = struct.unpack("<IHHHHHIIIHH", head)
+        if sig != 0x04034B50:
+            raise CorruptCheckpointError(f"zip record {info.filename!r} has no local header")
+        offset = info.header_offset + 30 + n + m
+        if offset + info.compress_size > self.data_end:
+            raise CorruptCheckpointError(
+                f"zip record {info.filename!r} runs past the start of the central directory",
+                hint="the file looks truncated or damaged",
+            )
+        return int(offset)
+
+    def is_stored(self, info: zipfile.ZipInfo) -> bool:
+        if info.flag_bits & 0x1:
+            raise UnsupportedError(f"zip record {info.filename!r} is encrypted")
+        return info.compress_type == zipfile.ZIP_STORED and info.compress_size == info.file_size
+
+    def read(self, info: zipfile.ZipInfo, cap: int) -> bytes:
+        """The record's bytes (decompressed), refusing records larger than ``cap``."""
+        if info.file_size > cap:
+            raise CorruptCheckpointError(f"zip record {info.filename!r} is larger than {cap} bytes")
+        if self.is_stored(info):
+            return self.source.read(self.data_offset(info), info.file_size)
+        return self.decompress(info, info.file_size)
+
+    def decompress(self, info: zipfile.ZipInfo, expected: int) -> bytes:
+        if info.compress_type == 9:  # deflate64: the import patches zipfile to support it
+            import zipfile_deflate64  # noqa: F401
+        self.data_offset(info)  # validates the local header and range
+        try:
+            archive = zipfile.ZipFile(ViewReader(self.source.buffer))
+            with archive.open(info) as stream:
+                if info.CRC == 0:
+                    stream._expected_crc = None  # type: ignore[attr-defined]  # torch may write no CRC
+                data = stream.read(expected + 1)
+        except NotImplementedError:
+            raise UnsupportedError(
+                f"zip record {info.filename!r} uses an unsupported compression method "
+                f"({info.compress_type})",
+                hint="re-zip the archive with store or deflate",
+            ) from None
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+            raise CorruptCheckpointError(f"cannot decompress {info.filename!r}: {exc}") from None
+        if len(data) != expected:
+            raise CorruptCheckpointError(
+                f"zip record {info.filename!r} has {len(data)} bytes, expected {expected}"
+            )
+        return data
+
+
+def read_zip(source: ByteSource) -> Parsed:
+    """Read a ``torch.save`` or ``torch.jit.save`` ZIP archive (spec sections 2 and 10)."""
+    records = _ZipRecords(source)
+    prefix = _zip_prefix(list(records.infos))
+    script = prefix + "constants.pkl" in records.infos
+    parsed = Parsed("torchscript" if script else "pytorch-zip", None)
+    if not prefix:
+        parsed.notes.append("data.pkl is at the archive root (torch itself would refuse this)")
+    for name in ("byteorder", "version", ".data/version"):
+        info = records.infos.get(prefix + name)
+        if info is not None:
+            text = records.read(info, MAX_TEXT_RECORD_BYTES).decode("ascii", "replace").strip()
+            parsed.metadata[name.lstrip(".").replace("data/", "")] = text
+    parsed.byteorder = parsed.metadata.get("byteorder", "little")
+    if parsed.byteorder not in ("little", "big"):
+        raise CorruptCheckpointError(f"unknown byteorder record {parsed.byteorder!r}")
+    refs: dict[str, StorageRef] = {}
+    seen_compressed: list[str] = []
+
+    def persistent_load(pid: object) -> object:
+        if not isinstance(pid, tuple) or len(pid) != 5 or pid[0] != "storage":
+            raise CorruptCheckpointError("unexpected persistent id in data.pkl")
+        _, stype, key, location, numel = pid
+        if not isinstance(stype, StorageType) or not isinstance(key, str):
+            raise CorruptCheckpointError("malformed storage persistent id in data.pkl")
+        if type(numel) is not int or numel < 0 or len(key) > 64:
+            raise CorruptCheckpointError(f"malformed storage {key!r} in data.pkl")
+        ref = refs.get(key)
+        if ref is not None:
+            if ref.stype.dtype != stype.dtype:
+                raise CorruptCheckpointError(f"storage {key!r} is used with two different types")
+            return ref
+        record = prefix + (key if "/" in key else "data/" + key)
+        info = records.infos.get(record)
+        if info is None:
+            raise CorruptCheckpointError(f"storage record {record!r} is missing from the archive")
+        nbytes = numel * _element_size(stype)
+        if info.file_size != nbytes:
+            raise CorruptCheckpointError(
+                f"storage record {record!r} has {info.file_size} bytes, the pickle says {nbytes}"
+            )
+        if records.is_stored(info):
+            offset = records.data_offset(info)
+            parsed.storages[key] = StorageBytes(
+                nbytes, offset, _file_loader(source, offset, nbytes)
+            )
+        else:
+            records.data_offset(info)
+            seen_compressed.append(record)
+            parsed.storages[key] = StorageBytes(
+                nbytes, None, cache(lambda i=info, n=nbytes: records.decompress(i, n)), "compressed"
+            )
+        ref = refs[key] = StorageRef(key, stype, numel, location=str(location))
+        return ref
+
+    info = records.infos[prefix + "data.pkl"]
+    data = records.read(info, MAX_PICKLE_BYTES)
+    parsed.root, _ = load_pickle(data, "data.pkl", persistent_load)
+    if seen_compressed:
+        parsed.notes.append(
+            f"{len(seen_compressed)} storage record(s) are compressed: they are decompressed "
+            "into memory on load (torch.load(mmap=True) would return garbage for them)"
+        )
+    if script:
+        parsed.script_members = _script_members(records, prefix)
+    return parsed
+
+
+def _file_loader(source: ByteSource, offset: int, nbytes: int) -> Callable[[], memoryview]:
+    return lambda: source.view(offset, nbytes)
+
+
+_CLASS_RE = re.compile(r"^class\s+(\w+)\s*\(", re.MULTILINE)
+_LIST_RE = re.compile(r"^\s+__(parameters|buffers)__\s*=\s*\[([^\]]*)\]", re.MULTILINE)
+
+
+def _script_members(records: _ZipRecords, prefix: str) -> dict[str, tuple[list[str], list[str]]]:
+    """Class -> (parameters, buffers) from TorchScript ``code/*.py`` (read as text, never run)."""
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    code = prefix + "code/"
+    for name, info in records.infos.items():
+        if not name.startswith(code) or not name.endswith(".py"):
+            continue
+        module = name[len(code) : -3].replace("/", ".")
+        try:
+            text = records.read(info, MAX_CODE_BYTES).decode("utf-8", "replace")
+        except CkptError:
+            continue
+        starts = [(m.start(), m.group(1)) for m in _CLASS_RE.finditer(text)]
+        for index, (start, cls) in enumerate(starts):
+            stop = starts[index + 1][0] if index + 1 < len(starts) else len(text)
+            lists: dict[str, list[str]] = {"parameters": [], "buffers": []}
+            for match in _LIST_RE.finditer(text, start, stop):
+                lists[match.group(1)] = re.findall(r"\"([^\"]*)\"", match.group(2))
+            out[f"{module}.{cls}"] = (lists["parameters"], lists["buffers"])
+    return out
+
+
+# --- legacy stream ---------------------------------------------------------------------------
+
+
+def _walk_legacy_data(
+    reader: _Reader,
+    pos: int,
+    limit: int,
+    keys: list[str],
+    roots: dict[str, tuple[StorageType, int]],
+) -> dict[str, StorageBytes]:
+    """Locate each storage's bytes: an i64 element count, then the raw elements (section 6.1)."""
+    out: dict[str, StorageBytes] = {}
+    for key in keys:
+        if key not in roots:
+            raise CorruptCheckpointError(f"legacy stream stores an unreferenced storage {key!r}")
+        stype, numel = roots[key]
+        if pos + 8 > limit:
+            raise CorruptCheckpointError(
+                "legacy stream is truncated in its storage data",
+                hint="the file looks truncated; re-download or re-save it",
+            )
+        (count,) = struct.unpack("<q", reader.read(pos, 8))
+        if count != numel:
+            raise CorruptCheckpointError(
+                f"storage {key!r} has {count} elements, the pickle says {numel}"
+            )
+        nbytes = numel * _element_size(stype)
+        start = pos + 8
+        if start + nbytes > limit:
+            raise CorruptCheckpointError(
+                f"storage {key!r} ends at byte {start + nbytes} but the data has {limit} bytes",
+                hint="the file looks truncated; re-download or re-save it",
+            )
+        out[key] = reader.storage(start, nbytes)
+        pos = start + nbytes
+    return out
+
+
+class _Reader:
+    """Byte access for container parsing: a file (zero-copy storages) or bytes in memory."""
+
+    def __init__(self, source: ByteSource | None = None, blob: bytes = b"") -> None:
+        self.source = source
+        self.blob = blob
+        self.size = source.size if source is not None else len(blob)
+
+    def read(self, offset: int, length: int) -> bytes:
+        if self.source is not None:
+            return self.source.read(offset, length)
+        if offset < 0 or offset + length > len(self.blob):
+            raise CorruptCheckpointError("embedded storage stream is truncated")
+        return self.blob[offset : offset + length]
+
+    def storage(self, offset: int, nbytes: int) -> StorageBytes:
+        if self.source is not None:
+            return StorageBytes(nbytes, offset, _file_loader(self.source, offset, nbytes))
+        data = self.blob[offset : offset + nbytes]
+        return StorageBytes(nbytes, None, lambda: data)
+
+
+def read_legacy(source: ByteSource) -> Parsed:
+    """Read a legacy (pre-1.6 or ``_use_new_zipfile_serialization=False``) stream (section 6)."""
+    parsed = Parsed("pytorch-legacy", None)
+    parsed.root, parsed.storages, little = parse_legacy(_Reader(source), "the legacy stream")
+    parsed.metadata["version"] = "1001"
+    if not little:
+        parsed.notes.append("the legacy stream says it was written on a big-endian machine")
+    return parsed
+
+
+def parse_legacy(reader: _Reader, where: str) -> tuple[object, dict[str, StorageBytes], bool]:
+    """Parse the five pickles and the storage data of a legacy stream.
+
+    Returns:
+        ``(root object, storage key -> bytes, little_endian)``.
+    """
+    magic, pos = pickle_at(reader, 0, reader.size, where)
+    if magic != LEGACY_MAGIC:
+        raise CorruptCheckpointError("not a legacy torch.save stream (wrong magic number)")
+    version, pos = pickle_at(reader, pos, reader.size, where)
+    if version != 1001:
+        raise UnsupportedError(f"legacy stream protocol version {version!r} (expected 1001)")
+    sys_info, pos = pickle_at(reader, pos, reader.size, where)
+    little = not (isinstance(sys_info, dict) and sys_info.get("little_endian") is False)
+    roots, persistent_load = _legacy_persistent(where)
+    root, pos = pickle_at(reader, pos, reader.size, where, persistent_load)
+    keys, pos = pickle_at(reader, pos, reader.size, where)
+    return root, _walk_legacy_data(reader, pos, reader.size, _keys(keys), roots), little
+
+
+def _load_from_bytes(blob: object) -> StorageRef:
+    """``torch.storage._load_from_bytes``: a whole legacy stream of one storage, by value."""
+    if not isinstance(blob, bytes):
+        raise CorruptCheckpointError("_load_from_bytes argument is not bytes")
+    root, storages, _ = parse_legacy(_Reader(blob=blob), "an embedded storage")
+    if not isinstance(root, StorageRef) or root.key not in storages:
+        raise CorruptCheckpointError("embedded storage stream does not hold one storage")
+    data = storages[root.key].load()
+    return StorageRef(root.key, root.stype, root.numel, view=root.view, inline=bytes(data))
+
+
+def read_plain(source: ByteSource) -> Parsed:
+    """Read a plain pickle (``pickle.dump`` of tensors: storages pickled by value, section 8)."""
+    parsed = Parsed("pickle", None)
+    extra: dict[tuple[str, str], object] = {("torch.storage", "_load_from_bytes"): _load_from_bytes}
+    parsed.root, end = pickle_at(source, 0, source.size, "the pickle", None, extra)
+    if end != source.size:
+        parsed.notes.append(f"{source.size - end} bytes after the end of the pickle were ignored")
+    return parsed
+
+
+# --- TAR ---------------------------------------------------------------------------------------
+
+_TAR_MEMBERS = ("sys_info", "pickle", "tensors", "storages")
+
+
+def read_tar(source: ByteSource) -> Parsed:
+    """Read the pre-0.1.10 TAR format, and burn's synthetic variant of it (section 7)."""
+    parsed = Parsed("pytorch-tar", None)
+    try:
+        archive = tarfile.open(fileobj=ViewReader(source.buffer), mode="r:")  # noqa: SIM115  # nothing to close: a view
+        members: dict[str, tarfile.TarInfo] = {}
+        for count, member in enumerate(archive):
+            if count >= MAX_TAR_MEMBERS:
+                raise CorruptCheckpointError("tar archive has too many members for a checkpoint")
+            if member.name not in _TAR_MEMBERS or not member.isreg() or member.sparse:
+                raise CorruptCheckpointError(
+                    f"unexpected tar member {member.name!r} in a torch tar checkpoint"
+                )
+            members[member.name] = member
+    except tarfile.TarError as exc:
+        raise CorruptCheckpointError(f"corrupt tar archive: {exc}") from None
+    if "pickle" not in members or "storages" not in members:
+        raise CorruptCheckpointError("tar checkpoint lacks its pickle or storages member")
+    for member in members.values():
+        source.check_range(member.offset_data, member.size, f"tar member {member.name!r}")
+    reader = _Reader(source)
+    storages, views = _tar_storages(reader, members["storages"])
+    objects: dict[str, object] = {}
+    if "tensors" in members:
+        objects = _tar_tensors(reader, members["tensors"], storages, views)
+
+    def persistent_load(pid: object) -> object:
+        if isinstance(pid, str | bytes):  # real tar format: a key into `tensors`/`storages`
+            key = pid.decode("ascii", "replace") if isinstance(pid, bytes) else pid
+            if key in objects:
+                return objects[key]
+            if key in storages:
+                return storages[key][0]
+            raise CorruptCheckpointError(f"tar pickle references unknown object {key!r}")
+        if isinstance(pid, tuple) and len(pid) == 3 and isinstance(pid[0], type):
+            return pid[0]  # (module class, source file, source text)
+        if isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage":  # burn's variant
+            key = str(pid[2])
+            if key not in storages:
+                raise CorruptCheckpointError(f"tar pickle references unknown storage {key!r}")
+            return storages[key][0]
+        raise CorruptCheckpointError("unexpected persistent id in the tar pickle")
+
+    def storage_arg(value: object) -> object:
+        # burn's synthetic tar files pass the ('storage', type, key, location, numel) tuple
+        # straight to _rebuild_tensor_v2, without a persistent-id opcode.
+        if isinstance(value, tuple) and len(value) == 5 and value[0] == "storage":
+            return persistent_load(value)
+        return value
+
+    def rebuild_v2(storage: object, *args: object) -> object:
+        return _rebuild_tensor_v2(storage_arg(storage), *args)
+
+    extra: dict[tuple[str, str], object] = {("torch._utils", "_rebuild_tensor_v2"): rebuild_v2}
+    member = members["pickle"]
+    start = member.offset_data
+    parsed.root, _ = pickle_at(
+        reader, start, start + member.size, "the tar pickle", persistent_load, extra
+    )
+    parsed.storages = {key: value[1] for key, value in storages.items()}
+    return parsed
+
+
+def _tar_storages(
+    reader: _Reader, member: tarfile.TarInfo
+) -> tuple[dict[str, tuple[StorageRef, StorageBytes]], list[object]]:
+    pos, limit = member.offset_data, member.offset_data + member.size
+    where = "the tar storages member"
+    count, pos = pickle_at(reader, pos, limit, where)
+    if type(count) is not int or not 0 <= count <= MAX_STORAGES:
+        raise CorruptCheckpointError("tar storages member has a bad storage count")
+    out: dict[str, tuple[StorageRef, StorageBytes]] = {}
+    for _ in range(count):
+        head, pos = pickle_at(reader, pos, limit, where)
+        if not (isinstance(head, tuple) and len(head) == 3 and isinstance(head[2], StorageType)):
+            raise CorruptCheckpointError("tar storages member has a malformed storage header")
+        key, location, stype = str(head[0]), str(head[1]), head[2]
+        if pos + 8 > limit:
+            raise CorruptCheckpointError("tar storages member is truncated")
+        (numel,) = struct.unpack("<q", reader.read(pos, 8))
+        nbytes = numel * _element_size(stype)
+        if numel < 0 or pos + 8 + nbytes > limit:
+            raise CorruptCheckpointError(f"tar storage {key!r} runs past its member")
+        out[key] = (
+            StorageRef(key, stype, numel, location=location),
+            reader.storage(pos + 8, nbytes),
+        )
+        pos += 8 + nbytes
+    views: list[object] = []
+    if pos < limit:
+        found, pos = pickle_at(reader, pos, limit, where)
+        views = found if isinstance(found, list) else []
+    return out, views
+
+
+def _tar_tensors(
+    reader: _Reader,
+    member: tarfile.TarInfo,
+    storages: dict[str, tuple[StorageRef, StorageBytes]],
+    views: list[object],
+) -> dict[str, object]:
+    from ckptctl.formats.pytorch._unpickler import MAX_RANK, TensorRef, _LegacyTensorType
+
+    roots = {key: value[0] for key, value in storages.items()}
+    for view in views:
+        if not (isinstance(view, tuple) and len(view) == 4):
+            raise CorruptCheckpointError("tar storages member has a malformed view")
+        vkey, rkey, offset, size = (str(view[0]), str(view[1]), view[2], view[3])
+        root = roots.get(rkey)
+        if root is None or type(offset) is not int or type(size) is not int:
+            raise CorruptCheckpointError("tar storage view of an unknown storage")
+        if offset < 0 or size < 0 or offset + size > root.numel:
+            raise CorruptCheckpointError("tar storage view exceeds its storage")
+        roots[vkey] = StorageRef(rkey, root.stype, root.numel, view=(vkey, offset, size))
+    pos, limit = member.offset_data, member.offset_data + member.size
+    where = "the tar tensors member"
+    count, pos = pickle_at(reader, pos, limit, where)
+    if type(count) is not int or not 0 <= count <= MAX_STORAGES:
+        raise CorruptCheckpointError("tar tensors member has a bad tensor count")
+    out: dict[str, object] = dict(roots)
+    for _ in range(count):
+        head, pos = pickle_at(reader, pos, limit, where)
+        if not (isinstance(head, tuple) and len(head) == 3):
+            raise CorruptCheckpointError("tar tensors member has a malformed tensor header")
+        key, skey, cls = str(head[0]), str(head[1]), head[2]
+        if pos + 8 > limit:
+            raise CorruptCheckpointError("tar tensors member is truncated")
+        (ndim,) = struct.unpack("<i4x", reader.read(pos, 8))
+        if not 0 <= ndim <= MAX_RANK or pos + 16 + 16 * ndim > limit:
+            raise CorruptCheckpointError("tar tensor has a bad rank")
+        numbers = struct.unpack(f"<{2 * ndim + 1}q", reader.read(pos + 8, 16 * ndim + 8))
+        pos += 16 + 16 * ndim
+        storage = roots.get(skey)
+        if storage is None:
+            raise CorruptCheckpointError(f"tar tensor {key!r} uses an unknown storage")
+        dtype = cls.dtype if isinstance(cls, _LegacyTensorType) else storage.stype.dtype
+        size, stride, offset = numbers[:ndim], numbers[ndim : 2 * ndim], numbers[-1]
+        if min((*size, *stride, offset), default=0) < 0:
+            raise CorruptCheckpointError(f"tar tensor {key!r} has a negative size or stride")
+        out[key] = TensorRef(storage, offset, tuple(size), tuple(stride), dtype or "uint8")
+    return out
+
+
+def _keys(keys: object) -> list[str]:
+    if not isinstance(keys, list) or not all(isinstance(k, str | bytes) for k in keys):
+        raise CorruptCheckpointError("legacy stream storage key list is malformed")
+    if len(keys) > MAX_STORAGES:
+        raise CorruptCheckpointError("too many storages")
+    return [k.decode("ascii", "replace") if isinstance(k, bytes) else k for k in keys]
+
+
+def _legacy_persistent(
+    where: str,
+) -> tuple[dict[str, tuple[StorageType, int]], Callable[[object], object]]:
+    roots: dict[str, tuple[StorageType, int]] = {}
+    refs: dict[tuple[str, tuple[str, int, int] | None], StorageRef] = {}
+
+    def persistent_load(pid: object) -> object:
+        if isinstance(pid, tuple) and len(pid) == 4 and pid[0] == "module":
+            cls = pid[1]
+            if isinstance(cls, type) and issubclass(cls, Stub):
+                return cls
+            raise CorruptCheckpointError("malformed module persistent id")
+        if not isinstance(pid, tuple) or len(pid) != 6 or pid[0] != "storage":
+            raise CorruptCheckpointError(f"unexpected persistent id in {where}")
+        _, stype, key, location, numel, view = pid
+        if not isinstance(stype, StorageType) or not isinstance(key, str | bytes):
+            raise CorruptCheckpointError("malformed storage persistent id")
+        key = key.decode("ascii", "replace") if isinstance(key, bytes) else key
+        if type(numel) is not int or numel < 0 or len(key) > 64:
+            raise CorruptCheckpointError(f"malformed storage {key!r}")
+        known = roots.get(key)
+        if known is None:
+            if len(roots) >= MAX_STORAGES:
+                raise CorruptCheckpointError("too many storages")
+            roots[key] = (stype, numel)
+        elif known[0].dtype != stype.dtype or known[1] != numel:
+            raise CorruptCheckpointError(f"storage {key!r} is declared twice differently")
+        view_t: tuple[str, int, int] | None = None
+        if view is not None:
+            if not (isinstance(view, tuple) and len(view) == 3):
+                raise CorruptCheckpointError("malformed storage view")
+            vkey, voff, vsize = view
+            if type(voff) is not int or type(vsize) is not int or voff < 0 or vsize < 0:
+                raise CorruptCheckpointError("malformed storage view")
+            if voff + vsize > numel:
+                raise CorruptCheckpointError(f"storage view of {key!r} exceeds its storage")
+            view_t = (str(vkey), voff, vsize)
+        ref = refs.get((key, view_t))
+        if ref is None:
+            ref = refs[(key, view_t)] = StorageRef(
+                key, stype, numel, location=str(location), view=view_t
+            )
+        return ref
+
+    return roots, persistent_load

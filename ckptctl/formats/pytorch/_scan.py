@@ -1,0 +1,224 @@
+"""A bounds pre-scan of a pickle stream, run before the C unpickler sees any byte.
+
+The C unpickler trusts several numbers in the stream: a ``LONG_BINPUT`` index sizes the memo
+(``idx * 2`` pointers, zero-filled), a ``BINBYTES8`` length is allocated before the bytes are
+read, and nothing limits nesting (hashing a tuple nested a million deep overflows the C stack).
+This scan walks the opcodes once, simulating only the nesting depth of each stack item, and
+refuses the stream before any of that can happen. It also finds where the pickle ends, so
+several pickles written back to back (the legacy format) can be cut apart.
+
+See the spec, section 12 rule 4.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ckptctl.errors import CorruptCheckpointError
+
+#: Deepest container nesting accepted (real checkpoints stay far below 100).
+MAX_PICKLE_DEPTH = 1000
+
+# Opcode argument kinds.
+_FIXED, _LEN1, _LEN4, _LEN8, _LINE, _LINE2 = range(6)
+
+_ARG: dict[int, tuple[int, int]] = {}
+
+
+def _op(codes: bytes, kind: int, size: int = 0) -> None:
+    for code in codes:
+        _ARG[code] = (kind, size)
+
+
+# No argument.
+_op(b"(.0", _FIXED)  # MARK STOP POP
+_op(b"12NRabdeltsu)]}" + bytes(range(0x81, 0x95)) + b"\x97\x98", _FIXED)
+_op(b"Q", _FIXED)  # BINPERSID
+_op(b"2", _FIXED)  # DUP
+_op(b"o", _FIXED)  # OBJ
+# Fixed-size arguments.
+_op(b"K", _FIXED, 1)  # BININT1
+_op(b"M", _FIXED, 2)  # BININT2
+_op(b"J", _FIXED, 4)  # BININT
+_op(b"G", _FIXED, 8)  # BINFLOAT
+_op(b"hq", _FIXED, 1)  # BINGET BINPUT
+_op(b"jr", _FIXED, 4)  # LONG_BINGET LONG_BINPUT
+_op(b"\x80", _FIXED, 1)  # PROTO
+_op(b"\x82", _FIXED, 1)  # EXT1
+_op(b"\x83", _FIXED, 2)  # EXT2
+_op(b"\x84", _FIXED, 4)  # EXT4
+_op(b"\x95", _FIXED, 8)  # FRAME (length checked separately)
+# Length-prefixed arguments.
+_op(b"\x8aUC\x8c", _LEN1)  # LONG1 SHORT_BINSTRING SHORT_BINBYTES SHORT_BINUNICODE
+_op(b"\x8bTXB", _LEN4)  # LONG4 BINSTRING BINUNICODE BINBYTES
+_op(b"\x8d\x8e\x96", _LEN8)  # BINUNICODE8 BINBYTES8 BYTEARRAY8
+# Newline-terminated arguments.
+_op(b"IFLSVPpg", _LINE)  # INT FLOAT LONG STRING UNICODE PERSID PUT GET
+_op(b"ci", _LINE2)  # GLOBAL INST
+
+# Stack effect of each opcode for the depth simulation: pushes a leaf.
+_PUSH_LEAF = frozenset(b"KMJGIFLSVUCXBTN\x88\x89\x8a\x8b\x8c\x8d\x8e\x96)]}\x8f\x82\x83\x84cP\x97")
+_LEN_STRUCT = {_LEN1: ("<B", 1), _LEN4: ("<I", 4), _LEN8: ("<Q", 8)}
+
+
+class PickleTruncatedError(CorruptCheckpointError):
+    """The pickle runs past the end of the bytes given (a reader may retry with more)."""
+
+
+def _fail(where: str, pos: int, why: str, *, cut: bool = False) -> CorruptCheckpointError:
+    cls = PickleTruncatedError if cut else CorruptCheckpointError
+    return cls(
+        f"malformed pickle in {where} at byte {pos}: {why}",
+        hint="the file is damaged or was not written by torch.save",
+    )
+
+
+def scan_pickle(data: bytes, start: int, where: str) -> int:
+    """Check one pickle starting at ``start`` and return the offset just past its STOP.
+
+    Raises:
+        CorruptCheckpointError: unknown opcode, a length or memo index beyond the data, nesting
+            deeper than ``MAX_PICKLE_DEPTH``, or no STOP before the end of the data.
+    """
+    end = len(data)
+    memo_cap = end  # a real memo never has more entries than the stream has bytes
+    pos = start
+    stack: list[int] = []
+    marks: list[int] = []
+    memo: dict[int, int] = {}
+    unpack_from = struct.unpack_from
+    while pos < end:
+        code = data[pos]
+        arg = _ARG.get(code)
+        if arg is None:
+            raise _fail(where, pos, f"unknown opcode 0x{code:02x}")
+        kind, size = arg
+        here = pos
+        pos += 1
+        index = -1
+        if kind == _FIXED:
+            if pos + size > end:
+                raise _fail(where, here, "truncated", cut=True)
+            if code in (0x68, 0x71):  # BINGET BINPUT
+                index = data[pos]
+            elif code in (0x6A, 0x72):  # LONG_BINGET LONG_BINPUT
+                index = unpack_from("<I", data, pos)[0]
+            elif code == 0x95 and unpack_from("<Q", data, pos)[0] > end - pos - size:  # FRAME
+                raise _fail(where, here, "frame longer than the data", cut=True)
+            pos += size
+        elif kind in (_LINE, _LINE2):
+            for _ in range(kind - _LINE + 1):
+                nl = data.find(b"\n", pos, pos + 4096) - pos
+                if nl < 0:
+                    raise _fail(
+                        where, here, "text argument without newline (or too long)", cut=True
+                    )
+                if code in (0x70, 0x67):  # PUT GET
+                    try:
+                        index = int(data[pos : pos + nl])
+                    except ValueError:
+                        raise _fail(where, here, "bad memo index") from None
+                pos += nl + 1
+        else:
+            fmt, width = _LEN_STRUCT[kind]
+            if pos + width > end:
+                raise _fail(where, here, "truncated", cut=True)
+            length = unpack_from(fmt, data, pos)[0]
+            pos += width
+            if length > end - pos:
+                raise _fail(
+                    where, here, f"declared length {length} is past the end of the data", cut=True
+                )
+            pos += length
+        # Depth simulation.
+        if code in _PUSH_LEAF:
+            stack.append(0)
+        elif code == 0x28:  # MARK
+            marks.append(len(stack))
+        elif code == 0x2E:  # STOP
+            return pos
+        elif code in (0x71, 0x72, 0x70):  # PUT
+            if index < 0 or index > memo_cap:
+                raise _fail(where, here, f"memo index {index} out of range")
+            if stack:
+                memo[index] = stack[-1]
+        elif code == 0x94:  # MEMOIZE
+            if stack:
+                memo[len(memo)] = stack[-1]
+        elif code in (0x68, 0x6A, 0x67):  # GET
+            stack.append(memo.get(index, 0))
+        else:
+            _simulate(code, stack, marks, where, here)
+    raise _fail(where, end, "no STOP opcode before the end of the data", cut=True)
+
+
+def _pop_mark(stack: list[int], marks: list[int], where: str, here: int) -> list[int]:
+    if not marks:
+        raise _fail(where, here, "no MARK on the stack")
+    at = marks.pop()
+    items = stack[at:]
+    del stack[at:]
+    return items
+
+
+def _push(stack: list[int], depth: int, where: str, here: int) -> None:
+    if depth > MAX_PICKLE_DEPTH:
+        raise _fail(where, here, f"objects nested deeper than {MAX_PICKLE_DEPTH} levels")
+    stack.append(depth)
+
+
+def _take(stack: list[int], n: int, where: str, here: int) -> list[int]:
+    if len(stack) < n:
+        raise _fail(where, here, "stack underflow")
+    items = stack[len(stack) - n :]
+    del stack[len(stack) - n :]
+    return items
+
+
+def _simulate(code: int, stack: list[int], marks: list[int], where: str, here: int) -> None:
+    """Apply one opcode's stack effect on the depth of each item."""
+    if code in (0x74, 0x6C, 0x64, 0x91, 0x6F, 0x69):  # TUPLE LIST DICT FROZENSET OBJ INST
+        items = _pop_mark(stack, marks, where, here)
+        if code == 0x69:  # INST also pushed the class from its text argument
+            items.append(0)
+        _push(stack, max(items, default=0) + 1, where, here)
+    elif code in (0x85, 0x86, 0x87):  # TUPLE1..3
+        items = _take(stack, code - 0x84, where, here)
+        _push(stack, max(items) + 1, where, here)
+    elif code in (0x61, 0x62):  # APPEND BUILD
+        (item,) = _take(stack, 1, where, here)
+        if not stack:
+            raise _fail(where, here, "stack underflow")
+        _push(stack, max(stack.pop(), item + 1), where, here)
+    elif code in (0x65, 0x75, 0x90):  # APPENDS SETITEMS ADDITEMS
+        items = _pop_mark(stack, marks, where, here)
+        if not stack:
+            raise _fail(where, here, "stack underflow")
+        _push(stack, max(stack.pop(), max(items, default=0) + 1), where, here)
+    elif code == 0x73:  # SETITEM
+        items = _take(stack, 3, where, here)
+        _push(stack, max(items[0], items[1] + 1, items[2] + 1), where, here)
+    elif code in (0x52, 0x81):  # REDUCE NEWOBJ
+        items = _take(stack, 2, where, here)
+        _push(stack, max(items) + 1, where, here)
+    elif code == 0x92:  # NEWOBJ_EX
+        items = _take(stack, 3, where, here)
+        _push(stack, max(items) + 1, where, here)
+    elif code == 0x93:  # STACK_GLOBAL
+        _take(stack, 2, where, here)
+        stack.append(0)
+    elif code == 0x51:  # BINPERSID
+        items = _take(stack, 1, where, here)
+        _push(stack, items[0] + 1, where, here)
+    elif code == 0x30:  # POP
+        if marks and marks[-1] == len(stack):
+            marks.pop()
+        else:
+            _take(stack, 1, where, here)
+    elif code == 0x31:  # POP_MARK
+        _pop_mark(stack, marks, where, here)
+    elif code == 0x32:  # DUP
+        if not stack:
+            raise _fail(where, here, "stack underflow")
+        stack.append(stack[-1])
+    # PROTO and FRAME have no stack effect.

@@ -1,0 +1,380 @@
+"""From an unpickled object tree to named tensor entries, a kind, notes and facts.
+
+Naming follows the CLI contract ("Tensor names"): a flat state_dict keeps its keys; tensors in
+nested containers are named by their key path joined with ``.`` (list items by index); a whole
+pickled ``nn.Module`` is listed with the names its ``state_dict()`` would have (spec section
+9.2); a TorchScript archive likewise from its attributes and ``code/`` member lists (10.3).
+
+Entries: a C-contiguous view of a stored storage is ``FileData`` (zero-copy, absolute offset);
+anything else (strided views, compressed records, conj/neg flags, big-endian data) is
+``ComputedData`` gathering the elements with ``as_strided`` after a bounds check (section 5).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ckptctl.dtypes import DType
+from ckptctl.errors import CorruptCheckpointError, UnsupportedError
+from ckptctl.formats.pytorch._unpickler import StorageRef, Stub, TensorRef
+from ckptctl.model import ComputedData, FileData, TensorEntry
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from ckptctl._io import ByteSource
+    from ckptctl.formats.pytorch._containers import Parsed, StorageBytes
+
+#: Most nodes the structure walk visits (memo sharing can make a small pickle a huge tree).
+MAX_WALK_NODES = 2_000_000
+#: Most tensors listed from one file.
+MAX_TENSORS = 10_000_000
+
+_DTYPES: dict[str, DType] = {
+    "float64": DType.F64, "float32": DType.F32, "float16": DType.F16, "bfloat16": DType.BF16,
+    "float8_e4m3fn": DType.F8_E4M3, "float8_e5m2": DType.F8_E5M2,
+    "float8_e8m0fnu": DType.F8_E8M0, "int64": DType.I64, "int32": DType.I32,
+    "int16": DType.I16, "int8": DType.I8, "uint64": DType.U64, "uint32": DType.U32,
+    "uint16": DType.U16, "uint8": DType.U8, "bool": DType.BOOL, "complex64": DType.C64,
+    "complex128": DType.C128,
+}  # fmt: skip
+_SIGN_BIT = {DType.BF16: 0x8000, DType.F8_E4M3: 0x80, DType.F8_E5M2: 0x80}
+_MANGLE = re.compile(r"\.___torch_mangle_\d+")
+
+
+@dataclass
+class Found:
+    """A tensor found in the tree, with its name and the owning module's class."""
+
+    name: str
+    tensor: TensorRef
+    container: str
+    module_type: str | None = None
+
+
+@dataclass
+class Structure:
+    """Everything ``open`` reports besides the entries."""
+
+    found: list[Found]
+    kind: str
+    notes: list[str]
+    facts: dict[str, Any]
+
+
+def _short(qualname: str) -> str:
+    return _MANGLE.sub("", qualname).rsplit(".", 1)[-1]
+
+
+def _state_dict_of(stub: Stub) -> dict[Any, Any] | None:
+    state = stub.state
+    if isinstance(state, tuple) and len(state) == 2 and isinstance(state[0], dict):
+        state = state[0]  # (dict, slot dict)
+    return state if isinstance(state, dict) else None
+
+
+def _is_module(stub: Stub) -> bool:
+    state = _state_dict_of(stub)
+    return state is not None and "_parameters" in state and "_modules" in state
+
+
+def _mapping_items(value: object) -> list[tuple[Any, Any]]:
+    if isinstance(value, dict):
+        return list(value.items())
+    return []
+
+
+class _Walker:
+    def __init__(self, parsed: Parsed) -> None:
+        self.parsed = parsed
+        self.found: list[Found] = []
+        self.nodes = 0
+        self.script = parsed.format == "torchscript"
+
+    def emit(self, parts: tuple[str, ...], tensor: TensorRef, module_type: str | None) -> None:
+        if len(self.found) >= MAX_TENSORS:
+            raise CorruptCheckpointError(f"more than {MAX_TENSORS} tensors")
+        self.found.append(Found(".".join(parts), tensor, ".".join(parts[:-1]), module_type))
+
+    def children(self, obj: object) -> tuple[list[tuple[str, object]], str | None]:
+        """Named children of a container node, and the module class owning its tensors."""
+        if isinstance(obj, dict):
+            return [(str(k), v) for k, v in obj.items()], None
+        if isinstance(obj, list | tuple):
+            return [(str(i), v) for i, v in enumerate(obj)], None
+        if not isinstance(obj, Stub):
+            return [], None
+        if self.script and obj.qualname.startswith("__torch__."):
+            return self.script_children(obj), _short(obj.qualname)
+        if _is_module(obj):
+            return self.module_children(obj), _short(obj.qualname)
+        state = _state_dict_of(obj)
+        out = [(str(k), v) for k, v in (state or {}).items()]
+        for index, item in enumerate(obj.items):
+            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+                out.append(item)
+            else:
+                out.append((str(index), item))
+        return out, None
+
+    def module_children(self, stub: Stub) -> list[tuple[str, object]]:
+        # Module.state_dict(): own parameters, persistent buffers, then children (spec 9.2).
+        state = _state_dict_of(stub) or {}
+        out = [(str(k), v) for k, v in _mapping_items(state.get("_parameters")) if v is not None]
+        skip = state.get("_non_persistent_buffers_set") or set()
+        skip = skip if isinstance(skip, set | frozenset | list | tuple) else set()
+        out += [
+            (str(k), v)
+            for k, v in _mapping_items(state.get("_buffers"))
+            if v is not None and k not in skip
+        ]
+        out += [(str(k), v) for k, v in _mapping_items(state.get("_modules")) if v is not None]
+        return [(k, v) for k, v in out if isinstance(v, TensorRef | Stub)]
+
+    def script_children(self, stub: Stub) -> list[tuple[str, object]]:
+        state = _state_dict_of(stub) or {}
+        members = self.parsed.script_members.get(stub.qualname) or self.parsed.script_members.get(
+            _MANGLE.sub("", stub.qualname)
+        )
+        if members is None:  # no code record: every tensor attribute, every submodule
+            return [(str(k), v) for k, v in state.items() if isinstance(v, TensorRef | Stub)]
+        keep = [*members[0], *members[1]]
+        out = [(k, state[k]) for k in keep if isinstance(state.get(k), TensorRef)]
+        out += [
+            (str(k), v)
+            for k, v in state.items()
+            if isinstance(v, Stub) and v.qualname.startswith("__torch__.")
+        ]
+        return out
+
+    def walk(self, root: object) -> None:
+        # Iterative DFS; ``on_path`` breaks cycles, the node budget bounds memo-shared DAGs.
+        stack: list[tuple[object, tuple[str, ...], str | None] | int] = [(root, (), None)]
+        on_path: set[int] = set()
+        while stack:
+            item = stack.pop()
+            if isinstance(item, int):
+                on_path.discard(item)
+                continue
+            obj, parts, module_type = item
+            self.nodes += 1
+            if self.nodes > MAX_WALK_NODES:
+                raise CorruptCheckpointError(
+                    f"the pickle describes more than {MAX_WALK_NODES} objects (a memo bomb?)"
+                )
+            if isinstance(obj, TensorRef):
+                self.emit(parts, obj, module_type)
+                continue
+            if isinstance(obj, StorageRef):  # a bare storage: its bytes as a 1-D tensor
+                dtype = obj.stype.dtype or "uint8"
+                self.emit(parts, TensorRef(obj, 0, (obj.numel,), (1,), dtype), module_type)
+                continue
+            if id(obj) in on_path:
+                continue
+            kids, owner = self.children(obj)
+            if not kids:
+                continue
+            on_path.add(id(obj))
+            stack.append(id(obj))
+            stack.extend((child, (*parts, name), owner) for name, child in reversed(kids))
+
+
+def analyse(parsed: Parsed) -> Structure:
+    """Find and name every tensor in ``parsed.root``; classify the checkpoint."""
+    walker = _Walker(parsed)
+    root = parsed.root
+    walker.walk(root)
+    found = walker.found
+    notes: list[str] = []
+    module_class: str | None = None
+    if isinstance(root, Stub) and (_is_module(root) or parsed.format == "torchscript"):
+        module_class = _MANGLE.sub("", root.qualname)
+    if isinstance(root, TensorRef | StorageRef) and found:
+        found[0].name = "tensor"
+    top = sum(1 for f in found if f.container == "" and isinstance(root, dict))
+    containers = dict(Counter(f.container for f in found if f.container))
+    if parsed.format == "torchscript":
+        kind = "torchscript"
+        notes.append(
+            f"a TorchScript archive of {_short(module_class or '?')}, listed with its "
+            "state_dict() names"
+        )
+        top = 0
+    elif module_class is not None:
+        kind = "module"
+        notes.append(f"a pickled {_short(module_class)} object, not a state_dict")
+        top = 0
+    elif isinstance(root, TensorRef | StorageRef):
+        kind = "tensor"
+        notes.append("a single bare tensor, listed as 'tensor'")
+    elif not found:
+        kind = "empty"
+        notes.append("the file holds no tensors")
+    elif top == len(found):
+        kind = "state_dict"
+    else:
+        kind = "nested"
+        groups: Counter[str] = Counter()
+        for f in found:
+            if f.container:
+                groups[".".join(f.container.split(".")[:2])] += 1
+        where = ", ".join(f"'{g}' ({n})" for g, n in groups.items())
+        notes.append(f"nested checkpoint: tensors are under {where}")
+    facts: dict[str, Any] = {
+        "top_level_tensors": top,
+        "containers": containers,
+        "module_class": module_class,
+    }
+    return Structure(found, kind, notes, facts)
+
+
+# --- entries ----------------------------------------------------------------------------------
+
+
+def _contiguous(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    expected = 1
+    for dim, st in zip(reversed(size), reversed(stride), strict=True):
+        if dim != 1 and st != expected:
+            return False
+        expected *= dim
+    return True
+
+
+def make_entries(
+    parsed: Parsed, structure: Structure, source: ByteSource
+) -> tuple[list[TensorEntry], list[str]]:
+    """Turn found tensors into lazy entries; return them and notes on shared storages."""
+    users: Counter[tuple[str, int]] = Counter()
+    for f in structure.found:
+        if f.tensor.storage is not None:
+            users[(f.tensor.storage.key, id(f.tensor.storage.inline))] += 1
+    entries = []
+    shared = 0
+    for f in structure.found:
+        entry = _entry(parsed, f, source)
+        ref = f.tensor.storage
+        if ref is not None and users[(ref.key, id(ref.inline))] > 1:
+            shared += 1
+            entry = TensorEntry(
+                entry.name, entry.dtype, entry.shape, entry.nbytes, entry.offset, entry.data,
+                module_type=entry.module_type,
+                extra={
+                    "storage": ref.key,
+                    "storage_offset": str(f.tensor.offset),
+                    "stride": ",".join(map(str, f.tensor.stride)),
+                },
+            )  # fmt: skip
+        entries.append(entry)
+    notes = []
+    if shared:
+        notes.append(
+            f"{shared} tensors share a storage with another tensor (tied weights or views); "
+            "each is listed with its own shape and values"
+        )
+    return entries, notes
+
+
+def _entry(parsed: Parsed, found: Found, source: ByteSource) -> TensorEntry:
+    t = found.tensor
+    name = found.name
+    if t.unsupported is not None:
+        raise UnsupportedError(f"tensor {name!r} is {t.unsupported}, which ckptctl cannot read")
+    dtype = _DTYPES.get(t.dtype)
+    if dtype is None:
+        raise UnsupportedError(
+            f"tensor {name!r} has dtype torch.{t.dtype}, which ckptctl cannot represent"
+        )
+    ref = t.storage
+    if ref is None:
+        raise CorruptCheckpointError(f"tensor {name!r} has no storage")
+    if ref.stype.dtype is not None and ref.stype.dtype != t.dtype:
+        raise CorruptCheckpointError(
+            f"tensor {name!r} is {t.dtype} but its storage holds {ref.stype.dtype}"
+        )
+    if len(t.size) != len(t.stride):
+        raise CorruptCheckpointError(f"tensor {name!r} has {len(t.size)} sizes but "
+                                     f"{len(t.stride)} strides")  # fmt: skip
+    itemsize = dtype.itemsize
+    if ref.inline is not None:
+        blob = ref.inline
+        storage_bytes = len(blob)
+        location: StorageBytes | None = None
+    else:
+        location = parsed.storages.get(ref.key)
+        if location is None:
+            raise CorruptCheckpointError(
+                f"tensor {name!r} uses storage {ref.key!r}, not in the file"
+            )
+        storage_bytes = location.nbytes
+    base = 0  # element offset of the usable range inside the storage
+    count = storage_bytes // itemsize
+    if ref.view is not None:  # legacy storage views (spec 6.3)
+        base, count = ref.view[1], ref.view[2]
+        if (base + count) * itemsize > storage_bytes:
+            raise CorruptCheckpointError(f"tensor {name!r} uses a storage view past its storage")
+    numel = math.prod(t.size)
+    if numel:
+        last = t.offset + sum((s - 1) * st for s, st in zip(t.size, t.stride, strict=True))
+        if last >= count:
+            raise CorruptCheckpointError(
+                f"tensor {name!r} reads element {last} of a storage with {count} elements",
+                hint="the file is damaged or crafted",
+            )
+    nbytes = numel * itemsize
+    start = (base + t.offset) * itemsize
+    plain = not t.flags and parsed.byteorder == "little"
+    if (
+        plain
+        and location is not None
+        and location.file_offset is not None
+        and _contiguous(t.size, t.stride)
+    ):
+        offset = location.file_offset + start if numel else None
+        data: FileData | ComputedData
+        if numel:
+            data = FileData(source, location.file_offset + start, nbytes)
+        else:
+            data = ComputedData(lambda: b"")
+        return TensorEntry(name, dtype, t.size, nbytes, offset, data, module_type=found.module_type)
+
+    def compute() -> NDArray[Any]:
+        raw = ref.inline if ref.inline is not None else location.load()  # type: ignore[union-attr]  # location set when inline is None
+        return _gather(raw, dtype, t, base, count, parsed.byteorder)
+
+    return TensorEntry(
+        name, dtype, t.size, nbytes, None, ComputedData(compute), module_type=found.module_type
+    )
+
+
+def _gather(
+    raw: bytes | memoryview, dtype: DType, t: TensorRef, base: int, count: int, byteorder: str
+) -> NDArray[Any]:
+    """Materialise a (possibly strided) view as a C-contiguous array of ``dtype``'s encoding."""
+    np_dtype = dtype.numpy
+    if byteorder == "big":
+        np_dtype = np_dtype.newbyteorder(">")
+    flat = np.frombuffer(raw, dtype=np_dtype, count=count, offset=base * dtype.itemsize)
+    if math.prod(t.size) == 0:
+        out = np.zeros(t.size, dtype=dtype.numpy)
+    else:
+        view = np.lib.stride_tricks.as_strided(
+            flat[t.offset :],
+            shape=t.size,
+            strides=[st * dtype.itemsize for st in t.stride],
+            writeable=False,
+        )
+        out = np.ascontiguousarray(view).astype(dtype.numpy, copy=False)
+    if "conj" in t.flags and dtype in (DType.C64, DType.C128):
+        out = np.conj(out)
+    if "neg" in t.flags:
+        if dtype in _SIGN_BIT:
+            out = out ^ np.array(_SIGN_BIT[dtype], dtype=out.dtype)
+        elif dtype is not DType.BOOL:
+            out = np.negative(out)
+    return out

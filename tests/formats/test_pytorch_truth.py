@@ -1,0 +1,39 @@
+"""Every torch-made fixture reads as torch sees it (fixtures/valid/pytorch/truth.json).
+
+The truth file was written by ``fixtures/make_fixtures.py`` with real torch 2.13: each tensor's
+name, dtype, shape and the SHA-256 of its contiguous little-endian bytes (conj/neg resolved).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from ckptctl import open_checkpoint
+from tests.conftest import VALID
+
+FOLDER = VALID / "pytorch"
+TRUTH = json.loads((FOLDER / "truth.json").read_text())["files"]
+
+
+@pytest.mark.parametrize("name", sorted(TRUTH))
+def test_fixture_matches_torch(name):
+    truth = TRUTH[name]
+    with open_checkpoint(FOLDER / name) as ckpt:
+        assert ckpt.format == truth["format"]
+        assert ckpt.kind == truth["kind"]
+        assert list(ckpt) == [t["name"] for t in truth["tensors"]]
+        for expected in truth["tensors"]:
+            entry = ckpt[expected["name"]]
+            assert entry.dtype.value == expected["dtype"], expected["name"]
+            assert list(entry.shape) == expected["shape"], expected["name"]
+            data = np.ascontiguousarray(entry.load()).tobytes()
+            assert hashlib.sha256(data).hexdigest() == expected["sha256"], expected["name"]
+
+
+def test_truth_covers_every_fixture():
+    on_disk = {p.name for p in FOLDER.iterdir() if p.suffix in (".pt", ".ckpt")}
+    assert on_disk == set(TRUTH)
