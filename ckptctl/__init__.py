@@ -7,12 +7,16 @@ The public API mirrors the command line::
     with open_checkpoint("model.safetensors") as ckpt:
         for entry in ckpt.values():
             print(entry.name, entry.dtype.value, entry.shape)
+
+Names are imported on first use (PEP 562), so ``ckptctl --help`` does not pay for numpy.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from ckptctl._version import __version__
-from ckptctl.dtypes import DType
 from ckptctl.errors import (
     CkptError,
     CkptWarning,
@@ -25,8 +29,30 @@ from ckptctl.errors import (
     UnsafePickleError,
     UnsupportedError,
 )
-from ckptctl.formats import open_checkpoint, read_layout, save_checkpoint
-from ckptctl.model import Checkpoint, TensorEntry
+
+if TYPE_CHECKING:
+    from ckptctl.dtypes import DType
+    from ckptctl.formats import open_checkpoint, read_layout, save_checkpoint
+    from ckptctl.model import Checkpoint, TensorEntry
+
+_LAZY = {
+    "DType": "ckptctl.dtypes",
+    "open_checkpoint": "ckptctl.formats",
+    "read_layout": "ckptctl.formats",
+    "save_checkpoint": "ckptctl.formats",
+    "Checkpoint": "ckptctl.model",
+    "TensorEntry": "ckptctl.model",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ckptctl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Checkpoint",
