@@ -34,7 +34,7 @@ def _commands() -> dict[str, click.Command]:
 
 
 def _options(command: click.Command) -> list[str]:
-    names = []
+    names: list[str] = []
     for param in command.params:
         if isinstance(param, click.Option):
             names.extend(o for o in param.opts if o.startswith("--"))
