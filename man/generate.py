@@ -77,9 +77,11 @@ def _page(name: str, title: str, summary: str, command: click.Command, ctx: clic
     ]
     for paragraph in paragraphs:
         out += [".PP", _esc(paragraph)]
+    existing = cli.list_commands(ctx)
     if isinstance(command, click.Group):
         out.append(".SH COMMANDS")
-        for sub, (_, sub_help) in COMMANDS.items():
+        for sub in existing:
+            sub_help = COMMANDS[sub][1]
             out += [".TP", f".B {_esc(sub)}", f"{_esc(sub_help)} See \\fBckptctl\\-{sub}\\fR(1)."]
     out.append(".SH OPTIONS")
     for flags, help_text in _options(command, ctx):
@@ -92,7 +94,7 @@ def _page(name: str, title: str, summary: str, command: click.Command, ctx: clic
         for line in examples:
             out += [".PP", f".nf\n{_esc(line)}\n.fi"]
     out += [".SH SEE ALSO"]
-    others = [f"\\fBckptctl\\-{s}\\fR(1)" for s in COMMANDS if f"ckptctl-{s}" != title]
+    others = [f"\\fBckptctl\\-{s}\\fR(1)" for s in existing if f"ckptctl-{s}" != title]
     if title != "ckptctl":
         others.insert(0, "\\fBckptctl\\fR(1)")
     out.append(", ".join(others))
