@@ -103,7 +103,7 @@ def _page(name: str, title: str, summary: str, command: click.Command, ctx: clic
 
 def render_pages() -> dict[str, str]:
     """Every page's file name and roff text, as this script would write them now."""
-    root_ctx = click.Context(cli, info_name="ckptctl")
+    root_ctx = click.Context(cli, info_name="ckptctl", **cli.context_settings)
     pages = {
         "ckptctl.1": _page(
             "ckptctl",
