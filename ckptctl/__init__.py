@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from ckptctl.dtypes import DType
     from ckptctl.formats import open_checkpoint, read_layout, save_checkpoint
     from ckptctl.model import Checkpoint, TensorEntry
+    from ckptctl.ops.convert import ConvertOptions, convert
+    from ckptctl.ops.diff import diff_checkpoints
+    from ckptctl.ops.inspect import describe_header, list_tensors
+    from ckptctl.ops.verify import verify
 
 _LAZY = {
     "DType": "ckptctl.dtypes",
@@ -42,6 +46,12 @@ _LAZY = {
     "save_checkpoint": "ckptctl.formats",
     "Checkpoint": "ckptctl.model",
     "TensorEntry": "ckptctl.model",
+    "ConvertOptions": "ckptctl.ops.convert",
+    "convert": "ckptctl.ops.convert",
+    "diff_checkpoints": "ckptctl.ops.diff",
+    "describe_header": "ckptctl.ops.inspect",
+    "list_tensors": "ckptctl.ops.inspect",
+    "verify": "ckptctl.ops.verify",
 }
 
 
@@ -58,6 +68,7 @@ __all__ = [
     "Checkpoint",
     "CkptError",
     "CkptWarning",
+    "ConvertOptions",
     "CorruptCheckpointError",
     "DType",
     "ExitCode",
@@ -69,7 +80,12 @@ __all__ = [
     "UnsafePickleError",
     "UnsupportedError",
     "__version__",
+    "convert",
+    "describe_header",
+    "diff_checkpoints",
+    "list_tensors",
     "open_checkpoint",
     "read_layout",
     "save_checkpoint",
+    "verify",
 ]

@@ -134,11 +134,14 @@ def copy_range(src: ByteSource, offset: int, length: int, dst: IO[bytes]) -> Non
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike[str], *, force: bool = False) -> Iterator[IO[bytes]]:
+def atomic_write(
+    path: str | os.PathLike[str], *, force: bool = False, fsync: bool = True
+) -> Iterator[IO[bytes]]:
     """Write ``path`` atomically: temp file in the same directory, fsync, ``os.replace``.
 
     On any exception (KeyboardInterrupt included) the temporary file is removed and ``path`` is
-    left exactly as it was.
+    left exactly as it was. ``fsync=False`` skips the flush to disk: still atomic for other
+    processes, but a power loss right after may leave an empty or partial file.
 
     Raises:
         OutputError: ``path`` exists and ``force`` is false, or it cannot be written.
@@ -157,7 +160,8 @@ def atomic_write(path: str | os.PathLike[str], *, force: bool = False) -> Iterat
         with os.fdopen(fd, "wb") as out:
             yield out
             out.flush()
-            os.fsync(out.fileno())
+            if fsync:
+                os.fsync(out.fileno())
         os.replace(tmp, dest)
     except OSError as exc:
         _unlink_quietly(tmp)

@@ -184,3 +184,21 @@ def test_sanitize(raw, shown):
 def test_struct_sanity_for_fixture_builders():
     # the hostile-file builders rely on little-endian packing
     assert struct.pack("<Q", 1) == b"\x01" + b"\x00" * 7
+
+
+def test_public_api_names_resolve():
+    import ckptctl
+
+    for name in ckptctl.__all__:
+        assert getattr(ckptctl, name) is not None, name
+    with pytest.raises(AttributeError):
+        _ = ckptctl.no_such_name
+
+
+def test_cli_import_does_not_load_numpy():
+    import subprocess
+    import sys
+
+    code = "import sys, ckptctl.cli; print('numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -38,6 +38,16 @@ def force_option(func: F) -> F:
     return click.option("--force", "-f", is_flag=True, help="Overwrite DST if it exists.")(func)
 
 
+def fsync_option(func: F) -> F:
+    """``--no-fsync``: skip the flush to disk before the atomic rename."""
+    return click.option(
+        "--no-fsync",
+        is_flag=True,
+        help="Do not flush DST to disk before renaming it into place (faster; a power loss "
+        "right after may leave DST empty).",
+    )(func)
+
+
 def dry_run_option(func: F) -> F:
     """``--dry-run``: print the plan, write nothing."""
     return click.option("--dry-run", "-n", is_flag=True, help="Print the plan and write nothing.")(

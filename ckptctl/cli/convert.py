@@ -9,6 +9,7 @@ import click
 from ckptctl.cli._options import (
     dry_run_option,
     force_option,
+    fsync_option,
     make_console,
     output_options,
     print_json,
@@ -149,6 +150,7 @@ def run_conversion(
     help="Give the output the ParamIds of a Burn model (.bpk) or optimizer record, by name.",
 )
 @force_option
+@fsync_option
 @dry_run_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary line.")
 @output_options
@@ -166,6 +168,7 @@ def command(
     allow_partial: bool,
     param_ids_from: str | None,
     force: bool,
+    no_fsync: bool,
     dry_run: bool,
     quiet: bool,
     as_json: bool,
@@ -199,6 +202,7 @@ def command(
         allow_partial=allow_partial,
         param_ids_from=param_ids_from,
         force=force,
+        fsync=not no_fsync,
         dry_run=dry_run,
     )
     run_conversion(src, dst, options, as_json=as_json, output_format=output_format, quiet=quiet)

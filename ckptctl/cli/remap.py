@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from ckptctl.cli._options import dry_run_option, force_option, output_options, state_key_option
+from ckptctl.cli._options import (
+    dry_run_option,
+    force_option,
+    fsync_option,
+    output_options,
+    state_key_option,
+)
 
 
 @click.command("remap")
@@ -22,6 +28,7 @@ from ckptctl.cli._options import dry_run_option, force_option, output_options, s
 )
 @state_key_option
 @force_option
+@fsync_option
 @dry_run_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary line.")
 @output_options
@@ -31,6 +38,7 @@ def command(
     rules: tuple[str, ...],
     state_key: str | None,
     force: bool,
+    no_fsync: bool,
     dry_run: bool,
     quiet: bool,
     as_json: bool,
@@ -50,5 +58,7 @@ def command(
     from ckptctl.cli.convert import run_conversion
     from ckptctl.ops.convert import ConvertOptions
 
-    options = ConvertOptions(state_key=state_key, remap=rules, force=force, dry_run=dry_run)
+    options = ConvertOptions(
+        state_key=state_key, remap=rules, force=force, fsync=not no_fsync, dry_run=dry_run
+    )
     run_conversion(src, dst, options, as_json=as_json, output_format=output_format, quiet=quiet)

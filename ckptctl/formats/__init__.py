@@ -158,6 +158,7 @@ def save_checkpoint(
     scalars: Mapping[str, JSONValue] | None = None,
     force: bool = False,
     sources: Sequence[str | os.PathLike[str]] = (),
+    fsync: bool = True,
 ) -> None:
     """Write ``entries`` to ``path`` atomically, in the format its extension selects.
 
@@ -171,6 +172,7 @@ def save_checkpoint(
         scalars: burnpack typed scalars.
         force: overwrite an existing destination.
         sources: input paths; writing over one of them is refused.
+        fsync: flush the file to disk before renaming it into place.
 
     Raises:
         SelectionError: unknown output extension.
@@ -187,7 +189,7 @@ def save_checkpoint(
                 path=os.fspath(path),
                 hint="write to a new file, then rename it",
             )
-    with atomic_write(path, force=force) as out:
+    with atomic_write(path, force=force, fsync=fsync) as out:
         spec.write(out, entries, dict(metadata or {}), dict(scalars or {}))
 
 

@@ -1,30 +1,75 @@
 """Chunked, NaN-aware comparison of two tensor entries in bounded memory.
 
-Both entries are read as flat views (memory-mapped where the format allows) and compared
-``CHUNK_ELEMENTS`` at a time, so two 10 GB files diff with a few MiB of working memory.
+Tensors are compared ``CHUNK_ELEMENTS`` at a time. File-backed entries (``data.file_range()``
+is not None) are read chunk by chunk with ``os.pread`` through their ``ByteSource`` rather than
+through the memory map, because every page touched through a map counts in the process RSS until
+the map is closed; two 10 GB files thus diff in a few tens of MiB. Computed entries (adapter
+output, strided or compressed PyTorch tensors) have no file range and are loaded one tensor at
+a time.
+
+Values are compared as numbers, whatever the dtypes (F32 against F16 or BF16, I32 against I64):
+each chunk is widened to float64 (complex128 for complex dtypes). The rules follow
+``numpy.isclose(a, b, rtol, atol, equal_nan=True)`` with B as the reference:
+
+* an element is *close* when ``|a - b| <= atol + rtol * |b|``; infinities are close only to the
+  same infinity; NaN is close to NaN (any payload), never to a number;
+* ``max_abs`` is ``max |a - b|`` and ``max_rel`` is ``max |a - b| / |b|`` over the elements where
+  neither side is NaN (``inf`` when ``b`` is 0 and ``a`` is not, or when one side is infinite);
+* ``nan_mismatched`` counts elements that are NaN on one side only; ``mismatched`` counts every
+  element that is not close, NaN mismatches included.
+
+64-bit integers above 2**53 lose precision in float64; two such values that differ but round
+to the same float still count as mismatched, with a difference of at least 1.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ckptctl.dtypes import to_float
+from ckptctl.dtypes import DType, to_float
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
+    from ckptctl._io import ByteSource
     from ckptctl.model import TensorEntry
 
-#: Elements compared per step (8 MiB of float64 per operand).
+#: Elements compared per step: 8 MiB of float64 per operand, a few tens of MiB in all.
 CHUNK_ELEMENTS = 1 << 20
+
+_INTEGERS = frozenset(
+    {
+        DType.I64,
+        DType.I32,
+        DType.I16,
+        DType.I8,
+        DType.U64,
+        DType.U32,
+        DType.U16,
+        DType.U8,
+        DType.BOOL,
+    }
+)
 
 
 @dataclass(frozen=True)
 class ValueDiff:
-    """How the values of two same-sized tensors differ."""
+    """How the values of two tensors with the same element count differ.
+
+    Attributes:
+        identical_bytes: same dtype and every byte equal (the other numbers are then 0).
+        max_abs: largest ``|a - b|`` where neither is NaN (0.0 for empty tensors).
+        max_rel: largest ``|a - b| / |b|`` there (``inf`` when ``b`` is 0 and ``a`` is not).
+        allclose: every element is close (``numpy.isclose`` with ``equal_nan=True``).
+        mismatched: elements that are not close, NaN mismatches included.
+        nan_mismatched: elements that are NaN on one side only.
+        numel: elements compared.
+        transposed: ``a.T`` was compared with ``b``.
+    """
 
     identical_bytes: bool
     max_abs: float
@@ -35,84 +80,176 @@ class ValueDiff:
     numel: int
     transposed: bool = False
 
+    @property
+    def equal(self) -> bool:
+        """Every value is exactly equal as a number (NaN equal to NaN; -0.0 equal to 0.0)."""
+        return self.identical_bytes or (self.mismatched == 0 and self.max_abs == 0.0)
 
-def _flat(entry: TensorEntry) -> NDArray[Any]:
-    return entry.load().reshape(-1)
+
+class _Accumulator:
+    """Running maxima and counts over the chunks of one comparison."""
+
+    def __init__(self, rtol: float, atol: float, exact_ints: bool) -> None:
+        self.rtol = rtol
+        self.atol = atol
+        self.exact_ints = exact_ints
+        self.max_abs = 0.0
+        self.max_rel = 0.0
+        self.mismatched = 0
+        self.nan_mismatched = 0
+
+    def add(self, raw_a: NDArray[Any], dtype_a: DType, raw_b: NDArray[Any], dtype_b: DType) -> None:
+        """Fold one pair of same-shaped chunks (raw storage values) into the totals."""
+        a = _as_float(raw_a, dtype_a)
+        b = _as_float(raw_b, dtype_b)
+        nan_a = np.isnan(a)
+        nan_b = np.isnan(b)
+        both_nan = nan_a & nan_b
+        self.nan_mismatched += int(np.count_nonzero(nan_a ^ nan_b))
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            same = a == b
+            delta = np.abs(a - b)  # inf - inf is NaN: fixed just below
+            delta[same | both_nan] = 0.0
+            if self.exact_ints:
+                # 64-bit integers above 2**53 can round to the same float64 and still differ
+                lost = (delta == 0.0) & (raw_a != raw_b)
+                delta[lost] = 1.0
+                same &= ~lost
+            scale = np.abs(b)
+            infinite = np.isinf(a) | np.isinf(b)
+            close = same | both_nan | (~infinite & (delta <= self.atol + self.rtol * scale))
+            numbers = ~(nan_a | nan_b)
+            if np.any(numbers):
+                d = delta[numbers]
+                s = scale[numbers]
+                self.max_abs = max(self.max_abs, float(np.max(d)))
+                rel = np.where(d == 0.0, 0.0, d / s)
+                rel[np.isnan(rel)] = np.inf  # inf / inf: a finite value against an infinite one
+                self.max_rel = max(self.max_rel, float(np.max(rel)))
+        self.mismatched += int(np.count_nonzero(~close))
+
+    def result(self, numel: int, *, transposed: bool) -> ValueDiff:
+        return ValueDiff(
+            identical_bytes=False,
+            max_abs=self.max_abs,
+            max_rel=self.max_rel,
+            allclose=self.mismatched == 0,
+            mismatched=self.mismatched,
+            nan_mismatched=self.nan_mismatched,
+            numel=numel,
+            transposed=transposed,
+        )
 
 
-def _as_float(chunk: NDArray[Any], entry: TensorEntry) -> NDArray[Any]:
-    values = to_float(chunk, entry.dtype)
+def _as_float(chunk: NDArray[Any], dtype: DType) -> NDArray[Any]:
+    values = to_float(chunk, dtype)
     if values.dtype.kind == "c":
         return values.astype(np.complex128)
     return values.astype(np.float64)
 
 
-def _accumulate(
-    a: NDArray[Any], b: NDArray[Any], rtol: float, atol: float, acc: list[float]
-) -> None:
-    """Fold one chunk into ``acc = [max_abs, max_rel, mismatched, nan_mismatched]``."""
-    nan_a = np.isnan(a)
-    nan_b = np.isnan(b)
-    both_nan = nan_a & nan_b
-    acc[3] += int(np.count_nonzero(nan_a ^ nan_b))
-    with np.errstate(invalid="ignore", over="ignore"):
-        same_inf = (a == b) & np.isinf(a)
-        delta = np.abs(a - b)
-        delta[both_nan | same_inf] = 0.0
-        finite = ~(nan_a | nan_b)
-        if np.any(finite):
-            acc[0] = max(acc[0], float(np.max(delta[finite])))
-            scale = np.abs(b[finite])
-            rel = delta[finite] / np.where(scale > 0, scale, 1.0)
-            rel[(scale == 0) & (delta[finite] > 0)] = np.inf
-            acc[1] = max(acc[1], float(np.max(rel)))
-        close = (delta <= atol + rtol * np.abs(b)) | both_nan | same_inf
-    acc[2] += int(np.count_nonzero(~close))
+class ElementReader:
+    """Bounded random access to an entry's elements, as raw storage values.
+
+    File-backed entries are read with ``os.pread`` per request; other entries are loaded once
+    (one tensor in memory) and sliced.
+    """
+
+    def __init__(self, entry: TensorEntry) -> None:
+        self.dtype = entry.dtype
+        self.np_dtype = entry.dtype.numpy
+        self.itemsize = entry.dtype.itemsize
+        self._source: ByteSource | None = None
+        self._offset = 0
+        self._array: NDArray[Any] | None = None
+        where = entry.data.file_range()
+        if where is not None and entry.nbytes == entry.numel * self.itemsize:
+            self._source, self._offset = where
+        else:
+            self._array = entry.load().reshape(-1)
+
+    @property
+    def is_streamed(self) -> bool:
+        """True when elements are read from the file per request (not held in memory)."""
+        return self._source is not None
+
+    def flat(self, start: int, count: int) -> NDArray[Any]:
+        """Elements ``[start, start + count)`` of the flattened tensor."""
+        if self._array is not None:
+            return self._array[start : start + count]
+        assert self._source is not None
+        raw = self._source.read(self._offset + start * self.itemsize, count * self.itemsize)
+        return np.frombuffer(raw, dtype=self.np_dtype)
+
+    def tile(self, rows: tuple[int, int], cols: tuple[int, int], ncols: int) -> NDArray[Any]:
+        """The block ``[r0:r1, c0:c1]`` of the tensor viewed as a matrix with ``ncols`` columns."""
+        (r0, r1), (c0, c1) = rows, cols
+        if c0 == 0 and c1 == ncols:  # whole rows are contiguous: one read
+            return self.flat(r0 * ncols, (r1 - r0) * ncols).reshape(r1 - r0, ncols)
+        if self._array is not None:
+            return self._array.reshape(-1, ncols)[r0:r1, c0:c1]
+        return np.stack([self.flat(r * ncols + c0, c1 - c0) for r in range(r0, r1)])
 
 
 def compare_values(
     a: TensorEntry, b: TensorEntry, *, rtol: float, atol: float, transposed: bool = False
 ) -> ValueDiff:
-    """Compare the values of ``a`` and ``b`` (same element count; any dtypes).
+    """Compare the values of ``a`` and ``b``, chunk by chunk, in bounded memory.
 
-    With ``transposed``, ``a`` is ``[m, n]`` and ``b`` is ``[n, m]`` and ``a.T`` is compared.
+    Args:
+        a: the first entry.
+        b: the second entry, with as many elements as ``a`` (any dtype).
+        rtol: relative tolerance (of ``|b|``).
+        atol: absolute tolerance.
+        transposed: ``a`` is ``[m, n]`` and ``b`` is ``[n, m]``; compare ``a.T`` with ``b``.
+
+    Returns:
+        The differences.
+
+    Raises:
+        ValueError: the element counts (or, with ``transposed``, the shapes) do not fit.
+        CorruptCheckpointError: a tensor's bytes lie outside its file.
     """
     numel = a.numel
-    identical = False
-    if not transposed and a.dtype is b.dtype and a.nbytes == b.nbytes:
-        identical = _bytes_equal(a, b)
-        if identical:
-            return ValueDiff(True, 0.0, 0.0, True, 0, 0, numel)
-    acc = [0.0, 0.0, 0.0, 0.0]
+    if numel != b.numel:
+        raise ValueError(f"cannot compare {a.shape} with {b.shape}: element counts differ")
+    reader_a, reader_b = ElementReader(a), ElementReader(b)
+    acc = _Accumulator(rtol, atol, a.dtype in _INTEGERS and b.dtype in _INTEGERS)
     if transposed:
-        left = a.load()
-        right = b.load()
-        rows = max(1, CHUNK_ELEMENTS // max(1, right.shape[1]))
-        for start in range(0, right.shape[0], rows):
-            chunk_b = right[start : start + rows]
-            chunk_a = np.ascontiguousarray(left[:, start : start + rows].T)
-            _accumulate(_as_float(chunk_a, a), _as_float(chunk_b, b), rtol, atol, acc)
-    else:
-        fa, fb = _flat(a), _flat(b)
-        for start in range(0, numel, CHUNK_ELEMENTS):
-            end = start + CHUNK_ELEMENTS
-            _accumulate(_as_float(fa[start:end], a), _as_float(fb[start:end], b), rtol, atol, acc)
-    mismatched = int(acc[2])
-    return ValueDiff(
-        identical_bytes=False,
-        max_abs=acc[0],
-        max_rel=acc[1],
-        allclose=mismatched == 0 and acc[3] == 0,
-        mismatched=mismatched,
-        nan_mismatched=int(acc[3]),
-        numel=numel,
-        transposed=transposed,
-    )
+        if len(a.shape) != 2 or b.shape != (a.shape[1], a.shape[0]):
+            raise ValueError(f"{a.shape} and {b.shape} are not transposes of each other")
+        _compare_transposed(reader_a, reader_b, a.shape, acc)
+        return acc.result(numel, transposed=True)
+    same_dtype = a.dtype is b.dtype
+    all_bytes_equal = same_dtype
+    for start in range(0, numel, CHUNK_ELEMENTS):
+        count = min(CHUNK_ELEMENTS, numel - start)
+        chunk_a = reader_a.flat(start, count)
+        chunk_b = reader_b.flat(start, count)
+        if same_dtype and np.array_equal(chunk_a.view(np.uint8), chunk_b.view(np.uint8)):
+            continue  # equal bytes are equal values (NaN at the same place counts as equal)
+        all_bytes_equal = False
+        acc.add(chunk_a, a.dtype, chunk_b, b.dtype)
+    if all_bytes_equal:
+        return ValueDiff(True, 0.0, 0.0, True, 0, 0, numel)
+    return acc.result(numel, transposed=False)
 
 
-def _bytes_equal(a: TensorEntry, b: TensorEntry) -> bool:
-    ra, rb = a.data.read(), b.data.read()
-    if len(ra) != len(rb):
-        return False
-    step = CHUNK_ELEMENTS * 8
-    return all(ra[i : i + step] == rb[i : i + step] for i in range(0, len(ra), step))
+def _compare_transposed(
+    reader_a: ElementReader, reader_b: ElementReader, shape: tuple[int, ...], acc: _Accumulator
+) -> None:
+    """Compare ``a.T`` with ``b`` by square tiles, so both sides are read in bounded pieces."""
+    m, n = shape
+    side = max(1, math.isqrt(CHUNK_ELEMENTS))
+    for i0 in range(0, m, side):
+        i1 = min(m, i0 + side)
+        for j0 in range(0, n, side):
+            j1 = min(n, j0 + side)
+            tile_a = reader_a.tile((i0, i1), (j0, j1), n)  # a[i0:i1, j0:j1]
+            tile_b = reader_b.tile((j0, j1), (i0, i1), m)  # b[j0:j1, i0:i1]
+            acc.add(
+                np.ascontiguousarray(tile_a.T).reshape(-1),
+                reader_a.dtype,
+                np.ascontiguousarray(tile_b).reshape(-1),
+                reader_b.dtype,
+            )

@@ -60,6 +60,7 @@ class ConvertOptions:
         allow_partial: write even when the target reports missing tensors or errors.
         param_ids_from: a burnpack model or Burn optimizer record to take ParamIds from.
         force: overwrite the destination.
+        fsync: flush the output to disk before renaming it into place.
         dry_run: plan only, write nothing.
         progress: called with the byte count of each tensor as it is written.
     """
@@ -75,6 +76,7 @@ class ConvertOptions:
     allow_partial: bool = False
     param_ids_from: str | None = None
     force: bool = False
+    fsync: bool = True
     dry_run: bool = False
     progress: Callable[[int], None] | None = field(default=None, compare=False)
 
@@ -113,7 +115,7 @@ def convert(
     target_specs = _read_specs(opts.target) if opts.target else None
     with open_checkpoint(src) as ckpt:
         entries = select_state_key(ckpt.entries(), opts.state_key, ckpt)
-        items, warnings = _build_plan(entries, opts, target_specs)
+        items, warnings = build_plan(entries, opts, target_specs)
         outputs = [item.entry for item in items if item.entry is not None]
         if opts.param_ids_from:
             outputs, note = _attach_param_ids(outputs, opts.param_ids_from)
@@ -153,16 +155,30 @@ def convert(
             scalars=ckpt.scalars,
             force=opts.force,
             sources=_sources(src, ckpt),
+            fsync=opts.fsync,
         )
     return replace(report, written=True, bytes_written=os.path.getsize(dst))
 
 
-def _build_plan(
+def build_plan(
     entries: list[TensorEntry],
     opts: ConvertOptions,
     target: Specs | None,
 ) -> tuple[list[PlanItem], list[str]]:
-    """Select and rename, decide module types on the new names, then run the adapters."""
+    """Select and rename, decide module types on the new names, then run the adapters.
+
+    Args:
+        entries: the input entries (after ``--state-key``).
+        opts: include/exclude, remap rules, adapters and module-type rules to apply.
+        target: names and shapes the output must fit, used as evidence for module types.
+
+    Returns:
+        One plan item per input entry (output entry or None, and the actions taken), and
+        warnings about module types decided on weak evidence.
+
+    Raises:
+        SelectionError: a bad rule or adapter, or two tensors mapped to one name.
+    """
     first = chain(Select(opts.include, opts.exclude), Rename.parse(opts.remap))
     stage1 = plan(entries, first)
     renamed = [item.entry for item in stage1 if item.entry is not None]

@@ -1,0 +1,157 @@
+"""``ckptctl diff``."""
+
+from __future__ import annotations
+
+import click
+
+from ckptctl.cli._options import (
+    make_console,
+    output_options,
+    print_json,
+    state_key_option,
+    wants_json,
+)
+from ckptctl.errors import ExitCode
+
+
+@click.command("diff")
+@click.argument("a", type=click.Path(dir_okay=False))
+@click.argument("b", type=click.Path(dir_okay=False))
+@state_key_option
+@click.option(
+    "--state-key-b",
+    metavar="KEY",
+    help="Descend into KEY of B (dotted path) and strip the prefix; --state-key applies to A.",
+)
+@click.option(
+    "--remap",
+    "-r",
+    "rules",
+    multiple=True,
+    metavar="PATTERN=REPLACEMENT",
+    help="Rename A's tensors by regex before comparing, repeatable, in order, as in convert.",
+)
+@click.option(
+    "--adapter",
+    "-a",
+    "adapters",
+    multiple=True,
+    metavar="NAME",
+    help="Adapter to apply to A after the --remap rules, repeatable, in order: pytorch-to-burn, "
+    "burn-to-pytorch, half, cast:DTYPE.",
+)
+@click.option(
+    "--module-type",
+    "module_types",
+    multiple=True,
+    metavar="REGEX=TYPE",
+    help="Declare the module type of matching tensors of A for the layout adapters, as in "
+    "convert; repeatable, first match wins.",
+)
+@click.option(
+    "--rtol",
+    type=float,
+    default=1e-5,
+    show_default=True,
+    help="Relative tolerance: |a - b| <= atol + rtol * |b| counts as equal.",
+)
+@click.option(
+    "--atol", type=float, default=1e-8, show_default=True, help="Absolute tolerance (see --rtol)."
+)
+@click.option(
+    "--values-only",
+    is_flag=True,
+    help="Ignore dtype differences: a tensor passes when its values are within tolerance.",
+)
+@click.option(
+    "--all", "show_all", is_flag=True, help="List every common tensor, not only those that differ."
+)
+@output_options
+def command(
+    a: str,
+    b: str,
+    state_key: str | None,
+    state_key_b: str | None,
+    rules: tuple[str, ...],
+    adapters: tuple[str, ...],
+    module_types: tuple[str, ...],
+    rtol: float,
+    atol: float,
+    values_only: bool,
+    show_all: bool,
+    as_json: bool,
+    output_format: str,
+) -> None:
+    """Compare checkpoints A and B tensor by tensor, across formats (.pt, .safetensors, .bpk).
+
+    Reports tensors only in A or only in B (with "Did you mean"), and for each common tensor
+    its dtype, shape and values: identical bytes, or the largest absolute and relative
+    difference and whether all values are close (|a - b| <= atol + rtol * |b|, NaN equal to
+    NaN at the same place), whatever the dtypes (F32 against BF16 compares values). Finds
+    [m, n] against [n, m] tensors that hold the same values ("transposed") and prints the
+    --remap rules and adapters that would reconcile the names as a ready command line.
+
+    A goes through --state-key, --remap and --adapter as in convert; B only through
+    --state-key-b. Tensors are read one at a time in fixed-size chunks: memory stays bounded.
+
+    Exits 0 when A and B are identical: the same tensor names, and every tensor with the same
+    dtype (unless --values-only), the same shape and all values within --rtol/--atol (--rtol 0
+    --atol 0 demands exact equality); 1 when they differ in any other way; 2 on a usage error,
+    3 on unreadable or corrupt input, 4 on unsupported input.
+
+    \b
+    Examples:
+      ckptctl diff model.safetensors model.bpk
+      ckptctl diff ddp.pt model.safetensors --remap '^module\\.='
+      ckptctl diff torch.safetensors burn.bpk --adapter pytorch-to-burn --json
+      ckptctl diff model-f32.safetensors model-bf16.safetensors --values-only --rtol 1e-2
+    """
+    from ckptctl.ops.diff import DiffOptions, diff_checkpoints
+
+    json_out = wants_json(as_json, output_format)
+    options = DiffOptions(
+        state_key=state_key,
+        state_key_b=state_key_b,
+        remap=rules,
+        adapters=adapters,
+        module_types=module_types,
+        rtol=rtol,
+        atol=atol,
+        values_only=values_only,
+    )
+    err = make_console(stderr=True)
+    if json_out or not err.is_terminal:
+        report = diff_checkpoints(a, b, options)
+    else:
+        from dataclasses import replace
+
+        from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            console=err,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("comparing", total=None)
+            report = diff_checkpoints(
+                a, b, replace(options, progress=lambda n: progress.advance(task, n))
+            )
+    if json_out:
+        from ckptctl.report.diff import diff_json
+        from ckptctl.report.json import dumps
+
+        print_json(dumps(diff_json(report)))
+    else:
+        from rich.text import Text
+
+        from ckptctl.report.diff import render_diff
+        from ckptctl.report.sanitize import sanitize
+
+        for warning in report.warnings:
+            err.print(Text(f"warning: {sanitize(warning)}"))
+        render_diff(report, make_console(), show_all=show_all)
+    if not report.identical:
+        raise SystemExit(int(ExitCode.CHECK_FAILED))

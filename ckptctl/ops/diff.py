@@ -1,0 +1,379 @@
+"""``diff``: compare two checkpoints tensor by tensor, across formats.
+
+A is read through the same pipeline as ``convert`` (``--state-key``, ``--remap`` rules, then
+adapters, with module types decided against B's shapes); B is read as is (``--state-key-b``).
+Names are matched exactly; each common tensor gets one status:
+
+``identical``   same dtype, same shape, identical bytes;
+``equal``       same dtype and shape, bytes differ but every value is equal as a number
+                (NaN payloads, -0.0 against 0.0);
+``close``       same dtype and shape, every value within ``rtol``/``atol`` (``numpy.isclose``
+                with B as reference and NaN equal to NaN) but not all equal;
+``dtype``       dtypes differ, every value within tolerance (F32 against its BF16 rounding);
+``different``   same shape, some values not within tolerance (any dtypes);
+``transposed``  rank 2, A is ``[m, n]`` and B ``[n, m]`` (or both square), ``A.T`` within
+                tolerance of B;
+``shape``       shapes differ otherwise; values are not compared.
+
+The checkpoints are *identical* (exit 0) when both hold the same tensor names and every tensor is
+``identical``, ``equal`` or ``close``; with ``values_only`` a ``dtype`` tensor passes too.
+
+Values are compared one tensor at a time in fixed-size chunks (``ckptctl.ops._compare``), so
+memory stays bounded whatever the file sizes.
+
+JSON form (``report.diff.diff_json``), keys in this order::
+
+    {"schema_version": 1, "a": str, "b": str, "format_a": str, "format_b": str,
+     "identical": bool,
+     "options": {"state_key": str|null, "state_key_b": str|null, "remap": [str], "adapters": [str],
+                 "module_types": [str], "rtol": float, "atol": float, "values_only": bool},
+     "counts": {"tensors_a", "tensors_b", "common", "only_in_a", "only_in_b", "identical", "equal",
+                "close", "dtype", "different", "transposed", "shape": int},
+     "only_in_a": [{"name": str, "suggestion": str|null}],   # suggestion: a B-only name
+     "only_in_b": [{"name": str, "suggestion": str|null}],   # suggestion: an A-only name
+     "tensors": [{"name", "status", "dtype_a", "dtype_b", "shape_a": [int], "shape_b": [int],
+                  "numel": int, "max_abs", "max_rel": float|"inf"|null,
+                  "mismatched", "nan_mismatched": int|null}],   # every common tensor, A order
+     "fixes": [str], "suggested_command": str|null, "warnings": [str]}
+
+Names are A's names after the remap rules and adapters. ``max_abs``/``max_rel``/``mismatched``/
+``nan_mismatched`` are null when values were not compared (``shape``), the string ``"inf"`` when
+infinite.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal
+
+from ckptctl.errors import SelectionError
+from ckptctl.formats import open_checkpoint
+from ckptctl.ops._compare import compare_values
+from ckptctl.ops.convert import ConvertOptions, build_plan
+from ckptctl.ops.inspect import select_state_key
+from ckptctl.ops.summary import did_you_mean, specs_of, suggest_fixes
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from ckptctl.model import TensorEntry
+    from ckptctl.ops._compare import ValueDiff
+
+Status = Literal["identical", "equal", "close", "dtype", "different", "transposed", "shape"]
+#: Every status, in the order counts and tables list them.
+STATUSES: tuple[Status, ...] = (
+    "identical",
+    "equal",
+    "close",
+    "dtype",
+    "different",
+    "transposed",
+    "shape",
+)
+#: Statuses that leave two checkpoints identical.
+PASSING: frozenset[str] = frozenset({"identical", "equal", "close"})
+DEFAULT_RTOL = 1e-5
+DEFAULT_ATOL = 1e-8
+#: Jaro comparisons spent on "Did you mean" per side (a name against every name of the other
+#: side); names beyond the budget get no suggestion. The first ten always get one.
+SUGGESTION_BUDGET = 200_000
+SUGGEST_AT_LEAST = 10
+
+
+@dataclass(frozen=True)
+class DiffOptions:
+    """What to do to A before comparing, and how close values must be.
+
+    Attributes:
+        state_key: descend into this dotted key of A.
+        state_key_b: descend into this dotted key of B.
+        remap: ordered ``PATTERN=REPLACEMENT`` rules applied to A's names (as ``convert``).
+        adapters: adapter names applied to A after the rules (as ``convert``).
+        module_types: ``REGEX=Type`` rules for the layout adapters (as ``convert``).
+        rtol: relative tolerance (of B's value).
+        atol: absolute tolerance.
+        values_only: a tensor whose dtype differs but whose values are close passes.
+        progress: called with A's byte count of each tensor once it is compared.
+    """
+
+    state_key: str | None = None
+    state_key_b: str | None = None
+    remap: tuple[str, ...] = ()
+    adapters: tuple[str, ...] = ()
+    module_types: tuple[str, ...] = ()
+    rtol: float = DEFAULT_RTOL
+    atol: float = DEFAULT_ATOL
+    values_only: bool = False
+    progress: Callable[[int], None] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class TensorDiff:
+    """One tensor present on both sides.
+
+    ``max_abs``, ``max_rel``, ``mismatched`` and ``nan_mismatched`` are None when the values
+    were not compared (status ``shape``).
+    """
+
+    name: str
+    status: Status
+    dtype_a: str
+    dtype_b: str
+    shape_a: tuple[int, ...]
+    shape_b: tuple[int, ...]
+    numel: int
+    max_abs: float | None = None
+    max_rel: float | None = None
+    mismatched: int | None = None
+    nan_mismatched: int | None = None
+
+
+@dataclass(frozen=True)
+class OnlyIn:
+    """A tensor name on one side only, with the most similar name only on the other side."""
+
+    name: str
+    suggestion: str | None = None
+
+
+@dataclass(frozen=True)
+class DiffReport:
+    """What ``ckptctl diff`` found; render with ``report.diff``."""
+
+    a: str
+    b: str
+    format_a: str
+    format_b: str
+    tensors_a: int
+    tensors_b: int
+    tensors: tuple[TensorDiff, ...]
+    only_in_a: tuple[OnlyIn, ...]
+    only_in_b: tuple[OnlyIn, ...]
+    options: DiffOptions
+    fixes: tuple[str, ...] = ()
+    suggested_command: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    def passes(self, row: TensorDiff) -> bool:
+        """True when ``row`` does not make the checkpoints differ."""
+        return row.status in PASSING or (self.options.values_only and row.status == "dtype")
+
+    @property
+    def identical(self) -> bool:
+        """Same names and every common tensor passes (see the module docstring)."""
+        return not self.only_in_a and not self.only_in_b and all(map(self.passes, self.tensors))
+
+    @property
+    def ok(self) -> bool:
+        """Alias of :attr:`identical` (the CLI exits 1 when false)."""
+        return self.identical
+
+    @property
+    def differing(self) -> tuple[TensorDiff, ...]:
+        """The common tensors that do not pass."""
+        return tuple(t for t in self.tensors if not self.passes(t))
+
+    def counts(self) -> dict[str, int]:
+        """Tensor counts, per side and per status, in a fixed key order."""
+        by_status = Counter(t.status for t in self.tensors)
+        out = {
+            "tensors_a": self.tensors_a,
+            "tensors_b": self.tensors_b,
+            "common": len(self.tensors),
+            "only_in_a": len(self.only_in_a),
+            "only_in_b": len(self.only_in_b),
+        }
+        out.update({status: by_status[status] for status in STATUSES})
+        return out
+
+
+def diff_checkpoints(
+    a: str | os.PathLike[str],
+    b: str | os.PathLike[str],
+    options: DiffOptions | None = None,
+) -> DiffReport:
+    """Compare two checkpoints of any formats, tensor by tensor, in bounded memory.
+
+    Args:
+        a: the first checkpoint; the remap rules and adapters apply to it.
+        b: the second checkpoint (the reference for relative differences).
+        options: selection, renaming, adapters and tolerances.
+
+    Returns:
+        A :class:`DiffReport`; ``report.identical`` says whether they match.
+
+    Raises:
+        InputError: a file is unreadable, corrupt or unsafe.
+        UnsupportedError: a file uses something ckptctl cannot handle.
+        SelectionError: bad state key, remap rule, adapter name or tolerance.
+
+    Example:
+        >>> report = diff_checkpoints("model.safetensors", "model.bpk")  # doctest: +SKIP
+        >>> report.identical  # doctest: +SKIP
+        True
+    """
+    opts = options or DiffOptions()
+    for option, value in (("--rtol", opts.rtol), ("--atol", opts.atol)):
+        if not (math.isfinite(value) and value >= 0):
+            raise SelectionError(f"{option} must be a finite number >= 0, not {value!r}")
+    with open_checkpoint(a) as ckpt_a, open_checkpoint(b) as ckpt_b:
+        entries_b = select_state_key(ckpt_b.entries(), opts.state_key_b, ckpt_b)
+        specs_b = specs_of(entries_b)
+        entries_a = select_state_key(ckpt_a.entries(), opts.state_key, ckpt_a)
+        plan_options = ConvertOptions(
+            remap=opts.remap, adapters=opts.adapters, module_types=opts.module_types
+        )
+        items, warnings = build_plan(entries_a, plan_options, specs_b)
+        outputs = [item.entry for item in items if item.entry is not None]
+        by_name_b = {e.name: e for e in entries_b}
+        rows: list[TensorDiff] = []
+        for entry in outputs:
+            other = by_name_b.get(entry.name)
+            if other is None:
+                continue
+            rows.append(compare_entries(entry, other, rtol=opts.rtol, atol=opts.atol))
+            if opts.progress is not None:
+                opts.progress(entry.nbytes)
+        format_a, format_b = ckpt_a.format, ckpt_b.format
+    names_a = [e.name for e in outputs]
+    set_a = set(names_a)
+    only_a = sorted(n for n in set_a if n not in by_name_b)
+    only_b = sorted(n for n in by_name_b if n not in set_a)
+    report = DiffReport(
+        a=os.fspath(a),
+        b=os.fspath(b),
+        format_a=format_a,
+        format_b=format_b,
+        tensors_a=len(outputs),
+        tensors_b=len(entries_b),
+        tensors=tuple(rows),
+        only_in_a=_with_suggestions(only_a, only_b),
+        only_in_b=_with_suggestions(only_b, only_a),
+        options=opts,
+        warnings=tuple(warnings),
+    )
+    shapes_a = {e.name: e.shape for e in outputs}
+    shapes_b = {e.name: e.shape for e in entries_b}
+    for row in rows:
+        if row.status == "shape":
+            # values were compared and do not match transposed: hide the swapped shape from
+            # suggest_fixes so that it proposes no transposing adapter on shapes alone
+            shapes_a[row.name] = shapes_b[row.name]
+    fixes = _fixes(report, shapes_a, shapes_b)
+    command = suggest_command(report, fixes) if fixes else None
+    return replace(report, fixes=tuple(fixes), suggested_command=command)
+
+
+def compare_entries(a: TensorEntry, b: TensorEntry, *, rtol: float, atol: float) -> TensorDiff:
+    """Classify one pair of same-named tensors (see the module docstring for the statuses).
+
+    Args:
+        a: the tensor from A (after remap rules and adapters).
+        b: the tensor from B.
+        rtol: relative tolerance (of ``|b|``).
+        atol: absolute tolerance.
+
+    Returns:
+        The tensor's status and value differences.
+    """
+    status: Status
+    values: ValueDiff | None = None
+    if a.shape == b.shape:
+        values = compare_values(a, b, rtol=rtol, atol=atol)
+        if values.identical_bytes:
+            status = "identical"
+        elif not values.allclose:
+            status = "different"
+            if _is_square(a.shape):  # a square weight stored the other way round
+                turned = compare_values(a, b, rtol=rtol, atol=atol, transposed=True)
+                if turned.allclose:
+                    status, values = "transposed", turned
+        elif a.dtype is not b.dtype:
+            status = "dtype"
+        else:
+            status = "equal" if values.equal else "close"
+    elif len(a.shape) == 2 and b.shape == (a.shape[1], a.shape[0]):
+        turned = compare_values(a, b, rtol=rtol, atol=atol, transposed=True)
+        status = "transposed" if turned.allclose else "shape"
+        values = turned if turned.allclose else None
+    else:
+        status = "shape"
+    return TensorDiff(
+        name=a.name,
+        status=status,
+        dtype_a=a.dtype.value,
+        dtype_b=b.dtype.value,
+        shape_a=a.shape,
+        shape_b=b.shape,
+        numel=a.numel,
+        max_abs=None if values is None else values.max_abs,
+        max_rel=None if values is None else values.max_rel,
+        mismatched=None if values is None else values.mismatched,
+        nan_mismatched=None if values is None else values.nan_mismatched,
+    )
+
+
+def _is_square(shape: tuple[int, ...]) -> bool:
+    return len(shape) == 2 and shape[0] == shape[1] and shape[0] > 1
+
+
+def _with_suggestions(names: Sequence[str], others: Sequence[str]) -> tuple[OnlyIn, ...]:
+    """``OnlyIn`` rows with Burn's "Did you mean" (spec §5.4) against the other side's names."""
+    if not others:
+        return tuple(OnlyIn(n) for n in names)
+    limit = max(SUGGEST_AT_LEAST, SUGGESTION_BUDGET // len(others))
+    return tuple(
+        OnlyIn(n, did_you_mean(n, others) if i < limit else None) for i, n in enumerate(names)
+    )
+
+
+def _fixes(
+    report: DiffReport, shapes_a: dict[str, tuple[int, ...]], shapes_b: dict[str, tuple[int, ...]]
+) -> list[str]:
+    """Options that would reconcile A with B, verified by ``suggest_fixes`` where it applies."""
+    opts = report.options
+    fixes: list[str] = []
+    turned = any(t.status == "transposed" for t in report.tensors)
+    if report.only_in_a or report.only_in_b or turned:
+        missing = [o.name for o in report.only_in_b]
+        unused = [o.name for o in report.only_in_a]
+        fixes = suggest_fixes(missing, unused, shapes_a, shapes_b)
+    given = {f"--adapter {name}" for name in opts.adapters}
+    fixes = [f for f in fixes if f not in given]
+    if fixes:
+        return fixes
+    differing = report.differing
+    if not opts.values_only and differing and all(t.status == "dtype" for t in differing):
+        if report.only_in_a or report.only_in_b:
+            return []
+        return ["--values-only"]
+    return []
+
+
+def suggest_command(report: DiffReport, fixes: Sequence[str]) -> str:
+    """The ``ckptctl diff`` command line of ``report`` with ``fixes`` added.
+
+    New ``--remap`` rules go after the ones given (rules apply in order, before adapters).
+    """
+    opts = report.options
+    parts = ["ckptctl", "diff", shlex.quote(report.a), shlex.quote(report.b)]
+    if opts.state_key is not None:
+        parts += ["--state-key", shlex.quote(opts.state_key)]
+    if opts.state_key_b is not None:
+        parts += ["--state-key-b", shlex.quote(opts.state_key_b)]
+    parts += [f"--remap {shlex.quote(rule)}" for rule in opts.remap]
+    parts += [f for f in fixes if f.startswith("--remap ")]
+    parts += [f"--module-type {shlex.quote(rule)}" for rule in opts.module_types]
+    parts += [f"--adapter {shlex.quote(name)}" for name in opts.adapters]
+    parts += [f for f in fixes if not f.startswith("--remap ")]
+    if opts.rtol != DEFAULT_RTOL:
+        parts.append(f"--rtol {opts.rtol!r}")
+    if opts.atol != DEFAULT_ATOL:
+        parts.append(f"--atol {opts.atol!r}")
+    if opts.values_only and "--values-only" not in fixes:
+        parts.append("--values-only")
+    return " ".join(parts)

@@ -1,0 +1,999 @@
+"""``verify``: the CI gate. Every file gets a list of named findings; nothing raises.
+
+Checks, each a :class:`Finding` with a ``check`` id (the CLI contract and issue #5):
+
+* ``readable`` -- the file opens and passes every structural check its reader has;
+* ``safe-pickle`` -- PyTorch files only: no pickle global outside the allowlist (an unsafe
+  pickle fails here, not under ``readable``);
+* ``sharded-index`` -- ``*.index.json`` only: :func:`ckptctl.formats.sharded.check_index`;
+* ``flat-reader`` -- a reader that expects a top-level name → tensor map (candle's
+  ``from_pth``, ``safetensors``' ``load``) would find tensors: nested checkpoints, whole pickled
+  models, TorchScript archives, bare tensors and empty files fail, saying where the tensors are
+  and how to fix it; with ``state_key`` the gate applies below that key;
+* ``min-tensors``, ``no-nan`` (chunked NaN/Inf scan), ``expect`` (Tensor Loading Summary against
+  a reference) and ``optimizer`` (burn-store spec §7.5: will a Burn optimizer record attach to
+  this model?) when asked for.
+
+Bad files are findings, never exceptions: :func:`verify` catches ``CkptError`` per file and per
+check. ``report.ok`` is true when no finding failed; the CLI exits 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ckptctl._io import CHUNK_BYTES
+from ckptctl.dtypes import DType, to_float
+from ckptctl.errors import CkptError, SelectionError, UnsafePickleError
+from ckptctl.formats import detect_format, open_checkpoint
+from ckptctl.ops.inspect import select_state_key
+from ckptctl.ops.summary import LoadingSummary, specs_of, summarize
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
+    from ckptctl.model import Checkpoint, JSONValue, TensorEntry
+
+    Shape = tuple[int, ...]
+    Specs = Mapping[str, tuple[DType, Shape]]
+
+__all__ = [
+    "CHECKS",
+    "FileResult",
+    "Finding",
+    "OptimizerCheck",
+    "Orphan",
+    "Status",
+    "VerifyReport",
+    "verify",
+]
+
+#: Every check id, in the order findings appear.
+CHECKS = (
+    "readable",
+    "safe-pickle",
+    "sharded-index",
+    "flat-reader",
+    "min-tensors",
+    "expect",
+    "no-nan",
+    "optimizer",
+)
+#: Bytes read per ``os.pread`` call by the NaN/Inf scan (a multiple of every itemsize).
+SCAN_CHUNK_BYTES = CHUNK_BYTES
+#: Names listed in a finding's message before "and N more".
+MESSAGE_LIMIT = 5
+
+_PYTORCH_FORMATS = frozenset(
+    {"pytorch-zip", "pytorch-legacy", "pytorch-tar", "pickle", "torchscript"}
+)
+_SCANNED = frozenset({DType.C64, DType.C128})
+_RUNNING_STATS = ("running_mean", "running_var")
+_FLAT_READERS = "a flat name → tensor reader (candle's from_pth, safetensors' load)"
+
+
+class Status(Enum):
+    """A finding's outcome; only ``FAIL`` fails a file."""
+
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """An optimizer state whose ParamId no model tensor has.
+
+    Attributes:
+        param_id: the id the state is keyed by.
+        path: the parameter path the record gives for it, if any.
+        model_id: the ParamId of the model tensor at ``path``, when there is one.
+    """
+
+    param_id: int
+    path: str | None
+    model_id: int | None = None
+
+
+@dataclass(frozen=True)
+class OptimizerCheck:
+    """Will a Burn optimizer record attach to a model's parameters (burn-store spec §7.5)?
+
+    Counts follow the spec: ``O`` the record's state ids, ``M`` the model's ParamIds.
+
+    Attributes:
+        verdict: ``ok``, ``partial``, ``lost`` or ``no-ids``.
+        model: the model file; ``optimizer``: the record.
+        model_format: the model's format.
+        model_has_ids: the model carries at least one ParamId.
+        states: ``|O|``.
+        matched: ``|O ∩ M|``.
+        trainable: trainable model tensors (float, not running stats).
+        trainable_with_state: ``|O ∩ M_trainable|``.
+        running_stats: float tensors ignored as running statistics.
+        without_ids: trainable tensors that carry no ParamId.
+        path_disagreements: ``(id, recorded path, model tensor name)`` for matched ids.
+        shape_disagreements: one sentence per disagreement.
+        reinitialized: orphans whose recorded path names a model tensor.
+        foreign: orphans whose path is unknown or names no model tensor.
+        cohorts: the largest number of ids recorded for one path (1: no growth).
+        cohort_times: ``(min, max)`` of ``momentum.time`` per cohort, when recorded.
+        rebindable: every state can be re-keyed by its recorded path (same name and shape).
+        repair: the command that writes a model whose ParamIds match the record.
+    """
+
+    verdict: str
+    model: str
+    optimizer: str
+    model_format: str
+    model_has_ids: bool
+    states: int
+    matched: int
+    trainable: int
+    trainable_with_state: int
+    running_stats: int
+    without_ids: tuple[str, ...] = ()
+    path_disagreements: tuple[tuple[int, str, str], ...] = ()
+    shape_disagreements: tuple[str, ...] = ()
+    reinitialized: tuple[Orphan, ...] = ()
+    foreign: tuple[Orphan, ...] = ()
+    cohorts: int = 0
+    cohort_times: tuple[tuple[int, int] | None, ...] = ()
+    rebindable: bool = False
+    repair: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True only for the ``ok`` verdict."""
+        return self.verdict == "ok"
+
+    @property
+    def match_rate(self) -> float | None:
+        """``|O ∩ M| / |O|``; None without ParamIds in the model or without states."""
+        if not self.model_has_ids or not self.states:
+            return None
+        return self.matched / self.states
+
+    @property
+    def coverage(self) -> float | None:
+        """``|O ∩ M_trainable| / |M_trainable|``; None without ParamIds or trainable tensors."""
+        if not self.model_has_ids or not self.trainable:
+            return None
+        return self.trainable_with_state / self.trainable
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        """A JSON-able dict with deterministic key order."""
+
+        def orphan(o: Orphan) -> dict[str, JSONValue]:
+            return {"param_id": o.param_id, "path": o.path, "model_id": o.model_id}
+
+        return {
+            "verdict": self.verdict,
+            "model": self.model,
+            "optimizer": self.optimizer,
+            "model_format": self.model_format,
+            "model_has_ids": self.model_has_ids,
+            "states": self.states,
+            "matched": self.matched,
+            "match_rate": self.match_rate,
+            "trainable": self.trainable,
+            "trainable_with_state": self.trainable_with_state,
+            "coverage": self.coverage,
+            "running_stats": self.running_stats,
+            "without_ids": list(self.without_ids),
+            "path_disagreements": [
+                {"param_id": i, "recorded": p, "model": m} for i, p, m in self.path_disagreements
+            ],
+            "shape_disagreements": list(self.shape_disagreements),
+            "orphans": {
+                "reinitialized": [orphan(o) for o in self.reinitialized],
+                "foreign": [orphan(o) for o in self.foreign],
+            },
+            "cohorts": self.cohorts,
+            "cohort_times": [
+                None if t is None else {"min": t[0], "max": t[1]} for t in self.cohort_times
+            ],
+            "rebindable": self.rebindable,
+            "repair": self.repair,
+        }
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The outcome of one check on one file.
+
+    Attributes:
+        check: the check id (one of :data:`CHECKS`).
+        status: ok, warn or fail.
+        message: what was found (strings from files are raw; renderers escape them).
+        hint: what to do next, when there is something to do.
+        details: machine-readable facts for ``--json`` (NaN counts, index problems ...).
+        summary: the Tensor Loading Summary (``expect``).
+        optimizer: the optimizer state check (``optimizer``).
+    """
+
+    check: str
+    status: Status
+    message: str
+    hint: str | None = None
+    details: Mapping[str, JSONValue] = field(default_factory=dict)
+    summary: LoadingSummary | None = None
+    optimizer: OptimizerCheck | None = None
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """Every finding about one file.
+
+    Attributes:
+        path: the file as given.
+        format: the detected format, None when detection failed.
+        kind: what the file is as a whole (PyTorch), when known.
+        tensors: tensors found (below ``state_key`` when given), None when unreadable.
+        findings: in check order.
+    """
+
+    path: str
+    format: str | None
+    kind: str | None
+    tensors: int | None
+    findings: tuple[Finding, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when no finding failed."""
+        return all(f.status is not Status.FAIL for f in self.findings)
+
+    @property
+    def failures(self) -> tuple[Finding, ...]:
+        """The failed findings."""
+        return tuple(f for f in self.findings if f.status is Status.FAIL)
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The result of :func:`verify`: one :class:`FileResult` per path, in the order given."""
+
+    files: tuple[FileResult, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when every file passed."""
+        return all(f.ok for f in self.files)
+
+    @property
+    def passed(self) -> int:
+        """Files without a failed finding."""
+        return sum(1 for f in self.files if f.ok)
+
+    @property
+    def failed(self) -> int:
+        """Files with at least one failed finding."""
+        return len(self.files) - self.passed
+
+    @property
+    def warned(self) -> int:
+        """Passing files with at least one warning."""
+        return sum(
+            1 for f in self.files if f.ok and any(x.status is Status.WARN for x in f.findings)
+        )
+
+    def summary_line(self) -> str:
+        """``3 files: 2 passed, 1 failed`` (plus warnings when there are any)."""
+        n = len(self.files)
+        line = f"{n} file{'s' if n != 1 else ''}: {self.passed} passed, {self.failed} failed"
+        if self.warned:
+            line += f" ({self.warned} with warnings)"
+        return line
+
+
+# --- entry point --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Options:
+    state_key: str | None
+    no_nan: bool
+    min_tensors: int | None
+    expect: str | None
+    expect_specs: Specs | CkptError | None
+    optimizer: str | None
+    record: _OptimizerRecord | CkptError | None
+
+
+def verify(
+    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    *,
+    state_key: str | None = None,
+    no_nan: bool = False,
+    expect: str | os.PathLike[str] | None = None,
+    min_tensors: int | None = None,
+    optimizer: str | os.PathLike[str] | None = None,
+) -> VerifyReport:
+    """Check checkpoint files for CI; bad files become failed findings, never exceptions.
+
+    Args:
+        paths: one path or several, checked in the order given.
+        state_key: apply the checks below this dotted key of nested checkpoints.
+        no_nan: scan every float tensor for NaN and Inf (reads all tensor bytes, in chunks).
+        expect: a reference checkpoint the files must match in tensor names and shapes.
+        min_tensors: fail files with fewer tensors than this.
+        optimizer: a Burn optimizer record (``optim-N.bpk``) that must attach to each file.
+
+    Returns:
+        A :class:`VerifyReport`; ``report.ok`` is true when every file passed every check.
+
+    Example:
+        >>> report = verify(["model.safetensors", "ckpt.pt"], state_key="model")  # doctest: +SKIP
+        >>> report.ok, report.summary_line()  # doctest: +SKIP
+        (False, '2 files: 1 passed, 1 failed')
+    """
+    if isinstance(paths, str | os.PathLike):
+        paths = [paths]
+    options = _Options(
+        state_key=state_key,
+        no_nan=no_nan,
+        min_tensors=min_tensors,
+        expect=None if expect is None else os.fspath(expect),
+        expect_specs=None if expect is None else _load_specs(expect),
+        optimizer=None if optimizer is None else os.fspath(optimizer),
+        record=None if optimizer is None else _load_record(optimizer),
+    )
+    return VerifyReport(tuple(_verify_file(os.fspath(p), options) for p in paths))
+
+
+def _load_specs(path: str | os.PathLike[str]) -> Specs | CkptError:
+    try:
+        with open_checkpoint(path) as ref:
+            return specs_of(ref.values())
+    except CkptError as exc:
+        return exc
+
+
+def _fail_from(check: str, exc: CkptError, prefix: str = "") -> Finding:
+    return Finding(check, Status.FAIL, prefix + exc.message, exc.hint)
+
+
+def _verify_file(path: str, opts: _Options) -> FileResult:
+    findings: list[Finding] = []
+    try:
+        fmt = detect_format(path).name
+    except CkptError as exc:
+        return FileResult(path, None, None, None, (_fail_from("readable", exc),))
+    if fmt == "safetensors-index":
+        index = _check_index(path)
+        if index is not None:
+            findings.append(index)
+    try:
+        ckpt = open_checkpoint(path)
+    except UnsafePickleError as exc:
+        findings.append(_fail_from("safe-pickle", exc))
+        return FileResult(path, fmt, None, None, tuple(findings))
+    except CkptError as exc:
+        findings.insert(0, _fail_from("readable", exc))
+        return FileResult(path, fmt, None, None, tuple(findings))
+    with ckpt:
+        findings.insert(0, _readable(ckpt))
+        if ckpt.format in _PYTORCH_FORMATS:
+            findings.insert(
+                1,
+                Finding(
+                    "safe-pickle",
+                    Status.OK,
+                    "no unsafe pickle globals (only tensor rebuild functions and storage types)",
+                ),
+            )
+        flat, entries = _flat_reader(ckpt, opts.state_key)
+        findings.append(flat)
+        if entries is None:  # nothing below --state-key: the other checks have nothing to see
+            return FileResult(path, ckpt.format, ckpt.kind, 0, tuple(findings))
+        if opts.min_tensors is not None:
+            findings.append(_min_tensors(entries, opts.min_tensors, opts.state_key))
+        if opts.expect is not None:
+            findings.append(_expect(entries, opts.expect, opts.expect_specs))
+        if opts.no_nan:
+            findings.append(_guard("no-nan", lambda: _no_nan(entries)))
+        if opts.optimizer is not None:
+            optim, record = opts.optimizer, opts.record
+            findings.append(
+                _guard(
+                    "optimizer",
+                    lambda: _optimizer(path, ckpt.format, entries, optim, record, opts.state_key),
+                )
+            )
+        return FileResult(path, ckpt.format, ckpt.kind, len(entries), tuple(findings))
+
+
+def _guard(check: str, run: Callable[[], Finding]) -> Finding:
+    """Run one check; a ``CkptError`` (a tensor that cannot be read) fails that check only."""
+    try:
+        return run()
+    except CkptError as exc:
+        return _fail_from(check, exc)
+
+
+# --- readable, sharded-index --------------------------------------------------------------------
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def _readable(ckpt: Checkpoint) -> Finding:
+    what = f"{ckpt.format}, {_plural(len(ckpt), 'tensor')}"
+    if ckpt.facts.get("sharded"):
+        shards = ckpt.facts.get("shards")
+        if isinstance(shards, list):
+            what += f" in {_plural(len(shards), 'shard')}"
+    if ckpt.scalars:
+        what += f", {_plural(len(ckpt.scalars), 'scalar')}"
+    return Finding("readable", Status.OK, what + "; every structural check passed")
+
+
+def _check_index(path: str) -> Finding | None:
+    """The index checked against its shards; None when the index itself is unreadable."""
+    from ckptctl.formats.sharded import check_index
+
+    try:
+        problems = check_index(path)
+    except CkptError:  # the index itself is bad: ``readable`` reports it once
+        return None
+    if not problems:
+        return Finding("sharded-index", Status.OK, "the index and its shards agree on every tensor")
+    return Finding(
+        "sharded-index",
+        Status.FAIL,
+        f"{_plural(len(problems), 'problem')}: "
+        + "; ".join(problems[:MESSAGE_LIMIT])
+        + _more(len(problems)),
+        "re-download the checkpoint or regenerate its index",
+        details={"problems": list(problems)},
+    )
+
+
+def _more(total: int, shown: int = MESSAGE_LIMIT) -> str:
+    return f"; and {total - shown} more" if total > shown else ""
+
+
+# --- flat-reader ------------------------------------------------------------------------------
+
+
+def _short_class(ckpt: Checkpoint) -> str:
+    module_class = ckpt.facts.get("module_class")
+    if not isinstance(module_class, str) or not module_class:
+        return "model"
+    return module_class.rsplit(".", 1)[-1]
+
+
+def _groups(ckpt: Checkpoint) -> dict[str, int]:
+    """Tensors per top-level key of a nested checkpoint, from ``facts["containers"]``."""
+    containers = ckpt.facts.get("containers")
+    groups: Counter[str] = Counter()
+    if isinstance(containers, dict):
+        for container, count in containers.items():
+            if isinstance(container, str) and isinstance(count, int) and container:
+                groups[container.split(".", 1)[0]] += count
+    return dict(groups)
+
+
+def _is_optimizer_key(key: str) -> bool:
+    lower = key.lower()
+    return "optim" in lower or "scheduler" in lower
+
+
+def _best_key(groups: Mapping[str, int]) -> str:
+    """The key most likely to hold the weights: the largest group that is not optimizer state."""
+    weights = {k: n for k, n in groups.items() if not _is_optimizer_key(k)} or dict(groups)
+    return max(weights, key=lambda k: weights[k])  # max keeps the first of equal counts
+
+
+def _flat_reader(
+    ckpt: Checkpoint, state_key: str | None
+) -> tuple[Finding, list[TensorEntry] | None]:
+    """The flat-reader gate, and the entries the other checks look at (None: none below key)."""
+    entries = ckpt.entries()
+    kind = ckpt.kind
+    cls = _short_class(ckpt)
+    convert = f"ckptctl convert {shlex.quote(ckpt.path)} model.safetensors"
+    if kind == "module":
+        return Finding(
+            "flat-reader",
+            Status.FAIL,
+            f"a pickled {cls} object, not a state_dict: re-save model.state_dict() "
+            "(or save safetensors)",
+            f"loading it needs {cls}'s code; {_FLAT_READERS} finds no tensors. "
+            f"Without torch: {convert}",
+        ), entries
+    if kind == "torchscript":
+        return Finding(
+            "flat-reader",
+            Status.FAIL,
+            f"a TorchScript archive of {cls}, not a state_dict: re-save "
+            "torch.jit.load(f).state_dict() (or save safetensors)",
+            f"{_FLAT_READERS} finds no tensors in it. Without torch: {convert}",
+        ), entries
+    if kind == "tensor":
+        return Finding(
+            "flat-reader",
+            Status.FAIL,
+            "a single bare tensor, not a name → tensor map: a flat reader finds no tensor names",
+            "save a dict instead, e.g. torch.save({'weight': t}, path)",
+        ), entries
+    if state_key is not None:
+        try:
+            selected = select_state_key(entries, state_key, ckpt)
+        except SelectionError as exc:
+            return _fail_from("flat-reader", exc), None
+        return Finding(
+            "flat-reader",
+            Status.OK,
+            f"{_plural(len(selected), 'tensor')} below state key {state_key!r}",
+        ), selected
+    if not entries:
+        scalars = f" (only {_plural(len(ckpt.scalars), 'scalar')})" if ckpt.scalars else ""
+        return Finding(
+            "flat-reader",
+            Status.FAIL,
+            f"the file holds no tensors{scalars}",
+            "a weights file needs at least one tensor; was the wrong file saved?",
+        ), entries
+    if kind == "nested":
+        return _nested(ckpt, entries), entries
+    how = "a flat name → tensor map" if kind == "state_dict" else "flat by construction"
+    return Finding(
+        "flat-reader", Status.OK, f"{_plural(len(entries), 'tensor')} at the top level ({how})"
+    ), entries
+
+
+def _nested(ckpt: Checkpoint, entries: list[TensorEntry]) -> Finding:
+    groups = _groups(ckpt)
+    top = ckpt.facts.get("top_level_tensors")
+    top = top if isinstance(top, int) else 0
+    if not groups:  # facts missing: fall back on the names
+        groups = dict(Counter(e.name.split(".", 1)[0] for e in entries if "." in e.name))
+    where = ", ".join(f"{k!r} ({n:,})" for k, n in groups.items())
+    key = _best_key(groups) if groups else None
+    fix = (
+        f"pass --state-key {shlex.quote(key)}, or re-save model.state_dict()"
+        if key
+        else "re-save model.state_dict()"
+    )
+    details: dict[str, JSONValue] = {"top_level_tensors": top, "groups": groups, "state_key": key}
+    if top:
+        nested = len(entries) - top
+        return Finding(
+            "flat-reader",
+            Status.WARN,
+            f"{_plural(top, 'tensor')} at the top level, but {nested:,} more are nested under "
+            f"{where}; a flat reader skips those",
+            fix,
+            details=details,
+        )
+    convert = (
+        f"ckptctl convert {shlex.quote(ckpt.path)} model.safetensors --state-key {shlex.quote(key)}"
+        if key
+        else None
+    )
+    return Finding(
+        "flat-reader",
+        Status.FAIL,
+        f"{_FLAT_READERS} finds no tensors at the top level: tensors are under {where}: {fix}",
+        f"a flat copy without torch: {convert}" if convert else None,
+        details=details,
+    )
+
+
+# --- min-tensors, expect ------------------------------------------------------------------------
+
+
+def _min_tensors(entries: list[TensorEntry], minimum: int, state_key: str | None) -> Finding:
+    n = len(entries)
+    where = f" below state key {state_key!r}" if state_key is not None else ""
+    details: dict[str, JSONValue] = {"tensors": n, "min_tensors": minimum}
+    if n >= minimum:
+        return Finding(
+            "min-tensors",
+            Status.OK,
+            f"{_plural(n, 'tensor')}{where} (at least {minimum:,})",
+            details=details,
+        )
+    return Finding(
+        "min-tensors",
+        Status.FAIL,
+        f"{_plural(n, 'tensor')}{where}, fewer than the required {minimum:,}",
+        "is this the right file (a partial save, or one shard of a sharded checkpoint)?",
+        details=details,
+    )
+
+
+def _expect(entries: list[TensorEntry], ref: str, specs: Specs | CkptError | None) -> Finding:
+    if isinstance(specs, CkptError) or specs is None:
+        exc = specs if isinstance(specs, CkptError) else CkptError("cannot be read")
+        return _fail_from("expect", exc, f"the reference {ref} cannot be read: ")
+    summary = summarize(specs_of(entries), specs)
+    counts = f"{len(summary.applied):,} of {len(specs):,} reference tensors match in name and shape"
+    problems = []
+    if summary.missing:
+        problems.append(f"{len(summary.missing):,} missing")
+    if summary.errors:
+        n = len(summary.errors)
+        problems.append(f"{n:,} shape mismatch{'es' if n != 1 else ''}")
+    if summary.unused:
+        problems.append(f"{len(summary.unused):,} not in the reference")
+    text = f"against {ref}: {counts}" + (f" ({', '.join(problems)})" if problems else "")
+    if not summary.ok:
+        first = summary.missing[0] if summary.missing else None
+        hint = "see the Tensor Loading Summary"
+        if first is not None and first.suggestion is not None:
+            hint = f"missing {first.name!r}: did you mean {first.suggestion!r}? " + hint
+        return Finding("expect", Status.FAIL, text, hint, summary.to_dict(), summary=summary)
+    status = Status.WARN if summary.unused else Status.OK
+    return Finding("expect", status, text, None, summary.to_dict(), summary=summary)
+
+
+# --- no-nan -------------------------------------------------------------------------------------
+
+
+def _count_bad(raw: np.ndarray, dtype: DType) -> tuple[int, int]:
+    values = to_float(raw, dtype)
+    return int(np.count_nonzero(np.isnan(values))), int(np.count_nonzero(np.isinf(values)))
+
+
+def _scan(entry: TensorEntry) -> tuple[int, int]:
+    """NaN and Inf counts of one tensor, reading file-backed bytes with bounded ``pread`` calls.
+
+    File-backed entries are read chunk by chunk through their ``ByteSource`` (``os.pread``), not
+    through the memory map, so the resident set stays at one chunk however large the tensor.
+    """
+    if entry.nbytes == 0:
+        return 0, 0
+    located = entry.data.file_range()
+    if located is None:  # computed (strided view, adapter): its bytes are produced in memory anyway
+        return _count_bad(entry.load().reshape(-1), entry.dtype)
+    source, offset = located
+    step = max(entry.dtype.itemsize, SCAN_CHUNK_BYTES - SCAN_CHUNK_BYTES % entry.dtype.itemsize)
+    nan = inf = 0
+    for start in range(0, entry.nbytes, step):
+        chunk = source.read(offset + start, min(step, entry.nbytes - start))
+        n, i = _count_bad(np.frombuffer(chunk, dtype=entry.dtype.numpy), entry.dtype)
+        nan += n
+        inf += i
+    return nan, inf
+
+
+def _no_nan(entries: list[TensorEntry]) -> Finding:
+    scanned = 0
+    elements = 0
+    bad: list[dict[str, JSONValue]] = []
+    for entry in entries:
+        if not (entry.dtype.is_float or entry.dtype in _SCANNED):
+            continue
+        nan, inf = _scan(entry)
+        scanned += 1
+        elements += entry.numel
+        if nan or inf:
+            bad.append({"name": entry.name, "dtype": entry.dtype.value, "nan": nan, "inf": inf})
+    details: dict[str, JSONValue] = {"scanned": scanned, "elements": elements, "tensors": bad}
+    if not bad:
+        return Finding(
+            "no-nan",
+            Status.OK,
+            f"no NaN or Inf in {_plural(scanned, 'float tensor')} ({_plural(elements, 'value')})",
+            details=details,
+        )
+
+    def describe(b: dict[str, JSONValue]) -> str:
+        parts = [f"{b['nan']:,} NaN" if b["nan"] else "", f"{b['inf']:,} Inf" if b["inf"] else ""]
+        return f"{b['name']!r} ({', '.join(p for p in parts if p)})"
+
+    listed = ", ".join(describe(b) for b in bad[:MESSAGE_LIMIT]) + _more(len(bad))
+    return Finding(
+        "no-nan",
+        Status.FAIL,
+        f"NaN or Inf in {len(bad):,} of {_plural(scanned, 'float tensor')}: {listed}",
+        "the training run diverged or the file was written from a broken state; "
+        "use an earlier checkpoint",
+        details=details,
+    )
+
+
+# --- optimizer ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _OptimizerRecord:
+    """What a Burn optimizer record says about each parameter state, keyed by ParamId."""
+
+    path: str
+    ids: frozenset[int]
+    paths: Mapping[int, str]
+    ranks: Mapping[int, int]
+    shapes: Mapping[int, tuple[tuple[str, Shape], ...]]
+    times: Mapping[int, int]
+    order: tuple[int, ...]  # ids in the order the metadata lists them
+
+
+def _scalar_int(value: JSONValue) -> int | None:
+    if isinstance(value, dict) and len(value) == 1:
+        ((tag, inner),) = value.items()
+        if tag in ("UInt", "Int") and isinstance(inner, int) and not isinstance(inner, bool):
+            return inner
+    return None
+
+
+def _load_record(path: str | os.PathLike[str]) -> _OptimizerRecord | CkptError:
+    """Parse a Burn optimizer record (spec §7.3); the error when it is none."""
+    try:
+        with open_checkpoint(path) as ckpt:
+            return _parse_record(ckpt)
+    except CkptError as exc:
+        return exc
+
+
+def _parse_record(ckpt: Checkpoint) -> _OptimizerRecord:
+    hint = "pass the optim-<epoch>.bpk file burn-train writes next to model-<epoch>.bpk"
+    if ckpt.format != "burnpack":
+        raise CkptError(
+            f"is a {ckpt.format} file, not a Burn optimizer record (a burnpack)", hint=hint
+        )
+    shapes: dict[int, list[tuple[str, Shape]]] = {}
+    for entry in ckpt.values():
+        head, _, rest = entry.name.partition(".")
+        if not (head.isdigit() and rest and entry.param_id == int(head)):
+            raise CkptError(
+                f"is not a Burn optimizer record: tensor {entry.name!r} is not named "
+                "<ParamId>.<field> with a matching param_id",
+                hint=hint,
+            )
+        shapes.setdefault(int(head), []).append((rest, entry.shape))
+    ranks: dict[int, int] = {}
+    times: dict[int, int] = {}
+    for key, value in ckpt.scalars.items():
+        head, _, rest = key.partition(".")
+        if not head.isdigit():
+            continue
+        number = _scalar_int(value)
+        if rest == "__rank" and number is not None:
+            ranks[int(head)] = number
+        elif rest == "momentum.time" and number is not None:
+            times[int(head)] = number
+    paths = {int(k): v for k, v in ckpt.metadata.items() if k.isdigit()}
+    ids = frozenset(shapes) | frozenset(ranks)
+    if not ids and not paths:
+        raise CkptError(
+            "is not a Burn optimizer record: no <ParamId>.<field> tensors, no <ParamId>.__rank "
+            "scalars",
+            hint=hint,
+        )
+    order = tuple(int(k) for k in ckpt.metadata if k.isdigit())
+    return _OptimizerRecord(
+        path=ckpt.path,
+        ids=ids,
+        paths=paths,
+        ranks=ranks,
+        shapes={k: tuple(v) for k, v in shapes.items()},
+        times=times,
+        order=order,
+    )
+
+
+def _shape_problems(record: _OptimizerRecord, pid: int, name: str, shape: Shape) -> list[str]:
+    out = [
+        f"state {pid}.{fld} has shape {list(s)} but {name!r} has {list(shape)}"
+        for fld, s in record.shapes.get(pid, ())
+        if s != shape
+    ]
+    rank = record.ranks.get(pid)
+    if rank is not None and rank != len(shape):
+        out.append(f"state {pid}.__rank is {rank} but {name!r} has rank {len(shape)}")
+    return out
+
+
+def _cohorts(record: _OptimizerRecord) -> tuple[int, tuple[tuple[int, int] | None, ...]]:
+    """How many ids share a recorded path at most, and ``momentum.time`` per cohort.
+
+    Ids of one path are ranked by ``momentum.time`` (ids without one last); cohort ``k`` is the
+    ``k``-th id of every path. This is a heuristic: the record keeps no creation order.
+    """
+    by_path: dict[str, list[int]] = {}
+    for pid in sorted(record.ids):
+        if pid in record.paths:
+            by_path.setdefault(record.paths[pid], []).append(pid)
+    if not record.ids:
+        return 0, ()
+    count = max((len(v) for v in by_path.values()), default=1)
+    cohorts: list[list[int]] = [[] for _ in range(count)]
+    for pids in by_path.values():
+        ranked = sorted(pids, key=lambda p: (p not in record.times, record.times.get(p, 0)))
+        for k, pid in enumerate(ranked):
+            if pid in record.times:
+                cohorts[k].append(record.times[pid])
+    times = tuple((min(c), max(c)) if c else None for c in cohorts)
+    return count, times
+
+
+def _optimizer(
+    model_path: str,
+    model_format: str,
+    entries: list[TensorEntry],
+    optim: str,
+    record: _OptimizerRecord | CkptError | None,
+    state_key: str | None,
+) -> Finding:
+    if isinstance(record, CkptError) or record is None:
+        exc = record if isinstance(record, CkptError) else CkptError("cannot be read")
+        return _fail_from("optimizer", exc, f"{optim}: ")
+    check = _check_optimizer(model_path, model_format, entries, record, state_key)
+    return _optimizer_finding(check)
+
+
+def _check_optimizer(
+    model_path: str,
+    model_format: str,
+    entries: list[TensorEntry],
+    record: _OptimizerRecord,
+    state_key: str | None = None,
+) -> OptimizerCheck:
+    """Compare a model's ParamIds with an optimizer record (burn-store spec §7.5 checks 1-7)."""
+    by_name = {e.name: e for e in entries}
+    floats = [e for e in entries if e.dtype.is_float]
+    trainable = [e for e in floats if not e.name.endswith(_RUNNING_STATS)]
+    model_ids: dict[int, TensorEntry] = {}
+    for e in entries:
+        if e.param_id is not None:
+            model_ids.setdefault(e.param_id, e)
+    has_ids = bool(model_ids)
+    ids = record.ids
+    matched = sorted(pid for pid in ids if pid in model_ids) if has_ids else []
+    trainable_ids = {e.param_id for e in trainable if e.param_id is not None}
+    path_dis: list[tuple[int, str, str]] = []
+    shape_dis: list[str] = []
+    for pid in matched:
+        entry = model_ids[pid]
+        recorded = record.paths.get(pid)
+        if recorded is not None and recorded != entry.name:
+            path_dis.append((pid, recorded, entry.name))
+        shape_dis += _shape_problems(record, pid, entry.name, entry.shape)
+    orphan_ids = sorted(pid for pid in ids if pid not in model_ids)
+    reinit: list[Orphan] = []
+    foreign: list[Orphan] = []
+    for pid in orphan_ids:
+        path = record.paths.get(pid)
+        if path is not None and path in by_name:
+            reinit.append(Orphan(pid, path, by_name[path].param_id))
+        else:
+            foreign.append(Orphan(pid, path))
+    # Rebinding by path: every state (all of them without model ids) lands on a same-shape tensor.
+    candidates = orphan_ids if has_ids else sorted(ids)
+    rebindable = (
+        bool(ids)
+        and not matched
+        and all(
+            record.paths.get(pid) in by_name
+            and not _shape_problems(
+                record, pid, record.paths[pid], by_name[record.paths[pid]].shape
+            )
+            for pid in candidates
+        )
+    )
+    cohorts, times = _cohorts(record)
+    if not has_ids:
+        verdict = "no-ids"
+    elif not ids or (len(matched) == len(ids) and not path_dis and not shape_dis):
+        verdict = "ok"
+    elif not matched:
+        verdict = "lost"
+    else:
+        verdict = "partial"
+    repair = None
+    if verdict != "ok" and (rebindable or (not has_ids and ids)):
+        key = f" --state-key {shlex.quote(state_key)}" if state_key is not None else ""
+        repair = (
+            f"ckptctl convert {shlex.quote(model_path)} fixed.bpk --param-ids-from "
+            f"{shlex.quote(record.path)}{key}"
+        )
+    return OptimizerCheck(
+        verdict=verdict,
+        model=model_path,
+        optimizer=record.path,
+        model_format=model_format,
+        model_has_ids=has_ids,
+        states=len(ids),
+        matched=len(matched),
+        trainable=len(trainable),
+        trainable_with_state=len(trainable_ids & ids) if has_ids else 0,
+        running_stats=len(floats) - len(trainable),
+        without_ids=tuple(e.name for e in trainable if e.param_id is None),
+        path_disagreements=tuple(path_dis),
+        shape_disagreements=tuple(shape_dis),
+        reinitialized=tuple(reinit),
+        foreign=tuple(foreign),
+        cohorts=cohorts,
+        cohort_times=times,
+        rebindable=rebindable,
+        repair=repair,
+    )
+
+
+def _optimizer_finding(check: OptimizerCheck) -> Finding:
+    details = check.to_dict()
+    rate = check.match_rate
+    pct = "" if rate is None else f" ({rate:.1%})"
+    growth = (
+        f"; the record holds {check.cohorts} cohorts of states for the same paths "
+        "(an earlier failed resume was saved back)"
+        if check.cohorts > 1
+        else ""
+    )
+    if check.verdict == "no-ids":
+        what = (
+            f"the model is {check.model_format}, which carries no ParamIds"
+            if check.model_format != "burnpack"
+            else "the model burnpack carries no param_id (Burn gives such tensors random ids)"
+        )
+        message = (
+            f"no-ids: {what}; resuming from it starts all {check.states:,} optimizer states "
+            "from scratch (Adam moments reset, time = 1)"
+        )
+        hint = (
+            f"write a model with the optimizer's ParamIds: {check.repair}"
+            if check.repair
+            else "resume from a burnpack written by ModuleRecord or BurnpackStore (it carries "
+            "ParamIds)"
+        )
+        if check.repair and not check.rebindable:
+            hint += " (some recorded paths or shapes do not match this model; check the result)"
+        return Finding("optimizer", Status.FAIL, message, hint, details, optimizer=check)
+    if check.verdict == "ok":
+        if not check.states:
+            message = "ok: the optimizer record holds no parameter states"
+        else:
+            cov = check.coverage
+            cover = "" if cov is None else f"; {cov:.1%} of trainable parameters have state"
+            message = f"ok: all {check.states:,} optimizer states attach to their parameters{cover}"
+        if check.without_ids:
+            return Finding(
+                "optimizer",
+                Status.WARN,
+                message + f"; {_plural(len(check.without_ids), 'trainable tensor')} carry no "
+                "param_id and get random ids on load",
+                None,
+                details,
+                optimizer=check,
+            )
+        return Finding("optimizer", Status.OK, message, None, details, optimizer=check)
+    if check.verdict == "lost":
+        message = (
+            f"lost: none of the {check.states:,} optimizer states attach (0.0%); resuming would "
+            f"silently restart the optimizer (Adam moments reset, time = 1){growth}"
+        )
+    else:
+        parts = [f"{check.matched:,} of {check.states:,} optimizer states attach{pct}"]
+        if check.path_disagreements:
+            parts.append(f"{_plural(len(check.path_disagreements), 'path disagreement')}")
+        if check.shape_disagreements:
+            parts.append(f"{_plural(len(check.shape_disagreements), 'shape disagreement')}")
+        message = "partial: " + ", ".join(parts) + growth
+    if check.repair:
+        hint = f"all {check.states:,} states can be re-keyed by path: {check.repair}"
+    elif check.shape_disagreements or check.path_disagreements:
+        hint = "the record was taken from another model (other paths or shapes); is this the pair?"
+    elif check.coverage == 1.0:
+        orphans = len(check.reinitialized) + len(check.foreign)
+        hint = (
+            f"every trainable parameter has state, but {_plural(orphans, 'orphaned state')} "
+            "will never be used and are saved again with every checkpoint (the file grows)"
+        )
+    else:
+        hint = (
+            "states without a matching ParamId start from scratch; resume from the model file "
+            "saved together with this record"
+        )
+    return Finding("optimizer", Status.FAIL, message, hint, details, optimizer=check)
