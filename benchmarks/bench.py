@@ -41,10 +41,20 @@ class Run:
     max_rss_kib: int
 
 
+GNU_TIME = "/usr/bin/time"
+
+
 def run(cmd: list[str]) -> Run:
-    """Run ``cmd`` and return its wall time and peak RSS; raise if it fails."""
+    """Run ``cmd`` and return its wall time and peak RSS; raise if it fails.
+
+    Peak RSS is the kernel's ``ru_maxrss`` of the child. It is read through GNU time where
+    present: a child forked from this (large) Python process would otherwise inherit this
+    process's RSS as its high-water mark before it execs.
+    """
+    timed = os.path.exists(GNU_TIME)
+    full = [GNU_TIME, "-f", "@@%M", *cmd] if timed else cmd
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - start
     stderr = proc.stderr.read().decode() if proc.stderr else ""
@@ -53,7 +63,10 @@ def run(cmd: list[str]) -> Run:
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {code}: {stderr.strip()}")
-    return Run(elapsed, int(usage.ru_maxrss))
+    max_rss = int(usage.ru_maxrss)
+    if timed:
+        max_rss = int(stderr.rsplit("@@", 1)[1].split()[0])
+    return Run(elapsed, max_rss)
 
 
 def write_safetensors(path: Path, size_mib: int, *, seed: int = 0) -> int:
@@ -133,16 +146,27 @@ def _convert(src: Path, dst: Path) -> list[str]:
     return [*CKPTCTL, "convert", str(src), str(dst), "--force"]
 
 
+def _convert_no_fsync(src: Path, dst: Path) -> list[str]:
+    return [*_convert(src, dst), "--no-fsync"]
+
+
+def _cp_sync(src: Path, dst: Path) -> list[str]:
+    return ["sh", "-c", 'cp "$1" "$2" && sync "$2"', "cp+sync", str(src), str(dst)]
+
+
 def _cp(src: Path, dst: Path) -> list[str]:
     return ["cp", str(src), str(dst)]
 
 
 CASES = [
-    Case("convert-st-bpk", "safetensors → burnpack", _st_input, _convert, "cp", _cp, ".bpk"),
-    Case(
-        "convert-bpk-st", "burnpack → safetensors", _bpk_input, _convert, "cp", _cp, ".safetensors"
-    ),
-]
+    Case("st-bpk", "safetensors → burnpack", _st_input, _convert, "cp+sync", _cp_sync, ".bpk"),
+    Case("bpk-st", "burnpack → safetensors", _bpk_input, _convert, "cp+sync", _cp_sync,
+         ".safetensors"),
+    Case("st-bpk-nofsync", "safetensors → burnpack, --no-fsync", _st_input, _convert_no_fsync,
+         "cp", _cp, ".bpk"),
+    Case("bpk-st-nofsync", "burnpack → safetensors, --no-fsync", _bpk_input, _convert_no_fsync,
+         "cp", _cp, ".safetensors"),
+]  # fmt: skip
 
 
 def measure(case: Case, size_mib: int, runs: int) -> dict[str, object]:
@@ -205,12 +229,12 @@ def main() -> None:
         print(json.dumps({"machine": machine(), "runs": runs, "results": results}, indent=2))
         return
     print(f"machine: {machine()}; medians of {runs} runs")
-    print(f"{'case':<16} {'input':>9} {'ckptctl':>9} {'baseline':>13} {'ratio':>6} "
+    print(f"{'case':<16} {'input':>9} {'ckptctl':>9} {'baseline':>15} {'ratio':>6} "
           f"{'MiB/s':>7} {'peak RSS':>9} {'largest':>9}")  # fmt: skip
     for r in results:
         print(
             f"{r['case']:<16} {r['input_bytes'] / (1 << 20):>7.0f}Mi "
-            f"{r['ckptctl_s']:>8.3f}s {r['baseline']:>5} {r['baseline_s']:>6.3f}s "
+            f"{r['ckptctl_s']:>8.3f}s {r['baseline']:>7} {r['baseline_s']:>6.3f}s "
             f"{r['throughput_ratio']:>5.2f}x {r['ckptctl_MiB_s']:>7.0f} "
             f"{r['ckptctl_peak_rss_MiB']:>6.0f}MiB {r['largest_tensor_bytes'] / (1 << 20):>6.0f}MiB"
         )
