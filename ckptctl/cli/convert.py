@@ -149,6 +149,13 @@ def run_conversion(
     metavar="FILE",
     help="Give the output the ParamIds of a Burn model (.bpk) or optimizer record, by name.",
 )
+@click.option(
+    "--max-shard-size",
+    metavar="SIZE",
+    help="Write Hugging Face sharded safetensors (DST must end in .safetensors): shards of at "
+    "most SIZE (e.g. 5GB, 500MB, 2GiB) named like model-00001-of-00003.safetensors, plus "
+    "DST.index.json.",
+)
 @force_option
 @fsync_option
 @dry_run_option
@@ -167,6 +174,7 @@ def command(
     target: str | None,
     allow_partial: bool,
     param_ids_from: str | None,
+    max_shard_size: str | None,
     force: bool,
     no_fsync: bool,
     dry_run: bool,
@@ -190,6 +198,11 @@ def command(
     """
     from ckptctl.ops.convert import ConvertOptions
 
+    max_shard_bytes = None
+    if max_shard_size is not None:
+        from ckptctl.formats.sharded import parse_size
+
+        max_shard_bytes = parse_size(max_shard_size)
     options = ConvertOptions(
         state_key=state_key,
         include=include,
@@ -201,6 +214,7 @@ def command(
         target=target,
         allow_partial=allow_partial,
         param_ids_from=param_ids_from,
+        max_shard_bytes=max_shard_bytes,
         force=force,
         fsync=not no_fsync,
         dry_run=dry_run,

@@ -30,6 +30,7 @@ __all__ = [
     "read_layout",
     "register_format",
     "save_checkpoint",
+    "save_sharded",
 ]
 
 _REGISTRY: dict[str, FormatSpec] = {}
@@ -191,6 +192,59 @@ def save_checkpoint(
             )
     with atomic_write(path, force=force, fsync=fsync) as out:
         spec.write(out, entries, dict(metadata or {}), dict(scalars or {}))
+
+
+def save_sharded(
+    path: str | os.PathLike[str],
+    entries: Sequence[TensorEntry],
+    metadata: Mapping[str, str] | None = None,
+    *,
+    max_shard_bytes: int,
+    force: bool = False,
+    sources: Sequence[str | os.PathLike[str]] = (),
+    fsync: bool = True,
+) -> list[str]:
+    """Write ``entries`` as Hugging Face sharded safetensors next to ``path``.
+
+    ``out/model.safetensors`` becomes ``out/model-00001-of-0000N.safetensors`` ... plus the index
+    ``out/model.safetensors.index.json``. Every shard and the index are written to temporary
+    files first and renamed into place only when all of them were written, so a failure leaves
+    no new file behind.
+
+    Returns:
+        The paths written, shards first, the index last.
+
+    Raises:
+        SelectionError: ``path`` does not end in ``.safetensors``.
+        OutputError: a destination exists (without ``force``), is a source, or cannot be written.
+    """
+    import contextlib
+
+    from ckptctl.errors import OutputError
+    from ckptctl.formats import sharded
+
+    dest = os.fspath(path)
+    if not dest.lower().endswith(".safetensors"):
+        raise SelectionError(
+            "sharded output must be .safetensors", path=dest, hint="name DST model.safetensors"
+        )
+    spec = get_format("safetensors")
+    assert spec.write is not None
+    shards = sharded.plan_shards(entries, max_shard_bytes)
+    names, index_path = sharded.shard_paths(dest, len(shards))
+    targets = [*names, index_path]
+    for target in targets:
+        for src in sources:
+            if same_file(src, target):
+                raise OutputError("is also an input", path=target)
+    # Contexts close last-in first-out: entered first, the index is renamed into place last.
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(atomic_write(index_path, force=force, fsync=fsync))
+        sharded.write_index(out, shards, names)
+        for shard, name in zip(shards, names, strict=True):
+            out = stack.enter_context(atomic_write(name, force=force, fsync=fsync))
+            spec.write(out, shard, dict(metadata or {}), {})
+    return targets
 
 
 # --- diagnosis of files no format recognises -------------------------------------------------

@@ -23,17 +23,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from ckptctl._io import ByteSource
-from ckptctl.errors import CkptError, CorruptCheckpointError, InputError, UnsupportedError
+from ckptctl.errors import (
+    CkptError,
+    CorruptCheckpointError,
+    InputError,
+    SelectionError,
+    UnsupportedError,
+)
 from ckptctl.formats import register_format
 from ckptctl.formats import safetensors as st
 from ckptctl.formats._base import SNIFF_BYTES, FormatSpec
 from ckptctl.model import Checkpoint, JSONValue
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ckptctl.model import TensorEntry
 
 __all__ = ["MAX_INDEX_BYTES", "SPEC", "check_index", "open_index", "sniff"]
@@ -299,3 +308,58 @@ SPEC = FormatSpec(
 )
 
 register_format(SPEC)
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+_SIZE_UNITS = {
+    "": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40,
+}  # fmt: skip
+
+
+def parse_size(text: str) -> int:
+    """``"5GB"`` → 5_000_000_000, ``"2GiB"`` → 2**31, ``"1048576"`` → 1048576 (as Hugging Face).
+
+    Raises:
+        SelectionError: not a positive size.
+    """
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B?)\s*", text.upper())
+    if match is None or float(match.group(1)) <= 0:
+        raise SelectionError(
+            f"invalid size {text!r}", hint="write it like 500MB, 5GB or 2GiB (bytes if no unit)"
+        )
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
+
+
+def plan_shards(entries: Sequence[TensorEntry], max_bytes: int) -> list[list[TensorEntry]]:
+    """Split entries, in order, into shards of at most ``max_bytes`` (bigger tensors go alone)."""
+    shards: list[list[TensorEntry]] = []
+    size = 0
+    for entry in entries:
+        if not shards or (size + entry.nbytes > max_bytes and shards[-1]):
+            shards.append([])
+            size = 0
+        shards[-1].append(entry)
+        size += entry.nbytes
+    return shards or [[]]
+
+
+def shard_paths(path: str, count: int) -> tuple[list[str], str]:
+    """Hugging Face names: ``model.safetensors`` → ``model-00001-of-00002.safetensors`` ...
+    and the index ``model.safetensors.index.json``."""
+    base, ext = os.path.splitext(path)
+    names = [f"{base}-{i:05d}-of-{count:05d}{ext}" for i in range(1, count + 1)]
+    return names, path + ".index.json"
+
+
+def write_index(
+    out: IO[bytes], shards: Sequence[Sequence[TensorEntry]], names: Sequence[str]
+) -> None:
+    """Write the index JSON (sorted keys and 2-space indent, as transformers writes it)."""
+    weight_map = {
+        e.name: os.path.basename(n) for shard, n in zip(shards, names, strict=True) for e in shard
+    }
+    total = sum(e.nbytes for shard in shards for e in shard)
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    out.write((json.dumps(index, indent=2, sort_keys=True) + "\n").encode())

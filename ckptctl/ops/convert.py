@@ -22,7 +22,7 @@ from ckptctl.adapters.modules import (
 from ckptctl.adapters.rename import Rename
 from ckptctl.adapters.select import Select
 from ckptctl.errors import SelectionError
-from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint
+from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint, save_sharded
 from ckptctl.model import TensorData
 from ckptctl.ops.inspect import select_state_key
 from ckptctl.ops.summary import specs_of, summarize
@@ -59,6 +59,7 @@ class ConvertOptions:
         target: a checkpoint whose names and shapes the output must fit.
         allow_partial: write even when the target reports missing tensors or errors.
         param_ids_from: a burnpack model or Burn optimizer record to take ParamIds from.
+        max_shard_bytes: write Hugging Face sharded safetensors with shards of at most this size.
         force: overwrite the destination.
         fsync: flush the output to disk before renaming it into place.
         dry_run: plan only, write nothing.
@@ -75,6 +76,7 @@ class ConvertOptions:
     target: str | None = None
     allow_partial: bool = False
     param_ids_from: str | None = None
+    max_shard_bytes: int | None = None
     force: bool = False
     fsync: bool = True
     dry_run: bool = False
@@ -148,6 +150,23 @@ def convert(
             return report
         if opts.progress is not None:
             outputs = [_with_progress(e, opts.progress) for e in outputs]
+        if opts.max_shard_bytes is not None:
+            written = save_sharded(
+                dst,
+                outputs,
+                metadata,
+                max_shard_bytes=opts.max_shard_bytes,
+                force=opts.force,
+                sources=_sources(src, ckpt),
+                fsync=opts.fsync,
+            )
+            return replace(
+                report,
+                written=True,
+                destination=written[-1],
+                destination_format=f"safetensors, {len(written) - 1} shards",
+                bytes_written=sum(os.path.getsize(p) for p in written),
+            )
         save_checkpoint(
             dst,
             outputs,

@@ -263,3 +263,74 @@ def test_same_input_same_output_bytes(run_cli, tmp_path, fmt):
     assert run_cli("convert", NET, a, "-a", "burn-to-pytorch").code == 0
     assert run_cli("convert", NET, b, "-a", "burn-to-pytorch").code == 0
     assert a.read_bytes() == b.read_bytes()
+
+
+def test_whole_pickled_model_decisions_come_from_class_names(run_cli, tmp_path):
+    src = VALID / "pytorch" / "module.pt"
+    dst = tmp_path / "module.bpk"
+    plan = json.loads(run_cli("convert", src, dst, "-a", "pytorch-to-burn", "--json").stdout)
+    assert plan["written"] is True
+    actions = {row["source"]: " ".join(row["actions"]) for row in plan["plan"]}
+    assert "class Linear from file" in actions["fc.weight"]
+    assert "class Linear from file" in actions["head.weight"]
+    assert "class LayerNorm from file" in actions["norm.weight"]
+    assert "class BatchNorm2d from file" in actions["bn.bias"]
+    assert "class Embedding from file" in actions["embed.weight"]
+    assert actions["conv.weight"] == ""  # convolutions are copied untouched
+    before, after = load_all(src), load_all(dst)
+    assert "norm.gamma" in after
+    assert "norm.beta" in after
+    assert "bn.gamma" in after
+    assert "bn.running_mean" in after
+    assert "norm.weight" not in after
+    np.testing.assert_array_equal(after["fc.weight"][2], before["fc.weight"][2].T)
+    np.testing.assert_array_equal(after["head.weight"][2], before["head.weight"][2].T)
+    np.testing.assert_array_equal(after["embed.weight"][2], before["embed.weight"][2])
+    np.testing.assert_array_equal(after["conv.weight"][2], before["conv.weight"][2])
+    np.testing.assert_array_equal(after["norm.gamma"][2], before["norm.weight"][2])
+
+
+def test_sharded_output_round_trips_and_verifies(run_cli, tmp_path):
+    src = VALID / "pytorch" / "module.pt"
+    dst = tmp_path / "model.safetensors"
+    result = run_cli("convert", src, dst, "--max-shard-size", "200B")
+    assert result.code == 0, result.stderr
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [
+        "model-00001-of-00003.safetensors",
+        "model-00002-of-00003.safetensors",
+        "model-00003-of-00003.safetensors",
+        "model.safetensors.index.json",
+    ]
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    before = load_all(src)
+    assert index["metadata"]["total_size"] == sum(v[2].nbytes for v in before.values())
+    after = load_all(tmp_path / "model.safetensors.index.json")
+    assert sorted(after) == sorted(before)
+    for name, (dtype, _, values) in before.items():
+        assert after[name][0] is dtype
+        np.testing.assert_array_equal(after[name][2], values)
+    assert run_cli("verify", tmp_path / "model.safetensors.index.json").code == 0
+    again = run_cli("convert", src, dst, "--max-shard-size", "200B")
+    assert again.code == 5  # the shards exist now; --force is needed
+
+
+def test_sharded_failure_leaves_nothing(run_cli, tmp_path):
+    src = write_st(
+        tmp_path / "in.pt",
+        [
+            array_entry("a", np.zeros(64, "<f4")),
+            make_entry("b", DType.C128, (1,), bytes(16)),  # safetensors cannot hold C128
+        ],
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    result = run_cli("convert", src, out / "m.safetensors", "--max-shard-size", "100B")
+    assert result.code in (3, 4)
+    assert list(out.iterdir()) == []
+
+
+def test_bad_shard_size_is_usage_error(run_cli, tmp_path):
+    result = run_cli("convert", NET, tmp_path / "m.safetensors", "--max-shard-size", "lots")
+    assert result.code == 2
+    assert "invalid size" in result.stderr

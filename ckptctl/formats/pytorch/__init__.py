@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING
 
 from ckptctl.errors import CkptError, CorruptCheckpointError
 from ckptctl.formats import register_format
-from ckptctl.formats._base import FormatSpec
+from ckptctl.formats._base import FormatSpec, HeaderLayout
 from ckptctl.model import Checkpoint
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ckptctl.formats.pytorch._containers import Parsed
     from ckptctl.model import JSONValue, TensorEntry
 
-__all__ = ["open_pytorch", "sniff_pytorch"]
+__all__ = ["layout_pytorch", "open_pytorch", "sniff_pytorch"]
 
 _PICKLE_OPCODES_P0 = b"c(]}"
 
@@ -129,6 +129,23 @@ def open_pytorch(source: ByteSource) -> Checkpoint:
     )
 
 
+def layout_pytorch(source: ByteSource) -> HeaderLayout:
+    """Decode the container and account for every byte (``ckptctl header``).
+
+    Raises:
+        CorruptCheckpointError: malformed container or pickle.
+        UnsafePickleError: a pickle names a refused global.
+    """
+    from ckptctl.formats.pytorch._layout import layout_pytorch as layout
+
+    try:
+        return layout(source)
+    except (MemoryError, RecursionError) as exc:
+        raise CorruptCheckpointError(
+            f"checkpoint exceeds a resource limit ({type(exc).__name__})", path=source.path
+        ) from None
+
+
 def _write(
     out: IO[bytes],
     entries: Sequence[TensorEntry],
@@ -147,6 +164,7 @@ register_format(
         extensions=(".pt", ".pth", ".bin"),
         sniff=sniff_pytorch,
         open=open_pytorch,
+        layout=layout_pytorch,
         write=_write,
     )
 )

@@ -76,10 +76,20 @@ def _fail(where: str, pos: int, why: str, *, cut: bool = False) -> CorruptCheckp
 def scan_pickle(data: bytes, start: int, where: str) -> int:
     """Check one pickle starting at ``start`` and return the offset just past its STOP.
 
+    A fast pass accepts well-formed pickles; on anything doubtful it defers to the careful
+    pass, which says exactly what is wrong.
+
     Raises:
         CorruptCheckpointError: unknown opcode, a length or memo index beyond the data, nesting
             deeper than ``MAX_PICKLE_DEPTH``, or no STOP before the end of the data.
     """
+    try:
+        return _scan_fast(data, start)
+    except _Doubt:
+        return _scan_careful(data, start, where)
+
+
+def _scan_careful(data: bytes, start: int, where: str) -> int:
     end = len(data)
     memo_cap = end  # a real memo never has more entries than the stream has bytes
     pos = start
@@ -222,3 +232,221 @@ def _simulate(code: int, stack: list[int], marks: list[int], where: str, here: i
             raise _fail(where, here, "stack underflow")
         stack.append(stack[-1])
     # PROTO and FRAME have no stack effect.
+
+
+# --- the fast pass ------------------------------------------------------------------------------
+
+
+_U32 = struct.Struct("<I")
+
+
+class _Doubt(Exception):
+    """The fast pass saw something it does not accept; the careful pass decides."""
+
+
+# Actions of the fast pass, one per opcode; anything unlisted is a doubt.
+(_A_LEAF, _A_PUT1, _A_GET1, _A_TEXT4, _A_TEXT1, _A_MARK, _A_TUPLE_N, _A_MARKED, _A_MERGE1,
+ _A_MERGE_MARKED, _A_SETITEM, _A_REDUCE, _A_PERSID, _A_STOP, _A_PUT4, _A_GET4, _A_MEMOIZE,
+ _A_NONE, _A_TEXT8, _A_GLOBAL, _A_POP, _A_DUP, _A_STACK_GLOBAL, _A_NEWOBJ_EX, _A_FRAME,
+ _A_POP_MARK) = range(1, 27)  # fmt: skip
+_ACTION = [0] * 256
+_SIZE = [0] * 256
+for _code in _PUSH_LEAF:
+    _ACTION[_code] = _A_LEAF
+for _code, (_kind, _size) in _ARG.items():
+    _SIZE[_code] = _size
+_ACTION[0x71], _ACTION[0x68] = _A_PUT1, _A_GET1  # BINPUT BINGET
+_ACTION[0x72], _ACTION[0x6A] = _A_PUT4, _A_GET4  # LONG_BINPUT LONG_BINGET
+for _code in b"XTB\x8b":
+    _ACTION[_code] = _A_TEXT4
+for _code in b"UC\x8c\x8a":
+    _ACTION[_code] = _A_TEXT1
+for _code in b"\x8d\x8e\x96":
+    _ACTION[_code] = _A_TEXT8
+_ACTION[0x28] = _A_MARK
+for _code in b"\x85\x86\x87":
+    _ACTION[_code] = _A_TUPLE_N
+for _code in b"tld\x91o":
+    _ACTION[_code] = _A_MARKED
+for _code in b"ab":
+    _ACTION[_code] = _A_MERGE1
+for _code in b"eu\x90":
+    _ACTION[_code] = _A_MERGE_MARKED
+_ACTION[0x73] = _A_SETITEM
+_ACTION[0x52] = _ACTION[0x81] = _A_REDUCE
+_ACTION[0x51] = _A_PERSID
+_ACTION[0x2E] = _A_STOP
+_ACTION[0x94] = _A_MEMOIZE
+_ACTION[0x80] = _ACTION[0x98] = _A_NONE  # PROTO, READONLY_BUFFER: no stack effect
+_ACTION[0x30] = _A_POP
+_ACTION[0x31] = _A_POP_MARK
+_ACTION[0x32] = _A_DUP
+_ACTION[0x93] = _A_STACK_GLOBAL
+_ACTION[0x92] = _A_NEWOBJ_EX
+_ACTION[0x95] = _A_FRAME
+_ACTION[0x63] = _A_GLOBAL
+for _code in b"iIFLSVPpg":  # other text-argument opcodes (protocols 0, 1): the careful pass
+    _ACTION[_code] = 0
+
+
+def _scan_fast(data: bytes, start: int) -> int:
+    """The careful pass's depth simulation, for well-formed binary pickles only.
+
+    Raises ``_Doubt`` (never a ``CorruptCheckpointError``) on anything the careful pass might
+    refuse, and on text-argument opcodes (protocols 0 and 1), which are rare in checkpoints.
+    """
+    end = len(data)
+    cap = end
+    stack: list[int] = []
+    marks: list[int] = []
+    memo: dict[int, int] = {}
+    push = stack.append
+    pop = stack.pop
+    action = _ACTION
+    size = _SIZE
+    limit = MAX_PICKLE_DEPTH
+    unpack_from = struct.unpack_from
+    u32 = _U32.unpack_from
+    pos = start
+    try:
+        while pos < end:
+            code = data[pos]
+            act = action[code]
+            if act == _A_LEAF:
+                push(0)
+                pos += 1 + size[code]
+            elif act == _A_PUT4:
+                (index,) = u32(data, pos + 1)
+                if index > cap:
+                    raise _Doubt
+                if stack:
+                    memo[index] = stack[-1]
+                pos += 5
+            elif act == _A_GET1:
+                push(memo.get(data[pos + 1], 0))
+                pos += 2
+            elif act == _A_MARK:
+                marks.append(len(stack))
+                pos += 1
+            elif act == _A_TEXT4:
+                (n,) = u32(data, pos + 1)
+                pos += 5 + n
+                push(0)
+            elif act in (_A_MARKED, _A_MERGE_MARKED):
+                at = marks.pop()
+                items = stack[at:]
+                del stack[at:]
+                if act == _A_MARKED:
+                    depth = max(items, default=0) + 1
+                else:
+                    depth = max(pop(), max(items, default=0) + 1)
+                if depth > limit:
+                    raise _Doubt
+                push(depth)
+                pos += 1
+            elif act == _A_TUPLE_N:
+                n = code - 0x84
+                if len(stack) < n:
+                    raise _Doubt
+                depth = max(stack[-n:]) + 1
+                del stack[-n:]
+                if depth > limit:
+                    raise _Doubt
+                push(depth)
+                pos += 1
+            elif act == _A_REDUCE:
+                b = pop()
+                depth = max(pop(), b) + 1
+                if depth > limit:
+                    raise _Doubt
+                push(depth)
+                pos += 1
+            elif act == _A_PERSID:
+                depth = pop() + 1
+                if depth > limit:
+                    raise _Doubt
+                push(depth)
+                pos += 1
+            elif act == _A_PUT1:
+                if data[pos + 1] > cap:
+                    raise _Doubt
+                if stack:
+                    memo[data[pos + 1]] = stack[-1]
+                pos += 2
+            elif act == _A_SETITEM:
+                v = pop()
+                k = pop()
+                depth = max(pop(), k + 1, v + 1)
+                if depth > limit:
+                    raise _Doubt
+                push(depth)
+                pos += 1
+            elif act == _A_MERGE1:
+                item = pop()
+                depth = max(pop(), item + 1)
+                if depth > limit:
+                    raise _Doubt
+                push(depth)
+                pos += 1
+            elif act == _A_TEXT1:
+                pos += 2 + data[pos + 1]
+                push(0)
+            elif act == _A_GET4:
+                (index,) = unpack_from("<I", data, pos + 1)
+                push(memo.get(index, 0))
+                pos += 5
+            elif act == _A_MEMOIZE:
+                if stack:
+                    memo[len(memo)] = stack[-1]
+                pos += 1
+            elif act == _A_NONE:
+                pos += 1 + size[code]
+            elif act == _A_STOP:
+                return pos + 1
+            elif act == _A_GLOBAL:
+                for _ in range(2):
+                    nl = data.find(b"\n", pos + 1, pos + 4097)
+                    if nl < 0:
+                        raise _Doubt
+                    pos = nl
+                pos += 1
+                push(0)
+            elif act == _A_TEXT8:
+                (n,) = unpack_from("<Q", data, pos + 1)
+                pos += 9 + n
+                push(0)
+            elif act == _A_FRAME:
+                (n,) = unpack_from("<Q", data, pos + 1)
+                if n > end - pos - 9:
+                    raise _Doubt
+                pos += 9
+            elif act == _A_POP:
+                if marks and marks[-1] == len(stack):
+                    marks.pop()
+                else:
+                    pop()
+                pos += 1
+            elif act == _A_POP_MARK:
+                del stack[marks.pop() :]
+                pos += 1
+            elif act == _A_DUP:
+                push(stack[-1])
+                pos += 1
+            elif act == _A_STACK_GLOBAL:
+                pop()
+                pop()
+                push(0)
+                pos += 1
+            elif act == _A_NEWOBJ_EX:
+                c = pop()
+                b = pop()
+                depth = max(pop(), b, c) + 1
+                if depth > limit:
+                    raise _Doubt
+                push(depth)
+                pos += 1
+            else:
+                raise _Doubt
+    except (IndexError, struct.error):
+        raise _Doubt from None
+    raise _Doubt

@@ -216,6 +216,13 @@ def _int(value: object, what: str) -> int:
 
 
 def _ints(value: object, what: str) -> tuple[int, ...]:
+    if type(value) is tuple and len(value) <= MAX_RANK:
+        # The common case, checked without a generator: it runs twice per tensor.
+        for v in value:
+            if type(v) is not int or v < 0:
+                break
+        else:
+            return value
     if not isinstance(value, tuple | list) or len(value) > MAX_RANK:
         raise CorruptCheckpointError(f"tensor {what} must be a tuple of at most {MAX_RANK} ints")
     return tuple(_int(v, what) for v in value)

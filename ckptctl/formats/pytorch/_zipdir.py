@@ -1,0 +1,209 @@
+"""A zip central-directory parser for checkpoint archives: one pass, no per-record objects.
+
+``zipfile.ZipFile`` builds a ``ZipInfo`` per record and is slow for archives of many small
+records (20,000 storages take about 0.2 s); it also cannot say where each byte of the archive is.
+This parser reads the end records and the central directory once, straight from the memory
+map, and keeps what the reader and ``ckptctl header`` need. Layout (APPNOTE 6.3.10, spec
+section 2):
+
+    [local header 30 B + name + extra][data][data descriptor 16/24 B]  ... per record
+    [central directory: 46 B + name + extra + comment per record]
+    [zip64 end record 56 B + extension][zip64 locator 20 B]            (torch always writes them)
+    [end of central directory 22 B + comment]
+
+Offsets in the central directory are relative to the archive start; a file with bytes
+prepended (``prefix``) has them shifted, as ``zipfile`` allows.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+from ckptctl.errors import CorruptCheckpointError
+
+if TYPE_CHECKING:
+    from ckptctl._io import ByteSource
+
+#: Most records accepted in one archive (each storage is a record).
+MAX_ZIP_RECORDS = 10_000_000
+#: Longest record name accepted.
+MAX_NAME_BYTES = 4096
+
+_EOCD = struct.Struct("<4s4H2LH")
+_LOCATOR = struct.Struct("<4sLQL")
+_ZIP64_EOCD = struct.Struct("<4sQ2H2L4Q")
+_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
+_LOCAL = struct.Struct("<4s2B4HL2L2H")
+_U32_MAX = 0xFFFFFFFF
+
+
+class ZipRecord(NamedTuple):
+    """One record, from its central-directory entry (offsets absolute in the file).
+
+    A named tuple, not a frozen dataclass: archives hold tens of thousands of records and
+    a frozen dataclass ``__init__`` costs several times more per record.
+    """
+
+    name: str
+    header_offset: int
+    flags: int
+    method: int
+    crc32: int
+    compress_size: int
+    file_size: int
+
+
+@dataclass(frozen=True)
+class ZipDirectory:
+    """The archive's records and where its trailing structures lie (absolute offsets).
+
+    Attributes:
+        records: records in central-directory order.
+        prefix: bytes before the archive proper (0 for torch files).
+        cd_start: start of the central directory.
+        cd_end: end of the central directory.
+        zip64_end: ``(start, end)`` of the zip64 end record, or None.
+        zip64_locator: ``(start, end)`` of the zip64 locator, or None.
+        eocd: ``(start, end)`` of the end-of-central-directory record, comment included.
+    """
+
+    records: list[ZipRecord]
+    prefix: int
+    cd_start: int
+    cd_end: int
+    zip64_end: tuple[int, int] | None
+    zip64_locator: tuple[int, int] | None
+    eocd: tuple[int, int]
+
+
+def _corrupt(why: str) -> CorruptCheckpointError:
+    return CorruptCheckpointError(
+        f"corrupt zip archive: {why}", hint="the file looks truncated or damaged"
+    )
+
+
+def _find_eocd(buf: memoryview, size: int) -> int:
+    # The EOCD is the last 22 bytes unless a comment (at most 65535 bytes) follows it.
+    if size >= _EOCD.size and bytes(buf[size - 22 : size - 18]) == b"PK\x05\x06":
+        return size - 22
+    start = max(0, size - 22 - 0xFFFF)
+    tail = bytes(buf[start:size])
+    pos = tail.rfind(b"PK\x05\x06")
+    while pos >= 0:
+        if pos + 22 <= len(tail):
+            (comment,) = struct.unpack_from("<H", tail, pos + 20)
+            if pos + 22 + comment <= len(tail):
+                return start + pos
+        pos = tail.rfind(b"PK\x05\x06", 0, pos)
+    raise _corrupt("no end-of-central-directory record")
+
+
+def read_directory(source: ByteSource) -> ZipDirectory:
+    """Parse the end records and the central directory of the zip archive in ``source``.
+
+    Raises:
+        CorruptCheckpointError: missing or inconsistent end records, a central directory past
+            the end of the file, bad entry signatures, too many records.
+    """
+    size = source.size
+    buf = source.buffer
+    eocd = _find_eocd(buf, size)
+    _, disk, cd_disk, _n_disk, count, cd_size, cd_offset, comment = _EOCD.unpack_from(buf, eocd)
+    if disk or cd_disk:
+        raise _corrupt("multi-disk archives are not supported")
+    eocd_range = (eocd, min(size, eocd + 22 + comment))
+    zip64_end: tuple[int, int] | None = None
+    locator: tuple[int, int] | None = None
+    end_of_cd = eocd
+    loc = eocd - _LOCATOR.size
+    if loc >= 0 and bytes(buf[loc : loc + 4]) == b"PK\x06\x07":
+        _, _, z64_offset, _ = _LOCATOR.unpack_from(buf, loc)
+        locator = (loc, eocd)
+        # The zip64 end record sits right before the locator; its own offset field may be
+        # shifted by a prefix, so find it by position, as zipfile does.
+        z64 = loc - _ZIP64_EOCD.size
+        if z64 < 0 or bytes(buf[z64 : z64 + 4]) != b"PK\x06\x06":
+            raise _corrupt("zip64 locator without a zip64 end record")
+        sig, rec_size, *_v, d1, d2, _n, count64, size64, offset64 = _ZIP64_EOCD.unpack_from(
+            buf, z64
+        )
+        if d1 or d2:
+            raise _corrupt("multi-disk archives are not supported")
+        # A zip64 end record may carry an extensible data sector: rec_size counts it.
+        ext = rec_size - (_ZIP64_EOCD.size - 12)
+        if ext != 0:
+            raise _corrupt("zip64 end record with extensible data is not supported")
+        zip64_end = (z64, loc)
+        count, cd_size, cd_offset = count64, size64, offset64
+        end_of_cd = z64
+        del sig, z64_offset
+    cd_start = end_of_cd - cd_size
+    prefix = cd_start - cd_offset
+    if cd_start < 0 or prefix < 0:
+        raise _corrupt("central directory offset is past its end records")
+    if count > MAX_ZIP_RECORDS or count * _CENTRAL.size > cd_size:
+        raise _corrupt(f"central directory claims {count} records in {cd_size} bytes")
+    records = _read_entries(buf, cd_start, end_of_cd, count, prefix)
+    return ZipDirectory(records, prefix, cd_start, end_of_cd, zip64_end, locator, eocd_range)
+
+
+def _read_entries(buf: memoryview, pos: int, end: int, count: int, prefix: int) -> list[ZipRecord]:
+    unpack = _CENTRAL.unpack_from
+    records: list[ZipRecord] = []
+    append = records.append
+    make = ZipRecord._make
+    data = bytes(buf[pos:end])  # one copy of the directory: slicing bytes is cheaper than views
+    pos = 0
+    limit = len(data)
+    for _ in range(count):
+        if pos + 46 > limit:
+            raise _corrupt("central directory is truncated")
+        (sig, _cv, _cs, _ev, _r, flags, method, _t, _d, crc, csize, fsize, n, m, k, _vol, _ia,
+         _ea, offset) = unpack(data, pos)  # fmt: skip
+        if sig != b"PK\x01\x02":
+            raise _corrupt(f"bad central directory entry signature at byte {pos}")
+        name_end = pos + 46 + n
+        if name_end + m + k > limit or n > MAX_NAME_BYTES:
+            raise _corrupt("central directory entry runs past the directory")
+        raw = data[pos + 46 : name_end]
+        name = raw.decode("utf-8" if flags & 0x800 else "cp437", "replace")
+        if (csize == _U32_MAX or fsize == _U32_MAX or offset == _U32_MAX) and m:
+            fsize, csize, offset = _zip64_extra(data[name_end : name_end + m], fsize, csize, offset)
+        append(make((name, offset + prefix, flags, method, crc, csize, fsize)))
+        pos = name_end + m + k
+    return records
+
+
+def _zip64_extra(extra: bytes, fsize: int, csize: int, offset: int) -> tuple[int, int, int]:
+    pos = 0
+    while pos + 4 <= len(extra):
+        tag, length = struct.unpack_from("<HH", extra, pos)
+        if tag == 1:
+            body = extra[pos + 4 : pos + 4 + length]
+            values = [v for (v,) in struct.iter_unpack("<Q", body[: len(body) // 8 * 8])]
+            fields = [fsize, csize, offset]
+            for index, value in enumerate(fields):
+                if value == _U32_MAX:
+                    if not values:
+                        raise _corrupt("zip64 extra field is too short")
+                    fields[index] = values.pop(0)
+            return fields[0], fields[1], fields[2]
+        pos += 4 + length
+    return fsize, csize, offset
+
+
+def local_header(buf: memoryview, record: ZipRecord, size: int) -> tuple[int, int]:
+    """``(name length, extra length)`` of ``record``'s local header (spec 2.4 step 2).
+
+    Raises:
+        CorruptCheckpointError: no local header signature at the record's offset.
+    """
+    offset = record.header_offset
+    if offset < 0 or offset + 30 > size:
+        raise CorruptCheckpointError(f"zip record {record.name!r} has no local header")
+    sig, *_rest, n, m = _LOCAL.unpack_from(buf, offset)
+    if sig != b"PK\x03\x04":
+        raise CorruptCheckpointError(f"zip record {record.name!r} has no local header")
+    return n, m
