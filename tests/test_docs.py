@@ -85,3 +85,79 @@ def test_readme_test_command_is_what_ci_runs():
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert ".venv/bin/python -m pytest -q" in readme
     assert "python -m pytest -q" in ci
+
+
+def _examples() -> list[tuple[str, str, int]]:
+    """(command, example line, expected exit code) from every command's ``Examples:`` block."""
+    out = []
+    for name, command in _commands().items():
+        block = (command.help or "").partition("Examples:")[2]
+        joined = block.replace("\\\n", " ")
+        for line in joined.splitlines():
+            line = line.strip()
+            if not line.startswith("ckptctl "):
+                continue
+            code = 0
+            match = re.search(r"#\s*exit (\d+)", line)
+            if match:
+                code = int(match.group(1))
+            out.append((name, line, code))
+    return out
+
+
+@pytest.mark.parametrize(("name", "line", "code"), _examples())
+def test_help_examples_run(name, line, code, run_cli, tmp_path, monkeypatch):
+    """Every example in --help and the man pages is real: it runs on the bundled fixtures."""
+    import shlex
+
+    (tmp_path / "fixtures").symlink_to(REPO / "fixtures")
+    monkeypatch.chdir(tmp_path)
+    args = shlex.split(line, comments=True)
+    assert args[0] == "ckptctl"
+    assert args[1] == name
+    result = run_cli(*args[1:])
+    assert result.code == code, (line, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+
+
+def test_every_command_has_examples():
+    names = {name for name, _, _ in _examples()}
+    assert names == set(_commands())
+
+
+_CONSOLE = re.compile(r"```console\n(.*?)```", re.S)
+
+
+def _run_console_block(block: str, run_cli, cwd) -> str:
+    """Run every ``$ ckptctl ...`` line of a README console block; return the block rebuilt."""
+    import shlex
+
+    out = []
+    for line in block.splitlines():
+        if line.startswith("$ ckptctl "):
+            result = run_cli(*shlex.split(line[2:], comments=True)[1:])
+            text = result.stdout + result.stderr
+            out.append(line)
+            out.extend(t.rstrip() for t in text.rstrip("\n").splitlines())
+    return "\n".join(out) + "\n"
+
+
+def test_readme_examples_show_real_output(run_cli, tmp_path, monkeypatch, update_golden):
+    """Every README console example is run; its output must be what the README shows."""
+    (tmp_path / "fixtures").symlink_to(REPO / "fixtures")
+    monkeypatch.chdir(tmp_path)
+    readme_path = REPO / "README.md"
+    readme = readme_path.read_text(encoding="utf-8")
+    blocks = _CONSOLE.findall(readme)
+    assert len(blocks) >= 6
+    rebuilt = readme
+    for block in blocks:
+        fresh = _run_console_block(block, run_cli, tmp_path)
+        if update_golden:
+            rebuilt = rebuilt.replace(f"```console\n{block}```", f"```console\n{fresh}```", 1)
+        else:
+            assert fresh == block
+    if update_golden and rebuilt != readme:
+        readme_path.write_text(rebuilt, encoding="utf-8")
+    commands_shown = {b.split()[2] for b in blocks if b.startswith("$ ckptctl ")}
+    assert commands_shown == set(_commands())

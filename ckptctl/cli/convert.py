@@ -191,10 +191,10 @@ def command(
 
     \b
     Examples:
-      ckptctl convert model.safetensors model.bpk --adapter pytorch-to-burn
-      ckptctl convert checkpoint.pt model.safetensors --state-key model
-      ckptctl convert net.bpk fixed.bpk --target model.bpk --remap '^fc\\.=fc1.'
-      ckptctl convert llama.safetensors llama.bpk -r '^model\\.=' -a pytorch-to-burn -a cast:f32
+      ckptctl convert fixtures/valid/safetensors/tiny.safetensors tiny.bpk -a pytorch-to-burn
+      ckptctl convert fixtures/valid/pytorch/nested.pt model.safetensors --state-key model
+      ckptctl convert fixtures/valid/pytorch/module.pt module.bpk -a pytorch-to-burn -a cast:bf16
+      ckptctl convert fixtures/valid/burnpack/net.bpk net.bpk --remap '^fc\\.=fc1.' --dry-run
     """
     from ckptctl.ops.convert import ConvertOptions
 

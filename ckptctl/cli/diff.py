@@ -101,10 +101,10 @@ def command(
 
     \b
     Examples:
-      ckptctl diff model.safetensors model.bpk
-      ckptctl diff ddp.pt model.safetensors --remap '^module\\.='
-      ckptctl diff torch.safetensors burn.bpk --adapter pytorch-to-burn --json
-      ckptctl diff model-f32.safetensors model-bf16.safetensors --values-only --rtol 1e-2
+      ckptctl diff fixtures/valid/pytorch/min_zip.pt fixtures/valid/pytorch/min_legacy.pt
+      ckptctl diff fixtures/valid/pytorch/nested.pt fixtures/valid/pytorch/lightning.ckpt \\
+        --state-key model --state-key-b state_dict.model
+      ckptctl diff fixtures/valid/burnpack/net.bpk fixtures/valid/optim/model.bpk  # exit 1
     """
     from ckptctl.ops.diff import DiffOptions, diff_checkpoints
 

@@ -20,8 +20,8 @@ def command(file: str, all_regions: bool, as_json: bool, output_format: str) -> 
 
     \b
     Examples:
-      ckptctl header model.bpk
-      ckptctl header model.safetensors --json
+      ckptctl header fixtures/valid/burnpack/net.bpk
+      ckptctl header fixtures/valid/safetensors/tiny.safetensors --json
     """
     from ckptctl.ops.inspect import describe_header
 

@@ -41,9 +41,9 @@ def command(
 
     \b
     Examples:
-      ckptctl ls model.safetensors
-      ckptctl ls checkpoint.pt --state-key model --filter 'attn' --sort size
-      ckptctl ls model.bpk --json
+      ckptctl ls fixtures/valid/safetensors/tiny.safetensors
+      ckptctl ls fixtures/valid/pytorch/nested.pt --state-key model --filter weight --sort size
+      ckptctl ls fixtures/valid/burnpack/net.bpk --json
     """
     from ckptctl.ops.inspect import list_tensors
 

@@ -52,8 +52,8 @@ def command(
 
     \b
     Examples:
-      ckptctl remap model.safetensors renamed.safetensors --rule '^model\\.=' --dry-run
-      ckptctl remap hf.safetensors burn.bpk -r '\\.self_attn\\.=.attn.' -r 'ln\\.weight$=ln.gamma'
+      ckptctl remap fixtures/valid/burnpack/net.bpk renamed.bpk --rule '^fc\\.=fc1.' --dry-run
+      ckptctl remap fixtures/valid/pytorch/nested.pt m.safetensors --state-key model -r '^=model.'
     """
     from ckptctl.cli.convert import run_conversion
     from ckptctl.ops.convert import ConvertOptions

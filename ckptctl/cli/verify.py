@@ -66,11 +66,10 @@ def command(
 
     \b
     Examples:
-      ckptctl verify model.safetensors checkpoints/*.pt
-      ckptctl verify checkpoint.pt --state-key model --min-tensors 100
-      ckptctl verify model.safetensors --expect reference.safetensors --no-nan
-      ckptctl verify model-10.bpk --optimizer optim-10.bpk
-      ckptctl verify weights/*.safetensors --json
+      ckptctl verify fixtures/valid/pytorch/min_zip.pt fixtures/valid/burnpack/net.bpk
+      ckptctl verify fixtures/valid/pytorch/nested.pt  # exit 1: tensors are under 'model'
+      ckptctl verify fixtures/valid/pytorch/nested.pt --state-key model --no-nan
+      ckptctl verify fixtures/valid/optim/model.bpk --optimizer fixtures/valid/optim/optim.bpk
     """
     from ckptctl.ops.verify import verify
 

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from ckptctl.report.model import SCHEMA_VERSION
 from ckptctl.report.sanitize import sanitize
+from ckptctl.report.text import print_table
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -189,7 +190,7 @@ def render_diff(report: DiffReport, console: Console, *, show_all: bool = False)
     rows = list(report.tensors) if show_all else list(report.differing)
     if rows:
         console.print()
-        console.print(_table(rows))
+        print_table(console, _table(rows))
     hidden = len(report.tensors) - len(rows)
     if hidden:
         counts = report.counts()

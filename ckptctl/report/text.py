@@ -13,6 +13,7 @@ from ckptctl.report.sanitize import sanitize
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ckptctl.model import JSONValue
     from ckptctl.report.model import ConvertReport, HeaderReport, LsReport
 
 #: Regions of one kind beyond this many are summarised in the byte table (``--all`` shows them).
@@ -26,6 +27,33 @@ _KIND_TEXT = {
     "tensor": "a single bare tensor",
     "empty": "a checkpoint with no tensors",
 }
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print a table without the trailing spaces rich pads the last column with."""
+    with console.capture() as capture:
+        console.print(table)
+    lines = capture.get().splitlines()
+    console.file.write("".join(line.rstrip() + "\n" for line in lines))
+
+
+def pretty_json(value: JSONValue, indent: int = 0) -> str:
+    """JSON with objects indented and lists of numbers or strings kept on one line.
+
+    ``ensure_ascii`` escapes every control, bidi and non-ASCII character inside strings, so the
+    text is safe to print.
+    """
+    pad = "  " * indent
+    if isinstance(value, dict) and value:
+        items = [
+            f"{pad}  {json.dumps(str(k), ensure_ascii=True)}: {pretty_json(v, indent + 1)}"
+            for k, v in value.items()
+        ]
+        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        items = [f"{pad}  {pretty_json(v, indent + 1)}" for v in value]
+        return "[\n" + ",\n".join(items) + f"\n{pad}]"
+    return json.dumps(value, ensure_ascii=True, default=str)
 
 
 def human_bytes(n: int) -> str:
@@ -80,7 +108,7 @@ def render_ls(report: LsReport, console: Console) -> None:
             cells.append("" if row.param_id is None else str(row.param_id))
         table.add_row(*cells)
     if report.tensors:
-        console.print(table)
+        print_table(console, table)
     totals = Table(box=None, pad_edge=False, header_style="bold", title_justify="left")
     totals.add_column("dtype")
     totals.add_column("tensors", justify="right")
@@ -95,7 +123,7 @@ def render_ls(report: LsReport, console: Console) -> None:
         totals.add_row("total", f"{n:,}", f"{all_numel:,}", human_bytes(all_bytes))
     if report.totals:
         console.print()
-        console.print(totals)
+        print_table(console, totals)
     shown = f"{n:,} tensors" if n != 1 else "1 tensor"
     if report.total_tensors is not None and report.total_tensors != n:
         shown += f" (of {report.total_tensors:,})"
@@ -107,7 +135,7 @@ def render_ls(report: LsReport, console: Console) -> None:
         meta.add_column("value", overflow="fold")
         for key, value in report.metadata.items():
             meta.add_row(Text(sanitize(key)), Text(sanitize(str(value))))
-        console.print(meta)
+        print_table(console, meta)
     if report.scalars:
         console.print()
         sc = Table(box=None, pad_edge=False, header_style="bold")
@@ -115,7 +143,7 @@ def render_ls(report: LsReport, console: Console) -> None:
         sc.add_column("value")
         for key, value in report.scalars.items():
             sc.add_row(Text(sanitize(key)), Text(sanitize(json.dumps(value))))
-        console.print(sc)
+        print_table(console, sc)
 
 
 def render_header(report: HeaderReport, console: Console, *, all_regions: bool = False) -> None:
@@ -124,9 +152,7 @@ def render_header(report: HeaderReport, console: Console, *, all_regions: bool =
     console.print(Text(f"{sanitize(report.path)}: {layout.format}, {layout.file_size:,} bytes"))
     console.print()
     console.print(Text("header", style="bold"))
-    # ensure_ascii escapes every control, bidi and non-ASCII character inside the strings
-    header_text = json.dumps(layout.header, indent=2, ensure_ascii=True, default=str)
-    console.print(Text(header_text))
+    console.print(Text(pretty_json(layout.header)))
     console.print()
     console.print(Text("byte accounting", style="bold"))
     table = Table(box=None, pad_edge=False, header_style="bold")
@@ -151,7 +177,7 @@ def render_header(report: HeaderReport, console: Console, *, all_regions: bool =
             region.kind,
             Text(sanitize(what or "")),
         )
-    console.print(table)
+    print_table(console, table)
     console.print()
     by_kind = report.bytes_by_kind()
     parts = [f"{by_kind[k]:,} {k}" for k in by_kind]
