@@ -46,21 +46,29 @@ def run(cmd: list[str]) -> tuple[float, int]:
     return elapsed, int(usage.ru_maxrss)
 
 
-def make_inputs(count: int, size_mib: int) -> tuple[Path, Path]:
-    """Write (if missing) the many-tensor and the big checkpoint with torch."""
-    import torch
+_MAKE = """
+import sys, torch
+count, size_mib, many, big = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+torch.manual_seed(0)
+if many != "-":
+    torch.save({f"layers.{i // 4}.p{i % 4}.weight": torch.randn(4, 4) for i in range(count)}, many)
+if big != "-":  # 16 MiB per tensor: 4096 x 1024 float32
+    torch.save({f"block.{i}.weight": torch.randn(4096, 1024) for i in range(size_mib // 16)}, big)
+"""
 
+
+def make_inputs(count: int, size_mib: int) -> tuple[Path, Path]:
+    """Write (if missing) the many-tensor and the big checkpoint with torch.
+
+    torch runs in a child process: Linux carries a parent's peak RSS into every child it forks
+    (``ru_maxrss`` survives ``exec``), so importing torch here would inflate every measurement.
+    """
     WORK.mkdir(exist_ok=True)
     many = WORK / f"many_{count}.pt"
     big = WORK / f"big_{size_mib}mib.pt"
-    torch.manual_seed(0)
-    if not many.exists():
-        state = {f"layers.{i // 4}.p{i % 4}.weight": torch.randn(4, 4) for i in range(count)}
-        torch.save(state, many)
-    if not big.exists():
-        per = 16  # MiB per tensor: 4096 x 1024 float32
-        state = {f"block.{i}.weight": torch.randn(4096, 1024) for i in range(size_mib // per)}
-        torch.save(state, big)
+    todo = [str(p) if not p.exists() else "-" for p in (many, big)]
+    if todo != ["-", "-"]:
+        subprocess.run([sys.executable, "-c", _MAKE, str(count), str(size_mib), *todo], check=True)
     for path in (many, big):
         with open(path, "rb") as f:
             while f.read(1 << 24):

@@ -43,6 +43,18 @@ class LazyGroup(click.Group):
         command: click.Command = module.command
         return command
 
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the subcommand; a reader that closed the pipe (``ckptctl ls x | head``) ends it.
+
+        click would answer EPIPE with exit 1, our code for a failed check; nothing failed here,
+        the reader just stopped reading, so the command ends quietly with 0.
+        """
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            _quiet_broken_pipe()
+            return ExitCode.OK
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
         if rows:

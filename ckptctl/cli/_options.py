@@ -73,12 +73,17 @@ def make_console(*, stderr: bool = False) -> Console:
     """A console for this invocation: no colour when NO_COLOR/--no-color or not a terminal."""
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich exits 1 here; let LazyGroup.invoke end the command quietly with 0 instead
+            raise BrokenPipeError
+
     ctx = click.get_current_context(silent=True)
     no_color = bool(ctx and ctx.find_root().obj and ctx.find_root().obj.get("no_color"))
     stream = sys.stderr if stderr else sys.stdout
     is_tty = stream.isatty()
     width = None if is_tty else int(os.environ.get("COLUMNS", "100") or 100)
-    return Console(
+    return _Console(
         file=stream,
         no_color=no_color or not is_tty,
         color_system=None if (no_color or not is_tty) else "auto",
