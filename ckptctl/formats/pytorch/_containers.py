@@ -46,6 +46,11 @@ MAX_CODE_BYTES = 16 << 20
 #: Most members a TAR checkpoint may have, and most storages any container may declare.
 MAX_TAR_MEMBERS = 16
 MAX_STORAGES = 10_000_000
+#: Largest ratio of decompressed to compressed size accepted for a record (deflate tops out near
+#: 1032:1, so no real archive comes close); bigger claims are zip bombs.
+MAX_COMPRESSION_RATIO = 1100
+#: Records decompressing to less than this are never refused for their ratio.
+MIN_BOMB_BYTES = 1 << 20
 
 # Element size of every torch dtype a storage can hold (spec section 4).
 TORCH_ITEMSIZE = {
@@ -220,6 +225,12 @@ class _ZipRecords:
         return self.decompress(info, info.file_size)
 
     def decompress(self, info: ZipRecord, expected: int) -> bytes:
+        if expected > max(MIN_BOMB_BYTES, MAX_COMPRESSION_RATIO * info.compress_size):
+            raise CorruptCheckpointError(
+                f"zip record {info.name!r} claims {expected} bytes from {info.compress_size} "
+                f"compressed bytes, a ratio over {MAX_COMPRESSION_RATIO}:1 (a zip bomb?)",
+                hint="deflate never compresses more than about 1032:1; the file is crafted",
+            )
         if info.method == 9:  # deflate64: the import patches zipfile to support it
             import zipfile_deflate64  # noqa: F401
         self.data_offset(info)  # validates the local header and range

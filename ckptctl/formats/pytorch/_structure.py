@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 MAX_WALK_NODES = 2_000_000
 #: Most tensors listed from one file.
 MAX_TENSORS = 10_000_000
+#: Largest element count (ignoring zero dimensions) a shape may describe: numpy's index range.
+MAX_ELEMENTS = 2**63 - 1
 
 _DTYPES: dict[str, DType] = {
     "float64": DType.F64, "float32": DType.F32, "float16": DType.F16, "bfloat16": DType.BF16,
@@ -318,6 +320,12 @@ def _entry(parsed: Parsed, found: Found, source: ByteSource) -> TensorEntry:
         base, count = ref.view[1], ref.view[2]
         if (base + count) * itemsize > storage_bytes:
             raise CorruptCheckpointError(f"tensor {name!r} uses a storage view past its storage")
+    if math.prod(d for d in t.size if d) > MAX_ELEMENTS:
+        # numpy cannot even describe an empty array this large (fixtures/hostile/limits)
+        raise CorruptCheckpointError(
+            f"tensor {name!r} has shape {list(t.size)}, too large to represent",
+            hint="the file is damaged or crafted",
+        )
     numel = math.prod(t.size)
     if numel:
         last = t.offset + sum((s - 1) * st for s, st in zip(t.size, t.stride, strict=True))
