@@ -13,8 +13,12 @@ if TYPE_CHECKING:
 
 
 def dumps(obj: JSONValue) -> str:
-    """JSON text ending in a newline; non-ASCII is escaped so file strings never reach a tty raw."""
-    return json.dumps(obj, indent=2, ensure_ascii=True, allow_nan=False, default=str) + "\n"
+    """One line of JSON ending in a newline (pipe it to ``jq .`` to read it).
+
+    Non-ASCII is escaped, so strings from files never reach a terminal raw. No indentation: it
+    forces Python's slow pure-Python encoder, five times slower on a 20,000-tensor listing.
+    """
+    return json.dumps(obj, ensure_ascii=True, allow_nan=False, default=str) + "\n"
 
 
 @singledispatch
