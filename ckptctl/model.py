@@ -41,6 +41,14 @@ class TensorData:
         """``(source, absolute offset)`` when the bytes lie contiguous in a file, else None."""
         return None
 
+    def read_range(self, start: int, length: int) -> bytes | memoryview:
+        """``length`` bytes from byte ``start`` of the tensor, for chunked processing.
+
+        File-backed data reads them with ``pread`` into a fresh buffer instead of touching the
+        memory map, so a pass over a large file does not grow the process's resident memory.
+        """
+        return self.read()[start : start + length]
+
 
 @dataclass(frozen=True, eq=False)
 class FileData(TensorData):
@@ -55,6 +63,11 @@ class FileData(TensorData):
 
     def file_range(self) -> tuple[ByteSource, int] | None:
         return (self.source, self.offset)
+
+    def read_range(self, start: int, length: int) -> bytes | memoryview:
+        if start < 0 or length < 0 or start + length > self.nbytes:
+            raise ValueError(f"range {start}+{length} outside a tensor of {self.nbytes} bytes")
+        return self.source.read(self.offset + start, length)
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,6 +135,31 @@ class TensorEntry:
     def renamed(self, name: str) -> TensorEntry:
         """The same entry under another tensor name."""
         return replace(self, name=name)
+
+
+#: Bytes read per step when an adapter streams a file-backed tensor.
+BLOCK_BYTES = 8 * 1024 * 1024
+
+
+def iter_row_blocks(
+    entry: TensorEntry, block_bytes: int = BLOCK_BYTES
+) -> Iterator[tuple[int, NDArray[Any]]]:
+    """Yield ``(first_row, rows)`` blocks of ``entry`` along its first axis, about
+    ``block_bytes`` each, read without mapping the whole tensor (see ``read_range``).
+
+    A rank-0 or empty tensor yields the whole tensor once.
+    """
+    if not entry.shape or entry.numel == 0:
+        yield 0, entry.load()
+        return
+    rows = entry.shape[0]
+    row_bytes = entry.nbytes // rows
+    step = max(1, block_bytes // max(1, row_bytes))
+    for first in range(0, rows, step):
+        count = min(step, rows - first)
+        raw = entry.data.read_range(first * row_bytes, count * row_bytes)
+        block = np.frombuffer(raw, dtype=entry.dtype.numpy).reshape((count, *entry.shape[1:]))
+        yield first, block
 
 
 def expected_nbytes(dtype: DType, shape: tuple[int, ...]) -> int:

@@ -22,7 +22,7 @@ from ckptctl.adapters import Action, Adapted, BaseAdapter
 from ckptctl.adapters.modules import Decision, resolve
 from ckptctl.dtypes import DType, from_float, to_float
 from ckptctl.errors import SelectionError
-from ckptctl.model import ComputedData, expected_nbytes
+from ckptctl.model import ComputedData, expected_nbytes, iter_row_blocks
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -57,7 +57,15 @@ def convert_float(raw: NDArray[Any], source: DType, target: DType) -> NDArray[An
 
 
 def _load_converted(entry: TensorEntry, target: DType) -> NDArray[Any]:
-    return convert_float(entry.load(), entry.dtype, target)
+    """Convert block by block of rows: memory is the output plus one input block."""
+    out = np.empty(entry.shape, dtype=target.numpy)
+    for first, block in iter_row_blocks(entry):
+        converted = convert_float(block, entry.dtype, target)
+        if out.ndim:
+            out[first : first + block.shape[0]] = converted
+        else:
+            out[()] = converted
+    return out
 
 
 def cast_entry(entry: TensorEntry, target: DType) -> TensorEntry:

@@ -24,7 +24,7 @@ import numpy as np
 
 from ckptctl.adapters import Action, Adapted, BaseAdapter
 from ckptctl.adapters.modules import RENAMED_NORMS, Decision, resolve
-from ckptctl.model import ComputedData
+from ckptctl.model import ComputedData, iter_row_blocks
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -58,7 +58,14 @@ def transpose_2d(array: NDArray[Any]) -> NDArray[Any]:
 
 
 def _load_transposed(entry: TensorEntry) -> NDArray[Any]:
-    return transpose_2d(entry.load())
+    """Transpose block by block of rows: memory is the output plus one input block."""
+    rows, cols = entry.shape
+    if rows * cols <= SMALL_TRANSPOSE_ELEMENTS:
+        return transpose_2d(entry.load())
+    out = np.empty((cols, rows), dtype=entry.dtype.numpy)
+    for first, block in iter_row_blocks(entry):
+        out[:, first : first + block.shape[0]] = transpose_2d(block)
+    return out
 
 
 def transposed(entry: TensorEntry) -> TensorEntry:
