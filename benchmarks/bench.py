@@ -150,6 +150,14 @@ def _convert_no_fsync(src: Path, dst: Path) -> list[str]:
     return [*_convert(src, dst), "--no-fsync"]
 
 
+def _convert_transpose(src: Path, dst: Path) -> list[str]:
+    return [*_convert_no_fsync(src, dst), "--module-type", ".*=Linear", "-a", "pytorch-to-burn"]
+
+
+def _convert_bf16(src: Path, dst: Path) -> list[str]:
+    return [*_convert_no_fsync(src, dst), "-a", "cast:bf16"]
+
+
 def _cp_sync(src: Path, dst: Path) -> list[str]:
     return ["sh", "-c", 'cp "$1" "$2" && sync "$2"', "cp+sync", str(src), str(dst)]
 
@@ -166,7 +174,39 @@ CASES = [
          "cp", _cp, ".bpk"),
     Case("bpk-st-nofsync", "burnpack → safetensors, --no-fsync", _bpk_input, _convert_no_fsync,
          "cp", _cp, ".safetensors"),
+    Case("st-bpk-transpose", "every 2-D weight transposed (pytorch-to-burn), --no-fsync",
+         _st_input, _convert_transpose, "cp", _cp, ".bpk"),
+    Case("st-bpk-bf16", "every tensor cast F32 → BF16, --no-fsync", _st_input, _convert_bf16,
+         "cp", _cp, ".bpk"),
 ]  # fmt: skip
+
+
+def micro(size_mib: int, runs: int) -> list[dict[str, object]]:
+    """In-process throughput of the transpose and cast kernels against a plain memory copy."""
+    from ckptctl.adapters.cast import convert_float
+    from ckptctl.adapters.layout import transpose_2d
+    from ckptctl.dtypes import DType
+
+    n = int((size_mib * (1 << 20) // 4) ** 0.5)
+    array = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    kernels = {
+        "memory copy": lambda: array.copy(),
+        "transpose (tiled)": lambda: transpose_2d(array),
+        "transpose (numpy .T copy)": lambda: np.ascontiguousarray(array.T),
+        "cast F32 → F16": lambda: convert_float(array, DType.F32, DType.F16),
+        "cast F32 → BF16": lambda: convert_float(array, DType.F32, DType.BF16),
+    }
+    results = []
+    for name, kernel in kernels.items():
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            kernel()
+            times.append(time.perf_counter() - start)
+        seconds = statistics.median(times)
+        results.append({"kernel": name, "MiB": array.nbytes / (1 << 20), "seconds": seconds,
+                        "GiB_s": array.nbytes / seconds / (1 << 30)})  # fmt: skip
+    return results
 
 
 def measure(case: Case, size_mib: int, runs: int) -> dict[str, object]:
@@ -222,11 +262,16 @@ def main() -> None:
     parser.add_argument("--case", action="append", help="run only these cases")
     parser.add_argument("--quick", action="store_true", help="8 MiB, 1 run: a smoke test")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
+    parser.add_argument(
+        "--micro", action="store_true", help="also time the transpose/cast kernels in-process"
+    )
     args = parser.parse_args()
     size, runs = (8, 1) if args.quick else (args.size_mib, args.runs)
     results = [measure(c, size, runs) for c in CASES if not args.case or c.name in args.case]
+    kernels = micro(min(size, 256), runs) if args.micro else []
     if args.json:
-        print(json.dumps({"machine": machine(), "runs": runs, "results": results}, indent=2))
+        report = {"machine": machine(), "runs": runs, "results": results, "kernels": kernels}
+        print(json.dumps(report, indent=2))
         return
     print(f"machine: {machine()}; medians of {runs} runs")
     print(f"{'case':<16} {'input':>9} {'ckptctl':>9} {'baseline':>15} {'ratio':>6} "
@@ -238,6 +283,9 @@ def main() -> None:
             f"{r['throughput_ratio']:>5.2f}x {r['ckptctl_MiB_s']:>7.0f} "
             f"{r['ckptctl_peak_rss_MiB']:>6.0f}MiB {r['largest_tensor_bytes'] / (1 << 20):>6.0f}MiB"
         )
+    for k in kernels:
+        print(f"kernel {k['kernel']:<28} {k['MiB']:>6.0f} MiB {k['seconds']:>7.3f}s "
+              f"{k['GiB_s']:>6.2f} GiB/s")  # fmt: skip
 
 
 if __name__ == "__main__":
