@@ -64,6 +64,37 @@ def state_key_option(func: F) -> F:
     )(func)
 
 
+def adapter_option(help_text: str) -> Callable[[F], F]:
+    """``--adapter/-a NAME``, repeatable (``pytorch-to-burn``, ``half``, ``cast:DTYPE`` ...)."""
+    return click.option(
+        "--adapter", "-a", "adapters", multiple=True, metavar="NAME", help=help_text
+    )
+
+
+def remap_option(*names: str, help_text: str, required: bool = False) -> Callable[[F], F]:
+    """An ordered, repeatable ``PATTERN=REPLACEMENT`` rule option (``--remap`` / ``--rule``)."""
+    return click.option(
+        *names,
+        "rules",
+        multiple=True,
+        required=required,
+        metavar="PATTERN=REPLACEMENT",
+        help=help_text,
+    )
+
+
+def module_type_option(help_text: str) -> Callable[[F], F]:
+    """``--module-type REGEX=TYPE``, repeatable."""
+    return click.option(
+        "--module-type", "module_types", multiple=True, metavar="REGEX=TYPE", help=help_text
+    )
+
+
+def quiet_option(help_text: str) -> Callable[[F], F]:
+    """``--quiet/-q``."""
+    return click.option("--quiet", "-q", is_flag=True, help=help_text)
+
+
 def wants_json(as_json: bool, output_format: str) -> bool:
     """True when JSON output was asked for by either option."""
     return as_json or output_format == "json"

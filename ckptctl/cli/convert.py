@@ -7,12 +7,16 @@ from typing import TYPE_CHECKING
 import click
 
 from ckptctl.cli._options import (
+    adapter_option,
     dry_run_option,
     force_option,
     fsync_option,
     make_console,
+    module_type_option,
     output_options,
     print_json,
+    quiet_option,
+    remap_option,
     state_key_option,
     wants_json,
 )
@@ -97,34 +101,22 @@ def run_conversion(
 @click.command("convert")
 @click.argument("src", type=click.Path(dir_okay=False))
 @click.argument("dst", type=click.Path(dir_okay=False))
-@click.option(
-    "--adapter",
-    "-a",
-    "adapters",
-    multiple=True,
-    metavar="NAME",
-    help="Adapter to apply, repeatable, in order: pytorch-to-burn, burn-to-pytorch, half, "
-    "cast:DTYPE (e.g. cast:f32, cast:bf16).",
+@adapter_option(
+    "Adapter to apply, repeatable, in order: pytorch-to-burn, burn-to-pytorch, half, "
+    "cast:DTYPE (e.g. cast:f32, cast:bf16)."
 )
-@click.option(
+@remap_option(
     "--remap",
     "-r",
-    "rules",
-    multiple=True,
-    metavar="PATTERN=REPLACEMENT",
-    help="Rename tensors by regex, repeatable; applied in order before the adapters. "
+    help_text="Rename tensors by regex, repeatable; applied in order before the adapters. "
     "Groups are written $1 or ${name}, as in Burn's KeyRemapper.",
 )
 @state_key_option
 @click.option("--include", multiple=True, metavar="REGEX", help="Keep only matching tensors.")
 @click.option("--exclude", multiple=True, metavar="REGEX", help="Drop matching tensors.")
-@click.option(
-    "--module-type",
-    "module_types",
-    multiple=True,
-    metavar="REGEX=TYPE",
-    help="Declare the module type (Linear, LayerNorm, BatchNorm, Embedding, Conv2d, ...) of "
-    "matching tensors for the layout adapters; repeatable, first match wins.",
+@module_type_option(
+    "Declare the module type (Linear, LayerNorm, BatchNorm, Embedding, Conv2d, ...) of "
+    "matching tensors for the layout adapters; repeatable, first match wins."
 )
 @click.option(
     "--module-types",
@@ -159,7 +151,7 @@ def run_conversion(
 @force_option
 @fsync_option
 @dry_run_option
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary line.")
+@quiet_option("No progress bar and no summary line.")
 @output_options
 def command(
     src: str,

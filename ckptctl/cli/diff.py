@@ -5,9 +5,12 @@ from __future__ import annotations
 import click
 
 from ckptctl.cli._options import (
+    adapter_option,
     make_console,
+    module_type_option,
     output_options,
     print_json,
+    remap_option,
     state_key_option,
     wants_json,
 )
@@ -23,30 +26,18 @@ from ckptctl.errors import ExitCode
     metavar="KEY",
     help="Descend into KEY of B (dotted path) and strip the prefix; --state-key applies to A.",
 )
-@click.option(
+@remap_option(
     "--remap",
     "-r",
-    "rules",
-    multiple=True,
-    metavar="PATTERN=REPLACEMENT",
-    help="Rename A's tensors by regex before comparing, repeatable, in order, as in convert.",
+    help_text="Rename A's tensors by regex before comparing, repeatable, in order, as in convert.",
 )
-@click.option(
-    "--adapter",
-    "-a",
-    "adapters",
-    multiple=True,
-    metavar="NAME",
-    help="Adapter to apply to A after the --remap rules, repeatable, in order: pytorch-to-burn, "
-    "burn-to-pytorch, half, cast:DTYPE.",
+@adapter_option(
+    "Adapter to apply to A after the --remap rules, repeatable, in order: pytorch-to-burn, "
+    "burn-to-pytorch, half, cast:DTYPE."
 )
-@click.option(
-    "--module-type",
-    "module_types",
-    multiple=True,
-    metavar="REGEX=TYPE",
-    help="Declare the module type of matching tensors of A for the layout adapters, as in "
-    "convert; repeatable, first match wins.",
+@module_type_option(
+    "Declare the module type of matching tensors of A for the layout adapters, as in "
+    "convert; repeatable, first match wins."
 )
 @click.option(
     "--rtol",

@@ -9,6 +9,8 @@ from ckptctl.cli._options import (
     force_option,
     fsync_option,
     output_options,
+    quiet_option,
+    remap_option,
     state_key_option,
 )
 
@@ -16,21 +18,18 @@ from ckptctl.cli._options import (
 @click.command("remap")
 @click.argument("src", type=click.Path(dir_okay=False))
 @click.argument("dst", type=click.Path(dir_okay=False))
-@click.option(
+@remap_option(
     "--rule",
     "-r",
-    "rules",
-    multiple=True,
     required=True,
-    metavar="PATTERN=REPLACEMENT",
-    help="A regex rename rule, repeatable; each applies (replace-all) to the previous result. "
-    "Groups are written $1 or ${name}, as in Burn's KeyRemapper.",
+    help_text="A regex rename rule, repeatable; each applies (replace-all) to the previous "
+    "result. Groups are written $1 or ${name}, as in Burn's KeyRemapper.",
 )
 @state_key_option
 @force_option
 @fsync_option
 @dry_run_option
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary line.")
+@quiet_option("No progress bar and no summary line.")
 @output_options
 def command(
     src: str,

@@ -8,6 +8,7 @@ from ckptctl.cli._options import (
     make_console,
     output_options,
     print_json,
+    quiet_option,
     state_key_option,
     wants_json,
 )
@@ -42,7 +43,7 @@ from ckptctl.errors import ExitCode
     help="Check that the Burn optimizer record OPTIM (optim-N.bpk) attaches to each FILE's "
     "ParamIds (prints the Optimizer State Check).",
 )
-@click.option("--quiet", "-q", is_flag=True, help="Show only files that fail or warn.")
+@quiet_option("Show only files that fail or warn.")
 @output_options
 def command(
     files: tuple[str, ...],

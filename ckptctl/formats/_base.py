@@ -6,6 +6,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
+from ckptctl._io import CHUNK_BYTES, copy_range
+from ckptctl.errors import CorruptCheckpointError
+
 if TYPE_CHECKING:
     from ckptctl._io import ByteSource
     from ckptctl.model import Checkpoint, JSONValue, TensorEntry
@@ -73,3 +76,44 @@ class FormatSpec:
     open: Opener
     layout: LayoutFn | None = None
     write: WriteFn | None = None
+
+
+def has_fileno(out: IO[bytes]) -> bool:
+    """True when ``out`` is a real file (``os.copy_file_range`` can write into it)."""
+    try:
+        out.fileno()
+    except (OSError, ValueError):  # io.UnsupportedOperation (BytesIO) is both
+        return False
+    return True
+
+
+def read_entry_bytes(entry: TensorEntry) -> memoryview:
+    """An entry's bytes, checked to be ``nbytes`` long.
+
+    Raises:
+        CorruptCheckpointError: the data is shorter or longer than the entry says.
+    """
+    raw = memoryview(entry.data.read())
+    if len(raw) != entry.nbytes:
+        raise CorruptCheckpointError(
+            f"tensor {entry.name!r} has {len(raw)} bytes, expected {entry.nbytes}"
+        )
+    return raw
+
+
+def write_entry_bytes(out: IO[bytes], entry: TensorEntry) -> None:
+    """Stream one entry's bytes to ``out`` without a tensor-sized buffer where possible.
+
+    File-backed bytes go through ``os.copy_file_range`` (zero-copy) when ``out`` is a real
+    file, else through ``CHUNK_BYTES`` views of the memory map; computed bytes are read once.
+    """
+    where = entry.data.file_range()
+    if where is None:
+        out.write(read_entry_bytes(entry))
+        return
+    source, offset = where
+    if has_fileno(out):
+        copy_range(source, offset, entry.nbytes, out)
+        return
+    for done in range(0, entry.nbytes, CHUNK_BYTES):
+        out.write(source.view(offset + done, min(CHUNK_BYTES, entry.nbytes - done)))

@@ -39,11 +39,10 @@ import unicodedata
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, NoReturn
 
-from ckptctl._io import CHUNK_BYTES, copy_range
 from ckptctl.dtypes import DType
 from ckptctl.errors import CorruptCheckpointError, OutputError, UnsupportedError
 from ckptctl.formats import register_format
-from ckptctl.formats._base import FormatSpec, HeaderLayout, Region
+from ckptctl.formats._base import FormatSpec, HeaderLayout, Region, write_entry_bytes
 from ckptctl.model import Checkpoint, FileData, JSONValue, TensorEntry, expected_nbytes
 
 if TYPE_CHECKING:
@@ -527,32 +526,6 @@ def plan_header(entries: Sequence[TensorEntry], metadata: Mapping[str, str]) -> 
     return length.to_bytes(HEADER_LENGTH_BYTES, "little") + text.ljust(length, b" ")
 
 
-def _has_fileno(out: IO[bytes]) -> bool:
-    try:
-        out.fileno()
-    except (OSError, ValueError):  # io.UnsupportedOperation is both
-        return False
-    return True
-
-
-def _write_data(out: IO[bytes], entry: TensorEntry) -> None:
-    where = entry.data.file_range()
-    if where is not None:
-        source, offset = where
-        if _has_fileno(out):
-            copy_range(source, offset, entry.nbytes, out)  # zero-copy where the OS can
-            return
-        for done in range(0, entry.nbytes, CHUNK_BYTES):
-            out.write(source.view(offset + done, min(CHUNK_BYTES, entry.nbytes - done)))
-        return
-    raw = entry.data.read()
-    if len(raw) != entry.nbytes:
-        raise CorruptCheckpointError(
-            f"tensor {entry.name!r} has {len(raw)} bytes, expected {entry.nbytes}"
-        )
-    out.write(raw)
-
-
 def write(
     out: IO[bytes],
     entries: Sequence[TensorEntry],
@@ -574,7 +547,7 @@ def write(
     del scalars  # safetensors cannot hold them (documented above)
     out.write(plan_header(entries, metadata))
     for entry in entries:
-        _write_data(out, entry)
+        write_entry_bytes(out, entry)
 
 
 SPEC = FormatSpec(

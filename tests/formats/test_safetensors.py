@@ -275,7 +275,7 @@ def test_writer_copies_file_ranges_zero_copy(
         calls.append((offset, length))
         original(src, offset, length, dst)
 
-    monkeypatch.setattr("ckptctl.formats.safetensors.copy_range", spy)
+    monkeypatch.setattr("ckptctl.formats._base.copy_range", spy)
     src = ST_VALID / "tiny.safetensors"
     out = tmp_path / "copy.safetensors"
     with open_checkpoint(src) as ckpt:

@@ -10,9 +10,9 @@ from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
-from ckptctl._io import copy_range
 from ckptctl.dtypes import DType
-from ckptctl.errors import CorruptCheckpointError, SelectionError, UnsupportedError
+from ckptctl.errors import SelectionError, UnsupportedError
+from ckptctl.formats._base import read_entry_bytes, write_entry_bytes
 from ckptctl.formats.burnpack._cbor import encode_cbor
 from ckptctl.formats.burnpack._schema import (
     BOOL_STORE_ITEMSIZE,
@@ -193,30 +193,12 @@ def _is_text_pair(key: object, value: object) -> bool:
     return isinstance(key, str) and isinstance(value, str)
 
 
-def _has_fileno(out: IO[bytes]) -> bool:
-    try:
-        out.fileno()
-    except (OSError, ValueError):  # io.UnsupportedOperation for BytesIO
-        return False
-    return True
-
-
-def _write_payload(item: _Item, out: IO[bytes], use_copy: bool) -> None:
-    entry = item.entry
-    where = entry.data.file_range()
-    if where is not None and use_copy and not item.u32_bools:
-        source, offset = where
-        copy_range(source, offset, entry.nbytes, out)
-        return
-    data = entry.data.read()
-    if len(data) != entry.nbytes:
-        raise CorruptCheckpointError(
-            f"tensor {entry.name!r} has {len(data)} bytes, expected {entry.nbytes}"
-        )
-    if item.u32_bools:
+def _write_payload(item: _Item, out: IO[bytes]) -> None:
+    if item.u32_bools:  # canonical 0/1 bytes re-encoded as the u32 bool store
+        data = read_entry_bytes(item.entry)
         out.write((np.frombuffer(data, dtype=np.uint8) != 0).astype("<u4").tobytes())
     else:
-        out.write(data)
+        write_entry_bytes(out, item.entry)
 
 
 def write_burnpack(
@@ -245,9 +227,8 @@ def write_burnpack(
     plan = plan_layout(entries, metadata, scalars)
     out.write(plan.head)
     pos = plan.data_start
-    use_copy = _has_fileno(out)
     for item in plan._items:
         target = plan.data_start + item.start
         out.write(bytes(target - pos))
-        _write_payload(item, out, use_copy)
+        _write_payload(item, out)
         pos = target + item.length
