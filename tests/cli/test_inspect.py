@@ -118,3 +118,40 @@ def test_ls_escapes_hostile_names(run_cli, tmp_path):
     as_json = run_cli("ls", path, "--json").stdout
     assert "\x1b" not in as_json
     assert json.loads(as_json)["metadata"]["note"] == "\x1b[2Jgotcha\u202e"
+
+
+@pytest.mark.parametrize(
+    ("path", "key", "names"),
+    [
+        ("fixtures/valid/pytorch/nested.pt", "model", ["0.weight", "0.bias", "2.weight", "2.bias"]),
+        (
+            "fixtures/valid/pytorch/lightning.ckpt",
+            "state_dict.model",
+            ["0.weight", "0.bias", "2.weight", "2.bias"],
+        ),
+        (
+            "fixtures/valid/pytorch/lightning.ckpt",
+            "optimizer_states.0.state.1",
+            ["step", "exp_avg", "exp_avg_sq"],
+        ),
+    ],
+)
+def test_state_key_descends_to_any_depth(run_cli, in_repo, path, key, names):
+    report = json.loads(run_cli("ls", path, "--state-key", key, "--json").stdout)
+    assert [t["name"] for t in report["tensors"]] == names
+    assert report["state_key"] == key
+
+
+@pytest.mark.parametrize(
+    ("path", "kind", "phrase"),
+    [
+        ("fixtures/valid/pytorch/min_zip.pt", "state_dict", "a flat state_dict"),
+        ("fixtures/valid/pytorch/nested.pt", "nested", "tensors are under 'model' (4)"),
+        ("fixtures/valid/pytorch/module.pt", "module", "a pickled FixtureNet object"),
+        ("fixtures/valid/pytorch/torchscript.pt", "torchscript", "TorchScript"),
+        ("fixtures/valid/pytorch/empty_checkpoint.pt", "empty", "no tensors"),
+    ],
+)
+def test_ls_says_what_a_pt_file_is(run_cli, in_repo, path, kind, phrase):
+    assert json.loads(run_cli("ls", path, "--json").stdout)["kind"] == kind
+    assert phrase in run_cli("ls", path).stdout
