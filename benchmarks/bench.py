@@ -181,6 +181,21 @@ CASES = [
 ]  # fmt: skip
 
 
+def startup(runs: int) -> list[dict[str, object]]:
+    """Median wall time of ``ckptctl --help`` / ``--version`` (target: 150 ms) and bare Python."""
+    script = Path(sys.executable).with_name("ckptctl")
+    commands = {
+        "ckptctl --help": [str(script), "--help"],
+        "ckptctl --version": [str(script), "--version"],
+        "python -c pass": [sys.executable, "-c", "pass"],
+    }
+    out = []
+    for name, cmd in commands.items():
+        times = [run(cmd).seconds for _ in range(max(runs, 15))]
+        out.append({"command": name, "median_ms": statistics.median(times) * 1000})
+    return out
+
+
 def micro(size_mib: int, runs: int) -> list[dict[str, object]]:
     """In-process throughput of the transpose and cast kernels against a plain memory copy."""
     from ckptctl.adapters.cast import convert_float
@@ -198,6 +213,7 @@ def micro(size_mib: int, runs: int) -> list[dict[str, object]]:
     }
     results = []
     for name, kernel in kernels.items():
+        kernel()  # warm up: first-touch page faults are not the kernel's cost
         times = []
         for _ in range(runs):
             start = time.perf_counter()
@@ -263,14 +279,23 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="8 MiB, 1 run: a smoke test")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
     parser.add_argument(
-        "--micro", action="store_true", help="also time the transpose/cast kernels in-process"
+        "--micro",
+        action="store_true",
+        help="also time the transpose/cast kernels in-process and the start-up of --help",
     )
     args = parser.parse_args()
     size, runs = (8, 1) if args.quick else (args.size_mib, args.runs)
     results = [measure(c, size, runs) for c in CASES if not args.case or c.name in args.case]
     kernels = micro(min(size, 256), runs) if args.micro else []
+    starts = startup(runs) if args.micro else []
     if args.json:
-        report = {"machine": machine(), "runs": runs, "results": results, "kernels": kernels}
+        report = {
+            "machine": machine(),
+            "runs": runs,
+            "results": results,
+            "kernels": kernels,
+            "startup": starts,
+        }
         print(json.dumps(report, indent=2))
         return
     print(f"machine: {machine()}; medians of {runs} runs")
@@ -283,6 +308,8 @@ def main() -> None:
             f"{r['throughput_ratio']:>5.2f}x {r['ckptctl_MiB_s']:>7.0f} "
             f"{r['ckptctl_peak_rss_MiB']:>6.0f}MiB {r['largest_tensor_bytes'] / (1 << 20):>6.0f}MiB"
         )
+    for st in starts:
+        print(f"startup {st['command']:<20} {st['median_ms']:>6.0f} ms")
     for k in kernels:
         print(f"kernel {k['kernel']:<28} {k['MiB']:>6.0f} MiB {k['seconds']:>7.3f}s "
               f"{k['GiB_s']:>6.2f} GiB/s")  # fmt: skip
