@@ -122,6 +122,15 @@ def main() -> None:
     conv_torch = measure("torch + save_file", [py, "-c", script], args.runs, out)
     rows.append((f"convert {args.size_mib} MiB .pt → safetensors", conv_ours, conv_torch,
                  "torch.load(weights_only=True) + safetensors save_file"))  # fmt: skip
+    # save_file does not fsync; --no-fsync compares like with like
+    conv_nofsync = measure(
+        "ckptctl convert --no-fsync",
+        [*CKPTCTL, "convert", str(big), str(out), "--force", "--no-fsync"],
+        args.runs,
+        out,
+    )
+    rows.append((f"convert {args.size_mib} MiB .pt → safetensors, --no-fsync", conv_nofsync,
+                 conv_torch, "torch.load(weights_only=True) + safetensors save_file"))  # fmt: skip
     print(f"median of {args.runs} runs, whole process; peak RSS = ru_maxrss of the child\n")
     print("| case | ckptctl | baseline | speed-up | ckptctl RSS | baseline RSS | baseline |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
