@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -120,8 +120,8 @@ def _layout(
 
 
 @dataclass(frozen=True)
-class PyTorchToBurn(BaseAdapter):
-    """PyTorch -> Burn: transpose Linear weights, norm ``weight``/``bias`` -> ``gamma``/``beta``.
+class _LayoutAdapter(BaseAdapter):
+    """Transpose Linear weights and rename norm parameters, in one direction.
 
     Attributes:
         decisions: module-type decisions by tensor name (else ``entry.module_type`` is used).
@@ -130,32 +130,29 @@ class PyTorchToBurn(BaseAdapter):
 
     decisions: Mapping[str, Decision] = field(default_factory=dict)
     rename_rmsnorm: bool = True
+    #: norm parameter renames in this direction
+    renames: ClassVar[Mapping[str, str]] = {}
+    name: ClassVar[str] = ""
 
     def apply(self, entry: TensorEntry) -> Adapted:
         decision = resolve(entry, self.decisions)
-        renames = {"weight": "gamma", "bias": "beta"}
-        return _layout(entry, decision, renames, self.rename_rmsnorm, self.describe())
+        return _layout(entry, decision, self.renames, self.rename_rmsnorm, self.describe())
 
     def describe(self) -> str:
-        return "pytorch-to-burn"
+        return self.name
 
 
 @dataclass(frozen=True)
-class BurnToPyTorch(BaseAdapter):
-    """Burn -> PyTorch: transpose Linear weights, norm ``gamma``/``beta`` -> ``weight``/``bias``.
+class PyTorchToBurn(_LayoutAdapter):
+    """PyTorch -> Burn: transpose Linear weights, norm ``weight``/``bias`` -> ``gamma``/``beta``."""
 
-    Attributes:
-        decisions: module-type decisions by tensor name (else ``entry.module_type`` is used).
-        rename_rmsnorm: rename RmsNorm parameters too (Burn 0.22+; set False for Burn 0.21).
-    """
+    renames: ClassVar[Mapping[str, str]] = {"weight": "gamma", "bias": "beta"}
+    name: ClassVar[str] = "pytorch-to-burn"
 
-    decisions: Mapping[str, Decision] = field(default_factory=dict)
-    rename_rmsnorm: bool = True
 
-    def apply(self, entry: TensorEntry) -> Adapted:
-        decision = resolve(entry, self.decisions)
-        renames = {"gamma": "weight", "beta": "bias"}
-        return _layout(entry, decision, renames, self.rename_rmsnorm, self.describe())
+@dataclass(frozen=True)
+class BurnToPyTorch(_LayoutAdapter):
+    """Burn -> PyTorch: transpose Linear weights, norm ``gamma``/``beta`` -> ``weight``/``bias``."""
 
-    def describe(self) -> str:
-        return "burn-to-pytorch"
+    renames: ClassVar[Mapping[str, str]] = {"gamma": "weight", "beta": "bias"}
+    name: ClassVar[str] = "burn-to-pytorch"
