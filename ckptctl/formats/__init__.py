@@ -126,7 +126,12 @@ def read_layout(path: str | os.PathLike[str]) -> HeaderLayout:
     with ByteSource(path) as source:
         spec = _sniff(source)
         if spec.layout is None:
-            raise UnsupportedError(f"no header view for {spec.name} files", path=source.path)
+            hint = None
+            if spec.name == "safetensors-index":
+                hint = "this is a sharded-checkpoint index; run ckptctl header on one of its shards"
+            raise UnsupportedError(
+                f"no header view for {spec.name} files", path=source.path, hint=hint
+            )
         try:
             return spec.layout(source)
         except CkptError as exc:
@@ -190,8 +195,11 @@ def save_checkpoint(
                 path=os.fspath(path),
                 hint="write to a new file, then rename it",
             )
-    with atomic_write(path, force=force, fsync=fsync) as out:
-        spec.write(out, entries, dict(metadata or {}), dict(scalars or {}))
+    try:
+        with atomic_write(path, force=force, fsync=fsync) as out:
+            spec.write(out, entries, dict(metadata or {}), dict(scalars or {}))
+    except CkptError as exc:
+        raise exc.with_path(path) from None
 
 
 def save_sharded(
@@ -243,7 +251,10 @@ def save_sharded(
         sharded.write_index(out, shards, names)
         for shard, name in zip(shards, names, strict=True):
             out = stack.enter_context(atomic_write(name, force=force, fsync=fsync))
-            spec.write(out, shard, dict(metadata or {}), {})
+            try:
+                spec.write(out, shard, dict(metadata or {}), {})
+            except CkptError as exc:
+                raise exc.with_path(name) from None
     return targets
 
 

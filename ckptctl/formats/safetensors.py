@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import unicodedata
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, NoReturn
@@ -499,7 +500,8 @@ def plan_header(entries: Sequence[TensorEntry], metadata: Mapping[str, str]) -> 
             raise UnsupportedError(
                 f"tensor {entry.name!r} has dtype {entry.dtype.value}, which safetensors "
                 "cannot store",
-                hint="cast it first, e.g. --adapter cast:f64 or drop it",
+                hint="write a .pt instead, or leave it out with "
+                f"--exclude '^{re.escape(entry.name)}$'",
             )
         expected = expected_nbytes(entry.dtype, entry.shape)
         if entry.nbytes != expected:

@@ -225,7 +225,11 @@ def _reason_key(note: str | None) -> str:
 
 def render_convert(report: ConvertReport, console: Console) -> None:
     """Print a conversion plan (``--dry-run``) or what was written."""
-    changed = [r for r in report.plan if r.actions or r.target != r.source]
+    dropped = sum(1 for r in report.plan if r.target is None)
+    written = len(report.plan) - dropped
+    changed = [
+        r for r in report.plan if r.target is not None and (r.actions or r.target != r.source)
+    ]
     if report.dry_run:
         console.print(
             Text(
@@ -258,7 +262,8 @@ def render_convert(report: ConvertReport, console: Console) -> None:
         console.print(
             Text(
                 f"wrote {sanitize(report.destination)} ({report.destination_format}): "
-                f"{len(report.plan)} tensors, {human_bytes(report.bytes_written)}"
+                f"{written} tensors, {human_bytes(report.bytes_written)}"
                 + (f", {len(changed)} changed" if changed else "")
+                + (f", {dropped} left out" if dropped else "")
             )
         )

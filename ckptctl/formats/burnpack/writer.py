@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
@@ -100,7 +101,9 @@ def _descriptor_dtype(entry: TensorEntry) -> tuple[JSONValue, list[int], int, bo
     if name is None:
         raise UnsupportedError(
             f"tensor {entry.name!r} has dtype {entry.dtype.value}, which burnpack cannot store",
-            hint="cast it first, e.g. --adapter cast:f32",
+            hint="cast it first, e.g. --adapter cast:f32"
+            if entry.dtype.is_float
+            else f"write a .pt instead, or leave it out with --exclude '^{re.escape(entry.name)}$'",
         )
     return name, list(entry.shape), entry.nbytes, False
 
