@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import click
@@ -48,12 +49,13 @@ def run_conversion(
             BarColumn,
             DownloadColumn,
             Progress,
+            TextColumn,
             TimeRemainingColumn,
             TransferSpeedColumn,
         )
 
         progress = Progress(
-            "[progress.description]{task.description}",
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             DownloadColumn(),
             TransferSpeedColumn(),
@@ -65,11 +67,15 @@ def run_conversion(
         report = convert(src, dst, options)
     else:
         with progress:
-            task = progress.add_task("writing", total=None)
+            task = progress.add_task(f"writing {os.path.basename(dst)}", total=None)
+
+            def advance(nbytes: int, total: int) -> None:
+                progress.update(task, advance=nbytes, total=total)
+
             report = convert(
                 src,
                 dst,
-                replace(options, progress=lambda n: progress.advance(task, n)),
+                replace(options, progress=advance),
             )
     if json_out:
         from ckptctl.report.json import dumps, to_json

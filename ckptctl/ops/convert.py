@@ -63,7 +63,8 @@ class ConvertOptions:
         force: overwrite the destination.
         fsync: flush the output to disk before renaming it into place.
         dry_run: plan only, write nothing.
-        progress: called with the byte count of each tensor as it is written.
+        progress: called as ``progress(nbytes, total)`` when each tensor is written, with the
+            tensor's size and the total bytes of all output tensors.
     """
 
     state_key: str | None = None
@@ -80,7 +81,7 @@ class ConvertOptions:
     force: bool = False
     fsync: bool = True
     dry_run: bool = False
-    progress: Callable[[int], None] | None = field(default=None, compare=False)
+    progress: Callable[[int, int], None] | None = field(default=None, compare=False)
 
 
 def convert(
@@ -149,7 +150,8 @@ def convert(
         if opts.dry_run or (not ok and not opts.allow_partial):
             return report
         if opts.progress is not None:
-            outputs = [_with_progress(e, opts.progress) for e in outputs]
+            report_bytes, total = opts.progress, sum(e.nbytes for e in outputs)
+            outputs = [_with_progress(e, lambda n: report_bytes(n, total)) for e in outputs]
         if opts.max_shard_bytes is not None:
             written = save_sharded(
                 dst,

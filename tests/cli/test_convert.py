@@ -335,3 +335,16 @@ def test_bad_shard_size_is_usage_error(run_cli, tmp_path):
     result = run_cli("convert", NET, tmp_path / "m.safetensors", "--max-shard-size", "lots")
     assert result.code == 2
     assert "invalid size" in result.stderr
+
+
+def test_progress_reports_every_tensor_once_with_the_total(tmp_path):
+    from ckptctl import ConvertOptions, convert
+
+    calls: list[tuple[int, int]] = []
+    convert(
+        NET,
+        tmp_path / "p.safetensors",
+        ConvertOptions(progress=lambda n, total: calls.append((n, total))),
+    )
+    assert sorted(n for n, _ in calls) == [12, 24, 48]
+    assert {total for _, total in calls} == {84}
