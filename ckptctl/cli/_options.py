@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 import click
@@ -124,6 +125,39 @@ def make_console(*, stderr: bool = False) -> Console:
         emoji=False,
         markup=False,
     )
+
+
+@contextlib.contextmanager
+def byte_progress(console: Console, description: str) -> Iterator[Callable[..., None]]:
+    """A transient progress bar (bytes, throughput, ETA) on ``console``.
+
+    Yields ``advance(nbytes, total=None)``; ``total`` (all bytes, when known) sets the bar's end.
+    """
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    progress = Progress(
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task(description, total=None)
+
+        def advance(nbytes: int, total: int | None = None) -> None:
+            progress.update(task, advance=nbytes, total=total)
+
+        yield advance
 
 
 def print_json(text: str) -> None:

@@ -9,6 +9,7 @@ import click
 
 from ckptctl.cli._options import (
     adapter_option,
+    byte_progress,
     dry_run_option,
     force_option,
     fsync_option,
@@ -43,40 +44,11 @@ def run_conversion(
 
     json_out = wants_json(as_json, output_format)
     err = make_console(stderr=True)
-    progress = None
-    if not options.dry_run and not quiet and not json_out and err.is_terminal:
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
-        progress = Progress(
-            TextColumn("{task.description}", markup=False),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=err,
-            transient=True,
-        )
-    if progress is None:
+    if options.dry_run or quiet or json_out or not err.is_terminal:
         report = convert(src, dst, options)
     else:
-        with progress:
-            task = progress.add_task(f"writing {os.path.basename(dst)}", total=None)
-
-            def advance(nbytes: int, total: int) -> None:
-                progress.update(task, advance=nbytes, total=total)
-
-            report = convert(
-                src,
-                dst,
-                replace(options, progress=advance),
-            )
+        with byte_progress(err, f"writing {os.path.basename(dst)}") as advance:
+            report = convert(src, dst, replace(options, progress=advance))
     if json_out:
         from ckptctl.report.json import dumps, to_json
 

@@ -6,6 +6,7 @@ import click
 
 from ckptctl.cli._options import (
     adapter_option,
+    byte_progress,
     make_console,
     module_type_option,
     output_options,
@@ -116,20 +117,8 @@ def command(
     else:
         from dataclasses import replace
 
-        from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-
-        with Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            console=err,
-            transient=True,
-        ) as progress:
-            task = progress.add_task("comparing", total=None)
-            report = diff_checkpoints(
-                a, b, replace(options, progress=lambda n: progress.advance(task, n))
-            )
+        with byte_progress(err, "comparing") as advance:
+            report = diff_checkpoints(a, b, replace(options, progress=advance))
     if json_out:
         from ckptctl.report.diff import diff_json
         from ckptctl.report.json import dumps
