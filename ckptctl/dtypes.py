@@ -14,9 +14,8 @@ from enum import Enum
 from functools import cache
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 if TYPE_CHECKING:
+    import numpy as np
     from numpy.typing import NDArray
 
 
@@ -50,6 +49,8 @@ class DType(Enum):
     @property
     def numpy(self) -> np.dtype[np.generic]:
         """The numpy dtype that views this dtype's little-endian bytes (raw bits for BF16/FP8)."""
+        import numpy as np
+
         return np.dtype(_NUMPY[self])
 
     @property
@@ -123,6 +124,8 @@ TORCH_NAMES = {
 
 def _fp8_table(exp_bits: int, man_bits: int, bias: int, *, fn: bool) -> NDArray[np.float32]:
     """Decode all 256 codes of an FP8 format (OCP ``fn`` variants: no inf, one NaN pattern)."""
+    import numpy as np
+
     codes = np.arange(256, dtype=np.uint32)
     sign = np.where(codes & 0x80, -1.0, 1.0)
     exp = (codes >> man_bits) & ((1 << exp_bits) - 1)
@@ -141,6 +144,8 @@ def _fp8_table(exp_bits: int, man_bits: int, bias: int, *, fn: bool) -> NDArray[
 
 @cache
 def _decode_table(dtype: DType) -> NDArray[np.float32]:
+    import numpy as np
+
     if dtype is DType.F8_E4M3:
         return _fp8_table(4, 3, 7, fn=True)
     if dtype is DType.F8_E5M2:
@@ -157,6 +162,8 @@ def to_float(raw: NDArray[np.generic], dtype: DType) -> NDArray[np.floating]:
     Floats narrower than 32 bits become float32; F64 stays float64; integers and bools become
     float64. Complex arrays are returned unchanged.
     """
+    import numpy as np
+
     if dtype is DType.BF16:
         return (raw.astype(np.uint32) << 16).view(np.float32)
     if dtype in (DType.F8_E4M3, DType.F8_E5M2, DType.F8_E8M0):
@@ -175,6 +182,8 @@ def from_float(values: NDArray[np.generic], dtype: DType) -> NDArray[np.generic]
     Raises:
         ValueError: ``dtype`` is an FP8 type (casting to FP8 is not supported).
     """
+    import numpy as np
+
     if dtype is DType.BF16:
         f32 = np.ascontiguousarray(values, dtype=np.float32)
         bits = f32.view(np.uint32)

@@ -12,8 +12,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-import numpy as np
-
 from ckptctl.errors import CorruptCheckpointError
 
 if TYPE_CHECKING:
@@ -77,6 +75,8 @@ class ComputedData(TensorData):
     compute: Callable[[], NDArray[Any] | bytes | memoryview]
 
     def read(self) -> memoryview:
+        import numpy as np
+
         out = self.compute()
         if isinstance(out, np.ndarray):
             return np.ascontiguousarray(out).reshape(-1).view(np.uint8).data
@@ -125,6 +125,8 @@ class TensorEntry:
         Raises:
             CorruptCheckpointError: the bytes are not ``nbytes`` long.
         """
+        import numpy as np
+
         raw = self.data.read()
         if len(raw) != self.nbytes:
             raise CorruptCheckpointError(
@@ -149,6 +151,8 @@ def iter_row_blocks(
 
     A rank-0 or empty tensor yields the whole tensor once.
     """
+    import numpy as np
+
     if not entry.shape or entry.numel == 0:
         yield 0, entry.load()
         return

@@ -202,3 +202,22 @@ def test_cli_import_does_not_load_numpy():
     code = "import sys, ckptctl.cli; print('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_listing_and_raw_copies_do_not_load_numpy(tmp_path):
+    """Header-only work and raw byte copies never decode a tensor, so numpy stays unloaded."""
+    import subprocess
+    import sys
+
+    from tests.conftest import VALID
+
+    code = (
+        "import sys\n"
+        "from ckptctl.ops.inspect import list_tensors\n"
+        "from ckptctl.ops.convert import convert\n"
+        f"list_tensors({str(VALID / 'safetensors' / 'tiny.safetensors')!r})\n"
+        f"convert({str(VALID / 'burnpack' / 'net.bpk')!r}, {str(tmp_path / 'o.safetensors')!r})\n"
+        "print('numpy' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

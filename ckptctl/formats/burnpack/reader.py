@@ -7,8 +7,6 @@ import math
 from functools import partial
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from ckptctl.dtypes import DType
 from ckptctl.formats._base import HeaderLayout, Region
 from ckptctl.formats.burnpack._parse import ParsedTensor, parse_file
@@ -23,6 +21,7 @@ from ckptctl.formats.burnpack._schema import (
 from ckptctl.model import Checkpoint, ComputedData, FileData, TensorEntry
 
 if TYPE_CHECKING:
+    import numpy as np
     from numpy.typing import NDArray
 
     from ckptctl._io import ByteSource
@@ -31,6 +30,8 @@ if TYPE_CHECKING:
 
 def _read_u32_bools(source: ByteSource, offset: int, count: int) -> NDArray[np.uint8]:
     """A u32 bool store as canonical 0/1 bytes (non-zero is true)."""
+    import numpy as np
+
     words = np.frombuffer(source.view(offset, count * 4), dtype="<u4")
     bools: NDArray[np.uint8] = (words != 0).astype(np.uint8)
     return bools
@@ -148,6 +149,8 @@ def _jsonable(value: object, depth: int = 0) -> JSONValue:
 
 
 def _is_zero(source: ByteSource, start: int, end: int) -> bool:
+    import numpy as np
+
     return not np.any(np.frombuffer(source.view(start, end - start), dtype=np.uint8))
 
 

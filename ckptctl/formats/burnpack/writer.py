@@ -9,8 +9,6 @@ import struct
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
-import numpy as np
-
 from ckptctl.dtypes import DType
 from ckptctl.errors import SelectionError, UnsupportedError
 from ckptctl.formats._base import read_entry_bytes, write_entry_bytes
@@ -197,6 +195,8 @@ def _is_text_pair(key: object, value: object) -> bool:
 
 
 def _write_payload(item: _Item, out: IO[bytes]) -> None:
+    import numpy as np
+
     if item.u32_bools:  # canonical 0/1 bytes re-encoded as the u32 bool store
         data = read_entry_bytes(item.entry)
         out.write((np.frombuffer(data, dtype=np.uint8) != 0).astype("<u4").tobytes())

@@ -18,8 +18,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ckptctl.dtypes import DType
 from ckptctl.errors import CorruptCheckpointError, UnsupportedError
 from ckptctl.formats.pytorch._unpickler import StorageRef, Stub, TensorRef
@@ -364,6 +362,8 @@ def _gather(
     raw: bytes | memoryview, dtype: DType, t: TensorRef, base: int, count: int, byteorder: str
 ) -> NDArray[Any]:
     """Materialise a (possibly strided) view as a C-contiguous array of ``dtype``'s encoding."""
+    import numpy as np
+
     np_dtype = dtype.numpy
     if byteorder == "big":
         np_dtype = np_dtype.newbyteorder(">")

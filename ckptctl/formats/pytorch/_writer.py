@@ -42,8 +42,6 @@ import zlib
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
-import numpy as np
-
 from ckptctl._io import CHUNK_BYTES
 from ckptctl.dtypes import TORCH_NAMES, DType
 from ckptctl.errors import CorruptCheckpointError, OutputError
@@ -51,6 +49,7 @@ from ckptctl.errors import CorruptCheckpointError, OutputError
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
 
+    import numpy as np
     from numpy.typing import NDArray
 
     from ckptctl.model import JSONValue, TensorEntry
@@ -230,6 +229,8 @@ def _fill_storage(views: list[_View], numel: int, itemsize: int) -> NDArray[np.u
 
     Bytes no view covers stay zero. Holds the storage plus one tensor in memory.
     """
+    import numpy as np
+
     buffer = np.zeros(numel * itemsize, dtype=np.uint8)
     written = np.zeros(numel, dtype=np.bool_)
     for view in views:
