@@ -37,3 +37,15 @@ def test_fixture_matches_torch(name):
 def test_truth_covers_every_fixture():
     on_disk = {p.name for p in FOLDER.iterdir() if p.suffix in (".pt", ".ckpt")}
     assert on_disk == set(TRUTH)
+
+
+def test_deflate64_archive_reads_like_its_source():
+    """A .pt re-zipped with Deflate64 (by 7-Zip) holds exactly the tensors of views.pt."""
+    truth = TRUTH["views.pt"]
+    path = VALID / "deflate64" / "views_deflate64.pt"
+    with open_checkpoint(path) as ckpt:
+        assert ckpt.format == "pytorch-zip"
+        assert list(ckpt) == [t["name"] for t in truth["tensors"]]
+        for expected in truth["tensors"]:
+            data = np.ascontiguousarray(ckpt[expected["name"]].load()).tobytes()
+            assert hashlib.sha256(data).hexdigest() == expected["sha256"], expected["name"]
