@@ -1,0 +1,56 @@
+"""`pip install .` / `pipx install .` ship a working command: the wheel has everything it needs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--quiet",
+            "--wheel-dir",
+            str(out),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (path,) = out.glob("ckptctl-*.whl")
+    return path
+
+
+def test_wheel_contents(wheel):
+    from ckptctl import __version__
+
+    assert wheel.name.startswith(f"ckptctl-{__version__}-")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+        scripts = archive.read(entry_points).decode()
+        metadata = archive.read(next(n for n in names if n.endswith("/METADATA"))).decode()
+    assert "ckptctl/py.typed" in names
+    for module in ("ls", "header", "convert", "remap", "diff", "verify"):
+        assert f"ckptctl/cli/{module}.py" in names
+    assert "ckptctl/formats/pytorch/_writer.py" in names
+    assert "ckptctl/formats/burnpack/reader.py" in names
+    assert "ckptctl = ckptctl.cli:main" in scripts
+    assert not any(n.startswith(("tests/", "fixtures/", "benchmarks/")) for n in names)
+    for requirement in ("click", "rich", "numpy", "cbor2", "zipfile-deflate64"):
+        assert f"Requires-Dist: {requirement}" in metadata
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert not any("torch" in line for line in requires)
