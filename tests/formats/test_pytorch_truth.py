@@ -49,3 +49,21 @@ def test_deflate64_archive_reads_like_its_source():
         for expected in truth["tensors"]:
             data = np.ascontiguousarray(ckpt[expected["name"]].load()).tobytes()
             assert hashlib.sha256(data).hexdigest() == expected["sha256"], expected["name"]
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("sparse_coo.pt", "a sparse tensor"),
+        ("sparse_csr.pt", "a sparse tensor"),
+        ("quantized.pt", "a quantized tensor"),
+        ("nested.pt", "a nested tensor"),
+    ],
+)
+def test_unsupported_tensor_kinds_from_torch(name, kind, run_cli):
+    """Real torch files with tensors ckptctl cannot represent: exit 4, the tensor named."""
+    path = VALID / "unsupported" / name
+    result = run_cli("ls", path)
+    assert result.code == 4
+    assert result.stderr.startswith(f"ckptctl: error: {path}: tensor 'w' is {kind}")
+    assert "hint: " in result.stderr

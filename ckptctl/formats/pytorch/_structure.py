@@ -280,11 +280,21 @@ def make_entries(
     return entries, notes
 
 
+_UNSUPPORTED_HINTS = {
+    "a quantized tensor": "save tensor.dequantize() in torch, then convert that",
+    "a sparse tensor": "save tensor.to_dense() in torch, then convert that",
+    "a nested tensor": "save its components (tensor.unbind()) as separate tensors",
+}
+
+
 def _entry(parsed: Parsed, found: Found, source: ByteSource) -> TensorEntry:
     t = found.tensor
     name = found.name
     if t.unsupported is not None:
-        raise UnsupportedError(f"tensor {name!r} is {t.unsupported}, which ckptctl cannot read")
+        raise UnsupportedError(
+            f"tensor {name!r} is {t.unsupported}, which ckptctl cannot read",
+            hint=_UNSUPPORTED_HINTS.get(t.unsupported),
+        )
     dtype = _DTYPES.get(t.dtype)
     if dtype is None:
         raise UnsupportedError(
