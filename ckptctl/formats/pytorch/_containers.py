@@ -92,6 +92,8 @@ class Parsed:
     #: TorchScript: class name -> (parameter names, buffer names) from ``code/``.
     script_members: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
     byteorder: str = "little"
+    #: every global the main pickle names, first use first (``collections.OrderedDict`` ...)
+    globals: list[str] = field(default_factory=list)
 
 
 class ViewReader(io.RawIOBase):
@@ -312,7 +314,7 @@ def read_zip(source: ByteSource) -> Parsed:
 
     info = records.infos[prefix + "data.pkl"]
     data = records.read(info, MAX_PICKLE_BYTES)
-    parsed.root, _ = load_pickle(data, "data.pkl", persistent_load)
+    parsed.root, _ = load_pickle(data, "data.pkl", persistent_load, seen_globals=parsed.globals)
     if seen_compressed:
         parsed.notes.append(
             f"{len(seen_compressed)} storage record(s) are compressed: they are decompressed "

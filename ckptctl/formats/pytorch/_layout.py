@@ -257,8 +257,10 @@ def _zip_layout(
         "records": records,
     }
     if pkl is not None:
-        data = _record_bytes(source, pkl, local_header(buf, pkl, source.size))
-        header["pickle"] = pickle_summary(data)
+        # the reader's unpickler saw every global as it resolved it: no second disassembly
+        head = _record_bytes(source, pkl, local_header(buf, pkl, source.size))[:2]
+        protocol = head[1] if head[:1] == b"\x80" else 0
+        header["pickle"] = {"protocol": protocol, "globals": list(dict.fromkeys(parsed.globals))}
     header["byteorder"] = small.get("byteorder", "little")
     header["version"] = small.get("version") or small.get(".data/version")
     for key, label in ((".format_version", "format_version"), (".storage_alignment", "alignment")):

@@ -503,6 +503,7 @@ class SafeUnpickler(pickle.Unpickler):
         persistent_load: maps a persistent id to an object (the container's storages).
         extra: additional ``(module, name) -> object`` entries (``_load_from_bytes``).
         encoding: how Python 2 ``str`` objects are decoded.
+        seen_globals: when given, every global the pickle names is appended (``module.name``).
     """
 
     def __init__(
@@ -512,6 +513,7 @@ class SafeUnpickler(pickle.Unpickler):
         persistent_load: Callable[[object], object] | None = None,
         extra: dict[tuple[str, str], object] | None = None,
         encoding: str = "utf-8",
+        seen_globals: list[str] | None = None,
     ) -> None:
         super().__init__(io.BufferedReader(io.BytesIO(data)), encoding=encoding)
         self._where = where
@@ -519,12 +521,15 @@ class SafeUnpickler(pickle.Unpickler):
         self._extra = extra or {}
         self._stubs: dict[str, type[Stub]] = {}
         self._found: dict[tuple[str, str], object] = {}
+        self._seen = seen_globals
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: ANN401  # pickle's own signature
         key = (module, name)
         found = self._found.get(key)
         if found is None:
             found = self._found[key] = self._find_class(module, name)
+            if self._seen is not None:
+                self._seen.append(f"{module}.{name}")
         return found
 
     def _find_class(self, module: str, name: str) -> object:
@@ -572,8 +577,11 @@ def load_pickle(
     persistent_load: Callable[[object], object] | None = None,
     extra: dict[tuple[str, str], object] | None = None,
     start: int = 0,
+    seen_globals: list[str] | None = None,
 ) -> tuple[object, int]:
     """Scan, then unpickle the pickle at ``start``; return ``(object, end offset)``.
+
+    ``seen_globals``, when given, receives every global the pickle names (``module.name``).
 
     Raises:
         UnsafePickleError: the pickle names a refused global.
@@ -586,7 +594,10 @@ def load_pickle(
     last: Exception | None = None
     for encoding in ("utf-8", "latin1"):
         try:
-            obj = SafeUnpickler(chunk, where, persistent_load, extra, encoding).load()
+            if seen_globals is not None:
+                seen_globals.clear()  # a latin-1 retry sees them again
+            unpickler = SafeUnpickler(chunk, where, persistent_load, extra, encoding, seen_globals)
+            obj = unpickler.load()
         except CkptError:
             raise
         except UnicodeDecodeError as exc:  # Python 2 str: retry as latin-1, like torch
