@@ -12,12 +12,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from rich.table import Table
 from rich.text import Text
 
 from ckptctl.report.model import SCHEMA_VERSION
 from ckptctl.report.sanitize import sanitize
-from ckptctl.report.text import print_table
+from ckptctl.report.text import PlainTable, print_table
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -111,9 +110,9 @@ def _mismatch(row: TensorDiff) -> str:
     return text
 
 
-def _table(rows: list[TensorDiff]) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("name", overflow="fold")
+def _table(rows: list[TensorDiff]) -> PlainTable:
+    table = PlainTable()
+    table.add_column("name")
     table.add_column("status")
     table.add_column("dtype")
     table.add_column("shape")
@@ -122,7 +121,7 @@ def _table(rows: list[TensorDiff]) -> Table:
     table.add_column("mismatched", justify="right")
     for row in rows:
         table.add_row(
-            Text(sanitize(row.name)),
+            sanitize(row.name),
             row.status,
             _pair(row.dtype_a, row.dtype_b),
             _pair(_shape(row.shape_a), _shape(row.shape_b)),

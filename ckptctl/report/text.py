@@ -297,6 +297,7 @@ def render_convert(report: ConvertReport, console: Console) -> None:
                 f"{len(report.plan)} tensors, nothing written (--dry-run)"
             )
         )
+        lines: list[str] = []
         for row in report.plan:
             dtype = row.dtype_before
             if row.dtype_after is not None and row.dtype_after != row.dtype_before:
@@ -310,9 +311,9 @@ def render_convert(report: ConvertReport, console: Console) -> None:
                 head = f"{sanitize(row.source)} → {sanitize(row.target)}"
             else:
                 head = sanitize(row.source)
-            console.print(Text(f"{head}  {dtype} {shape}"))
-            for action in row.actions or ("copy (bytes unchanged)",):
-                console.print(Text(f"    {sanitize(action)}"))
+            lines.append(f"{head}  {dtype} {shape}")
+            lines.extend(f"    {sanitize(a)}" for a in row.actions or ("copy (bytes unchanged)",))
+        print_lines(console, lines)
     if report.summary_text:
         console.print(Text(report.summary_text))
     for fix in report.fixes:
