@@ -126,12 +126,7 @@ def read_layout(path: str | os.PathLike[str]) -> HeaderLayout:
     with ByteSource(path) as source:
         spec = _sniff(source)
         if spec.layout is None:
-            hint = None
-            if spec.name == "safetensors-index":
-                hint = "this is a sharded-checkpoint index; run ckptctl header on one of its shards"
-            raise UnsupportedError(
-                f"no header view for {spec.name} files", path=source.path, hint=hint
-            )
+            raise UnsupportedError(f"no header view for {spec.name} files", path=source.path)
         try:
             return spec.layout(source)
         except CkptError as exc:

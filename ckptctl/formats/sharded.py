@@ -37,7 +37,7 @@ from ckptctl.errors import (
 )
 from ckptctl.formats import register_format
 from ckptctl.formats import safetensors as st
-from ckptctl.formats._base import SNIFF_BYTES, FormatSpec
+from ckptctl.formats._base import SNIFF_BYTES, FormatSpec, HeaderLayout, Region
 from ckptctl.model import Checkpoint, JSONValue
 
 if TYPE_CHECKING:
@@ -298,12 +298,41 @@ def check_index(path: str | os.PathLike[str]) -> list[str]:
     return problems + hard + soft
 
 
+def layout_index(source: ByteSource) -> HeaderLayout:
+    """The index is one JSON document: its header view is the document, one metadata region.
+
+    ``facts`` list the shards with their tensor counts and bytes on disk (``None`` when missing).
+    """
+    index = _read_index(source)
+    counts: dict[str, int] = {}
+    for shard in index.weight_map.values():
+        counts[shard] = counts.get(shard, 0) + 1
+    shards = []
+    for shard in index.shards:
+        path = os.path.join(index.directory, shard)
+        size = os.path.getsize(path) if os.path.isfile(path) else None
+        shards.append({"shard": shard, "tensors": counts[shard], "bytes": size})
+    header = {
+        "metadata": {"total_size": index.total_size},
+        "shards": shards,
+        "tensors": len(index.weight_map),
+    }
+    region = Region("metadata", 0, source.size, note="sharded-checkpoint index (JSON)")
+    return HeaderLayout(
+        "safetensors-index",
+        source.size,
+        header,
+        (region,) if source.size else (),
+        {"shards": len(shards), "hint": "run ckptctl header on a shard for its byte layout"},
+    )
+
+
 SPEC = FormatSpec(
     name="safetensors-index",
     extensions=(),
     sniff=sniff,
     open=open_index,
-    layout=None,
+    layout=layout_index,
     write=None,
 )
 

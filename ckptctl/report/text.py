@@ -258,6 +258,8 @@ def render_header(report: HeaderReport, console: Console, *, all_regions: bool =
             reasons[key] = reasons.get(key, 0) + region.size
     for reason, size in reasons.items():
         console.print(Text(f"  padding {size:,} bytes: {sanitize(reason)}"))
+    if isinstance(layout.facts.get("hint"), str):
+        console.print(Text(f"hint: {sanitize(layout.facts['hint'])}"))
     why = _WHY_PADDING.get(layout.format)
     if why and sum(reasons.values()) > tensor_bytes:
         console.print(Text(f"why: {why}"))

@@ -14,11 +14,22 @@ CASES = [
     "fixtures/valid/burnpack/meta_scalars.bpk",
     "fixtures/valid/safetensors/tiny.safetensors",
     "fixtures/valid/safetensors/bf16.safetensors",
+    "fixtures/valid/safetensors/sharded/model.safetensors.index.json",
+    "fixtures/valid/pytorch/min_zip.pt",
 ]
 
 
 def _case_name(path: str) -> str:
     return path.rsplit("/", 1)[1].replace(".", "_")
+
+
+def test_header_of_a_sharded_index_lists_its_shards(run_cli, in_repo):
+    path = "fixtures/valid/safetensors/sharded/model.safetensors.index.json"
+    report = json.loads(run_cli("header", path, "--json").stdout)
+    assert report["format"] == "safetensors-index"
+    assert [s["tensors"] for s in report["header"]["shards"]] == [2, 2]
+    assert all(s["bytes"] > 0 for s in report["header"]["shards"])
+    assert "run ckptctl header on a shard" in run_cli("header", path).stdout
 
 
 @pytest.fixture
