@@ -250,7 +250,7 @@ def open_index(source: ByteSource) -> Checkpoint:
             path=source.path,
             format="safetensors",
             metadata=metadata,
-            notes=soft,
+            notes=[f"sharded across {len(index.shards)} files listed in this index", *soft],
             facts={
                 "sharded": True,
                 "shards": list(index.shards),

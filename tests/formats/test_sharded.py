@@ -51,7 +51,7 @@ def test_two_shards_open_as_one_checkpoint() -> None:
         assert ckpt.facts["index"] == str(INDEX)
         assert ckpt.facts["total_size"] == 104
         assert ckpt.metadata == {"format": "pt"}
-        assert ckpt.notes == []
+        assert ckpt.notes == ["sharded across 2 files listed in this index"]
         # shard order, then data-offset order inside each shard
         first = {e.name for e in ckpt.entries()[:2]}
         assert first == {"embed.weight", "layers.0.weight"}
@@ -122,7 +122,7 @@ def test_unindexed_tensor_and_wrong_total_are_soft(tmp_path: Path) -> None:
     edit_index(index, change)
     with open_checkpoint(index) as ckpt:
         assert "lm_head.bias" in ckpt  # transformers loads every tensor of every shard
-        assert len(ckpt.notes) == 2
+        assert len(ckpt.notes) == 3  # "sharded across 2 files" and the two problems
     problems = shmod.check_index(index)
     assert problems == [
         f"tensor 'lm_head.bias' in shard '{SHARD2}' is not listed in the index",
