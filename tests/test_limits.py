@@ -8,16 +8,13 @@ allocations and are not counted.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import tracemalloc
-import warnings
 from pathlib import Path
 
 import pytest
 
-from ckptctl.errors import CkptError, CkptWarning
-from ckptctl.formats import open_checkpoint, read_layout
+from tests.contract import exercise
 
 LIMITS = Path(__file__).resolve().parents[1] / "fixtures" / "hostile" / "limits"
 FILES = sorted(p for p in LIMITS.iterdir() if p.suffix in (".safetensors", ".bpk", ".pkl", ".pt"))
@@ -29,21 +26,6 @@ MAY_OPEN = {"st_many_tensors.safetensors", "pkl_many_marks.pkl"}
 KNOWN: dict[str, str] = {}  # files whose bound is a known, open bug
 
 
-def _exercise(path: Path) -> CkptError | None:
-    error: CkptError | None = None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", CkptWarning)
-        try:
-            with open_checkpoint(path) as ckpt:
-                for entry in ckpt.values():
-                    entry.load()
-        except CkptError as exc:
-            error = exc
-        with contextlib.suppress(CkptError):
-            read_layout(path)
-    return error
-
-
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
 def test_hostile_limit_file_is_bounded(path: Path) -> None:
     if path.name in KNOWN:
@@ -51,7 +33,7 @@ def test_hostile_limit_file_is_bounded(path: Path) -> None:
     tracemalloc.start()
     start = time.monotonic()
     try:
-        error = _exercise(path)
+        error = exercise(path)
         seconds = time.monotonic() - start
         _, peak = tracemalloc.get_traced_memory()
     finally:
