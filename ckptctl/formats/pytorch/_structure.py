@@ -328,15 +328,19 @@ def _entry(parsed: Parsed, found: Found, source: ByteSource) -> TensorEntry:
         base, count = ref.view[1], ref.view[2]
         if (base + count) * itemsize > storage_bytes:
             raise CorruptCheckpointError(f"tensor {name!r} uses a storage view past its storage")
-    if math.prod(d for d in t.size if d) > MAX_ELEMENTS:
+    numel = math.prod(t.size)
+    if (numel or math.prod(d for d in t.size if d)) > MAX_ELEMENTS:
         # numpy cannot even describe an empty array this large (fixtures/hostile/limits)
         raise CorruptCheckpointError(
             f"tensor {name!r} has shape {list(t.size)}, too large to represent",
             hint="the file is damaged or crafted",
         )
-    numel = math.prod(t.size)
+    contiguous = _contiguous(t.size, t.stride)
     if numel:
-        last = t.offset + sum((s - 1) * st for s, st in zip(t.size, t.stride, strict=True))
+        if contiguous:  # the common case: the last element is numel - 1 past the offset
+            last = t.offset + numel - 1
+        else:
+            last = t.offset + sum((s - 1) * st for s, st in zip(t.size, t.stride, strict=True))
         if last >= count:
             raise CorruptCheckpointError(
                 f"tensor {name!r} reads element {last} of a storage with {count} elements",
@@ -345,12 +349,7 @@ def _entry(parsed: Parsed, found: Found, source: ByteSource) -> TensorEntry:
     nbytes = numel * itemsize
     start = (base + t.offset) * itemsize
     plain = not t.flags and parsed.byteorder == "little"
-    if (
-        plain
-        and location is not None
-        and location.file_offset is not None
-        and _contiguous(t.size, t.stride)
-    ):
+    if plain and contiguous and location is not None and location.file_offset is not None:
         offset = location.file_offset + start if numel else None
         data: FileData | ComputedData
         if numel:
