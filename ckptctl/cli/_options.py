@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 import click
@@ -94,6 +94,30 @@ def module_type_option(help_text: str) -> Callable[[F], F]:
 def quiet_option(help_text: str) -> Callable[[F], F]:
     """``--quiet/-q``."""
     return click.option("--quiet", "-q", is_flag=True, help=help_text)
+
+
+def write_options(func: F) -> F:
+    """What every writing command takes: ``--force``, ``--no-fsync``, ``--dry-run``, ``--quiet``."""
+    for decorator in reversed(
+        (
+            force_option,
+            fsync_option,
+            dry_run_option,
+            quiet_option("No progress bar and no summary line."),
+        )
+    ):
+        func = decorator(func)
+    return func
+
+
+def print_warnings(console: Console, warnings: Iterable[str]) -> None:
+    """One ``warning: ...`` line per warning, escaped."""
+    from rich.text import Text
+
+    from ckptctl.report.sanitize import sanitize
+
+    for warning in warnings:
+        console.print(Text(f"warning: {sanitize(warning)}"))
 
 
 def wants_json(as_json: bool, output_format: str) -> bool:

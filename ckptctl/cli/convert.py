@@ -10,17 +10,15 @@ import click
 from ckptctl.cli._options import (
     adapter_option,
     byte_progress,
-    dry_run_option,
-    force_option,
-    fsync_option,
     make_console,
     module_type_option,
     output_options,
     print_json,
-    quiet_option,
+    print_warnings,
     remap_option,
     state_key_option,
     wants_json,
+    write_options,
 )
 from ckptctl.errors import ExitCode
 
@@ -59,8 +57,7 @@ def run_conversion(
         from ckptctl.report.sanitize import sanitize
         from ckptctl.report.text import render_convert
 
-        for warning in report.warnings:
-            err.print(Text(f"warning: {sanitize(warning)}"))
+        print_warnings(err, report.warnings)
         if options.dry_run or not report.ok:
             render_convert(report, make_console())
         elif not quiet:
@@ -126,10 +123,7 @@ def run_conversion(
     "most SIZE (e.g. 5GB, 500MB, 2GiB) named like model-00001-of-00003.safetensors, plus "
     "DST.index.json.",
 )
-@force_option
-@fsync_option
-@dry_run_option
-@quiet_option("No progress bar and no summary line.")
+@write_options
 @output_options
 def command(
     src: str,

@@ -11,6 +11,7 @@ from ckptctl.cli._options import (
     module_type_option,
     output_options,
     print_json,
+    print_warnings,
     remap_option,
     state_key_option,
     wants_json,
@@ -125,13 +126,9 @@ def command(
 
         print_json(dumps(diff_json(report)))
     else:
-        from rich.text import Text
-
         from ckptctl.report.diff import render_diff
-        from ckptctl.report.sanitize import sanitize
 
-        for warning in report.warnings:
-            err.print(Text(f"warning: {sanitize(warning)}"))
+        print_warnings(err, report.warnings)
         render_diff(report, make_console(), show_all=show_all)
     if not report.identical:
         raise SystemExit(int(ExitCode.CHECK_FAILED))

@@ -5,13 +5,10 @@ from __future__ import annotations
 import click
 
 from ckptctl.cli._options import (
-    dry_run_option,
-    force_option,
-    fsync_option,
     output_options,
-    quiet_option,
     remap_option,
     state_key_option,
+    write_options,
 )
 
 
@@ -26,10 +23,7 @@ from ckptctl.cli._options import (
     "result. Groups are written $1 or ${name}, as in Burn's KeyRemapper.",
 )
 @state_key_option
-@force_option
-@fsync_option
-@dry_run_option
-@quiet_option("No progress bar and no summary line.")
+@write_options
 @output_options
 def command(
     src: str,
