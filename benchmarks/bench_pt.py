@@ -21,29 +21,15 @@ once before timing so every command sees a warm page cache.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from bench import run  # the same timing and peak-RSS accounting as bench.py
 
 WORK = Path(__file__).resolve().parent / "_work"
 CKPTCTL = [sys.executable, "-m", "ckptctl"]
-
-
-def run(cmd: list[str]) -> tuple[float, int]:
-    """Run ``cmd``; return (wall seconds, peak RSS in KiB); raise if it fails."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    elapsed = time.perf_counter() - start
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    if proc.stderr:
-        proc.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {err.strip()}")
-    return elapsed, int(usage.ru_maxrss)
 
 
 _MAKE = """
@@ -81,7 +67,8 @@ def measure(name: str, cmd: list[str], runs: int, cleanup: Path | None) -> tuple
     for _ in range(runs):
         if cleanup is not None and cleanup.exists():
             cleanup.unlink()
-        seconds, kib = run(cmd)
+        timed = run(cmd)
+        seconds, kib = timed.seconds, timed.max_rss_kib
         times.append(seconds)
         rss.append(kib)
     if cleanup is not None and cleanup.exists():
