@@ -90,7 +90,12 @@ def _page(name: str, title: str, summary: str, command: click.Command, ctx: clic
     for code, meaning in EXIT_STATUS:
         out += [".TP", f".B {code}", _esc(meaning)]
     if examples:
-        out.append(".SH EXAMPLES")
+        out += [
+            ".SH EXAMPLES",
+            ".PP",
+            "The files named below are the fixtures of a ckptctl source checkout; the test suite "
+            "runs every example.",
+        ]
         for line in examples:
             out += [".PP", f".nf\n{_esc(line)}\n.fi"]
     out += [".SH SEE ALSO"]
