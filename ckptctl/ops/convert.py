@@ -133,6 +133,7 @@ def convert(
         by_name = {e.name: e for e in entries}
         rows = tuple(_plan_row(item, by_name[item.source]) for item in items)
         metadata = dict(ckpt.metadata) if ckpt.format in _USER_METADATA_FORMATS else {}
+        warnings += _lost_in_output(out_spec.name, outputs, metadata, ckpt.scalars)
         report = ConvertReport(
             source=os.fspath(src),
             destination=os.fspath(dst),
@@ -309,6 +310,29 @@ def _attach_param_ids(entries: list[TensorEntry], path: str) -> tuple[list[Tenso
     out = [replace(e, param_id=ids[e.name]) if e.name in ids else e for e in entries]
     matched = sum(1 for e in entries if e.name in ids)
     return out, f"ParamIds from {kind} {path}: {matched} of {len(entries)} tensors matched"
+
+
+def _lost_in_output(
+    out_format: str,
+    outputs: list[TensorEntry],
+    metadata: Mapping[str, str],
+    scalars: Mapping[str, object],
+) -> list[str]:
+    """Warnings for what the output format has no place for (nothing is lost silently)."""
+    lost = []
+    ids = sum(1 for e in outputs if e.param_id is not None)
+    if ids and out_format != "burnpack":
+        lost.append(
+            f"{ids} ParamIds are not kept: {out_format} has no place for them, so Burn optimizer "
+            "state saved against them will not attach to a model loaded from this file"
+        )
+    if scalars and out_format != "burnpack":
+        lost.append(
+            f"{len(scalars)} burnpack scalars are not kept: {out_format} has no place for them"
+        )
+    if metadata and out_format == "pytorch":
+        lost.append(f"{len(metadata)} metadata entries are not kept: a .pt state_dict has none")
+    return lost
 
 
 def _sources(src: str | os.PathLike[str], ckpt: Checkpoint) -> list[str]:

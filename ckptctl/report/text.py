@@ -324,7 +324,8 @@ def render_convert(report: ConvertReport, console: Console) -> None:
         console.print(
             Text(
                 f"wrote {sanitize(report.destination)} ({report.destination_format}): "
-                f"{written} tensors, {human_bytes(report.bytes_written)}"
+                f"{written} tensor{'' if written == 1 else 's'}, "
+                f"{human_bytes(report.bytes_written)}"
                 + (f", {len(changed)} changed" if changed else "")
                 + (f", {dropped} left out" if dropped else "")
             )

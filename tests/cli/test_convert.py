@@ -348,3 +348,16 @@ def test_progress_reports_every_tensor_once_with_the_total(tmp_path):
     )
     assert sorted(n for n, _ in calls) == [12, 24, 48]
     assert {total for _, total in calls} == {84}
+
+
+def test_nothing_is_lost_silently(run_cli, tmp_path):
+    """ParamIds, scalars and metadata the output format cannot hold are named in a warning."""
+    ids = run_cli("convert", NET, tmp_path / "n.safetensors")
+    assert ids.code == 0
+    assert "warning: 3 ParamIds are not kept: safetensors has no place for them" in ids.stderr
+    scalars = run_cli("convert", VALID / "burnpack" / "meta_scalars.bpk", tmp_path / "m.pt")
+    assert scalars.code == 0
+    assert "warning: 6 burnpack scalars are not kept" in scalars.stderr
+    assert "warning: 2 metadata entries are not kept" in scalars.stderr
+    kept = run_cli("convert", VALID / "burnpack" / "meta_scalars.bpk", tmp_path / "m.bpk")
+    assert "warning" not in kept.stderr
