@@ -1,4 +1,4 @@
-"""Sharded Hugging Face checkpoints: a ``*.safetensors.index.json`` plus its shard files.
+"""Sharded Hugging Face checkpoints: a ``*.index.json`` plus its shard files.
 
 The index is a JSON object (written by ``transformers``' ``save_pretrained`` and
 ``huggingface_hub.save_torch_state_dict``)::
@@ -7,8 +7,10 @@ The index is a JSON object (written by ``transformers``' ``save_pretrained`` and
      "weight_map": {"lm_head.weight": "model-00002-of-00002.safetensors", ...}}
 
 ``weight_map`` maps each tensor name to the shard file holding it, relative to the index's
-directory. Opening an index opens every shard and returns one checkpoint over all of them
-(``format`` is ``safetensors``; ``facts`` has ``sharded``, ``shards`` and ``index``). Entries come
+directory. Shards are safetensors files or, in the older ``pytorch_model.bin.index.json``
+layout, flat PyTorch state_dicts; each is recognised by content. Opening an index opens every
+shard and returns one checkpoint over all of them (``format`` is the first shard's;
+``facts`` has ``sharded``, ``shards`` and ``index``). Entries come
 in shard order (the order shards first appear in ``weight_map``), and within a shard in
 data-offset order, so reading them in order reads each file front to back.
 
@@ -41,7 +43,7 @@ from ckptctl.formats._base import SNIFF_BYTES, FormatSpec, HeaderLayout, Region
 from ckptctl.model import Checkpoint, JSONValue
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from ckptctl.model import TensorEntry
 
@@ -130,12 +132,20 @@ def _read_index(source: ByteSource) -> _Index:
     return _Index(directory, weight_map, tuple(shards), metadata.get("total_size"))
 
 
-def _require_safetensors(shard: str, source: ByteSource) -> None:
+def _shard_opener(shard: str, source: ByteSource) -> Callable[[ByteSource], Checkpoint]:
+    """safetensors shards (``model-00001-of-00002.safetensors``) or flat PyTorch state_dict
+    shards (``pytorch_model-00001-of-00002.bin``), told apart by content."""
     head = source.read(0, min(source.size, SNIFF_BYTES))
-    if not st.sniff(head, source):
-        raise UnsupportedError(
-            f"shard {shard!r} is not a safetensors file; only safetensors shards are read"
-        )
+    if st.sniff(head, source):
+        return st.open_safetensors
+    from ckptctl.formats import get_format
+
+    pytorch = get_format("pytorch")
+    if pytorch.sniff(head, source):
+        return pytorch.open
+    raise UnsupportedError(
+        f"shard {shard!r} is neither safetensors nor a PyTorch checkpoint",
+    )
 
 
 def _open_shard(index: _Index, shard: str) -> tuple[ByteSource, Checkpoint]:
@@ -148,14 +158,25 @@ def _open_shard(index: _Index, shard: str) -> tuple[ByteSource, Checkpoint]:
             hint="download every shard next to the index",
         ) from None
     try:
-        _require_safetensors(shard, source)
-        return source, st.open_safetensors(source)
+        ckpt = _read_flat_shard(shard, source)
     except CkptError as exc:
         source.close()
         raise exc.with_path(path) from None
     except BaseException:
         source.close()
         raise
+    return source, ckpt
+
+
+def _read_flat_shard(shard: str, source: ByteSource) -> Checkpoint:
+    ckpt = _shard_opener(shard, source)(source)
+    if ckpt.kind not in (None, "state_dict"):
+        ckpt.close()
+        raise UnsupportedError(
+            f"shard {shard!r} is not a flat state_dict (it is {ckpt.kind})",
+            hint="a sharded index maps tensor names to flat shards",
+        )
+    return ckpt
 
 
 def _open_all(index: _Index) -> tuple[list[ByteSource], dict[str, Checkpoint]]:
@@ -245,10 +266,11 @@ def open_index(source: ByteSource) -> Checkpoint:
         for ckpt in opened.values():
             for key, value in ckpt.metadata.items():
                 metadata.setdefault(key, value)
+        first = next(iter(opened.values()), None)
         return Checkpoint(
             entries,
             path=source.path,
-            format="safetensors",
+            format="safetensors" if first is None else first.format,
             metadata=metadata,
             notes=[f"sharded across {len(index.shards)} files listed in this index", *soft],
             facts={

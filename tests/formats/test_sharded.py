@@ -173,12 +173,46 @@ def test_duplicate_key_in_weight_map(tmp_path: Path) -> None:
         open_checkpoint(index)
 
 
-def test_shard_that_is_not_safetensors(tmp_path: Path) -> None:
+def test_shard_that_is_not_a_checkpoint(tmp_path: Path) -> None:
     index = copy_model(tmp_path)
-    (tmp_path / SHARD2).write_bytes(b"PK\x03\x04 not safetensors at all")
-    with pytest.raises(UnsupportedError, match="is not a safetensors file") as info:
+    (tmp_path / SHARD2).write_bytes(b"GGUF\x03\x00\x00\x00 not a checkpoint format we read")
+    with pytest.raises(UnsupportedError, match="neither safetensors nor a PyTorch") as info:
         open_checkpoint(index)
     assert info.value.path == str(tmp_path / SHARD2)
+    (tmp_path / SHARD2).write_bytes(b"PK\x03\x04 a damaged zip")
+    with pytest.raises(CorruptCheckpointError) as corrupt:
+        open_checkpoint(index)
+    assert corrupt.value.path == str(tmp_path / SHARD2)
+
+
+def test_pytorch_bin_shards_open_as_one_checkpoint(tmp_path: Path) -> None:
+    """Hugging Face's older layout: pytorch_model.bin.index.json over torch-zip shards."""
+    import numpy as np
+
+    from ckptctl import save_checkpoint
+    from tests.strategies import array_entry
+
+    a = array_entry("embed.weight", np.arange(8, dtype="<f4").reshape(2, 4))
+    b = array_entry("lm_head.weight", np.ones((2, 4), dtype="<f4"))
+    save_checkpoint(tmp_path / "pytorch_model-00001-of-00002.bin", [a])
+    save_checkpoint(tmp_path / "pytorch_model-00002-of-00002.bin", [b])
+    index = tmp_path / "pytorch_model.bin.index.json"
+    index.write_text(
+        json.dumps(
+            {
+                "metadata": {"total_size": 64},
+                "weight_map": {
+                    "embed.weight": "pytorch_model-00001-of-00002.bin",
+                    "lm_head.weight": "pytorch_model-00002-of-00002.bin",
+                },
+            }
+        )
+    )
+    with open_checkpoint(index) as ckpt:
+        assert ckpt.format == "pytorch-zip"
+        assert list(ckpt) == ["embed.weight", "lm_head.weight"]
+        assert ckpt["embed.weight"].load().tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert shmod.check_index(index) == []
 
 
 def test_corrupt_shard_names_the_shard(tmp_path: Path) -> None:
