@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import stat
 import tempfile
 from typing import IO, TYPE_CHECKING
 
@@ -35,11 +36,20 @@ class ByteSource:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         try:
-            self._file: IO[bytes] = open(self.path, "rb")  # noqa: SIM115  # owned, closed in close()
-        except IsADirectoryError:
-            raise InputError("is a directory, not a checkpoint file", path=self.path) from None
+            mode = os.stat(self.path).st_mode
         except FileNotFoundError:
             raise InputError("no such file", path=self.path) from None
+        except OSError as exc:
+            raise InputError(f"cannot open: {exc.strerror or exc}", path=self.path) from None
+        if stat.S_ISDIR(mode):
+            raise InputError("is a directory, not a checkpoint file", path=self.path)
+        if not stat.S_ISREG(mode):  # opening a FIFO would block until a writer appears
+            raise InputError(
+                f"is not a regular file (a {_file_kind(mode)}), not a checkpoint file",
+                path=self.path,
+            )
+        try:
+            self._file: IO[bytes] = open(self.path, "rb")  # noqa: SIM115  # owned, closed in close()
         except OSError as exc:
             raise InputError(f"cannot open: {exc.strerror or exc}", path=self.path) from None
         self.size = os.fstat(self._file.fileno()).st_size
@@ -101,6 +111,18 @@ class ByteSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "named pipe"
+    if stat.S_ISCHR(mode):
+        return "character device"
+    if stat.S_ISBLK(mode):
+        return "block device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "special file"
 
 
 def copy_range(src: ByteSource, offset: int, length: int, dst: IO[bytes]) -> None:

@@ -221,3 +221,13 @@ def test_listing_and_raw_copies_do_not_load_numpy(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_byte_source_refuses_special_files_without_blocking(tmp_path):
+    """A named pipe would block open() until a writer appears: refuse it after a stat."""
+    fifo = tmp_path / "weights.pt"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match=r"not a regular file \(a named pipe\)"):
+        ByteSource(fifo)
+    with pytest.raises(InputError, match=r"a character device"):
+        ByteSource("/dev/null")
