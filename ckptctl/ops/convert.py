@@ -134,6 +134,15 @@ def convert(
         rows = tuple(_plan_row(item, by_name[item.source]) for item in items)
         metadata = dict(ckpt.metadata) if ckpt.format in _USER_METADATA_FORMATS else {}
         warnings += _lost_in_output(out_spec.name, outputs, metadata, ckpt.scalars)
+        if ckpt.kind == "nested" and opts.state_key is None:
+            tops: dict[str, int] = {}
+            for key, count in (ckpt.facts.get("containers") or {}).items():
+                tops[key.split(".", 1)[0]] = tops.get(key.split(".", 1)[0], 0) + count
+            where = ", ".join(f"'{k}' ({v})" for k, v in list(tops.items())[:4])
+            warnings.append(
+                "the source is a nested checkpoint: every tensor is written under its key path "
+                f"({where}); pass --state-key to write only one part, e.g. the model weights"
+            )
         report = ConvertReport(
             source=os.fspath(src),
             destination=os.fspath(dst),

@@ -361,3 +361,13 @@ def test_nothing_is_lost_silently(run_cli, tmp_path):
     assert "warning: 2 metadata entries are not kept" in scalars.stderr
     kept = run_cli("convert", VALID / "burnpack" / "meta_scalars.bpk", tmp_path / "m.bpk")
     assert "warning" not in kept.stderr
+
+
+def test_nested_source_without_state_key_warns(run_cli, tmp_path):
+    src = VALID / "pytorch" / "nested.pt"
+    result = run_cli("convert", src, tmp_path / "all.safetensors")
+    assert result.code == 0
+    assert "warning: the source is a nested checkpoint" in result.stderr
+    assert "'model' (4), 'optimizer' (12)" in " ".join(result.stderr.split())  # unwrap
+    quiet = run_cli("convert", src, tmp_path / "model.safetensors", "--state-key", "model")
+    assert "warning" not in quiet.stderr
