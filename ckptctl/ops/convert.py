@@ -24,7 +24,7 @@ from ckptctl.adapters.select import Select
 from ckptctl.errors import SelectionError
 from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint, save_sharded
 from ckptctl.model import TensorData
-from ckptctl.ops.inspect import select_state_key
+from ckptctl.ops.inspect import select_state_key, top_level_groups
 from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.model import ConvertReport, PlanRow
 from ckptctl.report.summary_text import render_summary
@@ -135,10 +135,8 @@ def convert(
         metadata = dict(ckpt.metadata) if ckpt.format in _USER_METADATA_FORMATS else {}
         warnings += _lost_in_output(out_spec.name, outputs, metadata, ckpt.scalars)
         if ckpt.kind == "nested" and opts.state_key is None:
-            tops: dict[str, int] = {}
-            for key, count in (ckpt.facts.get("containers") or {}).items():
-                tops[key.split(".", 1)[0]] = tops.get(key.split(".", 1)[0], 0) + count
-            where = ", ".join(f"'{k}' ({v})" for k, v in list(tops.items())[:4])
+            groups = list(top_level_groups(ckpt).items())[:4]
+            where = ", ".join(f"'{k}' ({v})" for k, v in groups)
             warnings.append(
                 "the source is a nested checkpoint: every tensor is written under its key path "
                 f"({where}); pass --state-key to write only one part, e.g. the model weights"

@@ -47,6 +47,19 @@ def select_state_key(
     )
 
 
+def top_level_groups(ckpt: Checkpoint) -> dict[str, int]:
+    """Tensors per top-level key of a nested checkpoint (``{"model": 4, "optimizer": 12}``),
+    from ``facts["containers"]``; empty for formats without containers."""
+    containers = ckpt.facts.get("containers")
+    groups: dict[str, int] = {}
+    if isinstance(containers, dict):
+        for container, count in containers.items():
+            if isinstance(container, str) and isinstance(count, int) and container:
+                top = container.split(".", 1)[0]
+                groups[top] = groups.get(top, 0) + count
+    return groups
+
+
 def _row(entry: TensorEntry) -> TensorRow:
     return TensorRow(
         name=entry.name,

@@ -40,7 +40,7 @@ from ckptctl.ops._optimizer import (
     check_optimizer,
     load_record,
 )
-from ckptctl.ops.inspect import select_state_key
+from ckptctl.ops.inspect import select_state_key, top_level_groups
 from ckptctl.ops.summary import LoadingSummary, specs_of, summarize
 
 if TYPE_CHECKING:
@@ -360,17 +360,6 @@ def _short_class(ckpt: Checkpoint) -> str:
     return module_class.rsplit(".", 1)[-1]
 
 
-def _groups(ckpt: Checkpoint) -> dict[str, int]:
-    """Tensors per top-level key of a nested checkpoint, from ``facts["containers"]``."""
-    containers = ckpt.facts.get("containers")
-    groups: Counter[str] = Counter()
-    if isinstance(containers, dict):
-        for container, count in containers.items():
-            if isinstance(container, str) and isinstance(count, int) and container:
-                groups[container.split(".", 1)[0]] += count
-    return dict(groups)
-
-
 def _is_optimizer_key(key: str) -> bool:
     lower = key.lower()
     return "optim" in lower or "scheduler" in lower
@@ -441,7 +430,7 @@ def _flat_reader(
 
 
 def _nested(ckpt: Checkpoint, entries: list[TensorEntry]) -> Finding:
-    groups = _groups(ckpt)
+    groups = top_level_groups(ckpt)
     top = ckpt.facts.get("top_level_tensors")
     top = top if isinstance(top, int) else 0
     if not groups:  # facts missing: fall back on the names
