@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import os
 from enum import IntEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ckptctl.safety import PickleSafety
 
 
 class ExitCode(IntEnum):
@@ -67,7 +71,22 @@ class CorruptCheckpointError(InputError):
 
 
 class UnsafePickleError(InputError):
-    """A pickle references a global that only makes sense as an attack."""
+    """A pickle can run code when loaded: an unsafe global or construct (see ``ckptctl.safety``).
+
+    Attributes:
+        safety: the verdict with its evidence, when the reader got that far.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        hint: str | None = None,
+        safety: PickleSafety | None = None,
+    ) -> None:
+        super().__init__(message, path=path, hint=hint)
+        self.safety = safety
 
 
 class UnsupportedError(CkptError):

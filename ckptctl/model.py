@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from ckptctl._io import ByteSource
     from ckptctl.dtypes import DType
+    from ckptctl.safety import PickleSafety
 
 #: Metadata values taken from files (JSON-like, validated by each reader).
 JSONValue: TypeAlias = Any
@@ -186,6 +187,7 @@ class Checkpoint(Mapping[str, TensorEntry]):
         notes: human-readable facts about the structure (where tensors hide, aliasing).
         facts: machine-readable structure facts for ``verify`` and JSON reports, e.g.
             ``{"top_level_tensors": 0, "containers": {"model": 273}, "module_class": "Net"}``.
+        safety: the pickle safety verdict (pickle-based formats), None for other formats.
     """
 
     def __init__(
@@ -200,6 +202,7 @@ class Checkpoint(Mapping[str, TensorEntry]):
         notes: list[str] | None = None,
         facts: Mapping[str, JSONValue] | None = None,
         sources: list[ByteSource] | None = None,
+        safety: PickleSafety | None = None,
     ) -> None:
         self._entries: dict[str, TensorEntry] = {}
         for entry in entries:
@@ -213,6 +216,7 @@ class Checkpoint(Mapping[str, TensorEntry]):
         self.kind = kind
         self.notes = list(notes or [])
         self.facts: Mapping[str, JSONValue] = dict(facts or {})
+        self.safety = safety
         self._sources = list(sources or [])
 
     def __getitem__(self, name: str) -> TensorEntry:

@@ -13,6 +13,7 @@ from ckptctl.cli._options import (
     wants_json,
 )
 from ckptctl.errors import ExitCode
+from ckptctl.ops.verify import CHECKS
 
 
 @click.command("verify")
@@ -43,6 +44,36 @@ from ckptctl.errors import ExitCode
     help="Check that the Burn optimizer record OPTIM (optim-N.bpk) attaches to each FILE's "
     "ParamIds (prints the Optimizer State Check).",
 )
+@click.option(
+    "--check",
+    "checks",
+    metavar="NAME",
+    multiple=True,
+    type=click.Choice(CHECKS),
+    help="Report only this check (repeatable; readable is always reported): e.g. "
+    "--check safe-pickle for optimizer, scheduler and training-argument files.",
+)
+@click.option(
+    "--skip",
+    metavar="NAME",
+    multiple=True,
+    type=click.Choice([c for c in CHECKS if c != "readable"]),
+    help="Do not report this check (repeatable).",
+)
+@click.option(
+    "--allow-global",
+    "allow_globals",
+    metavar="MODULE.NAME",
+    multiple=True,
+    help="Trust this pickle global (repeatable), as torch.serialization.add_safe_globals does: "
+    "a needs-trust file whose only untrusted globals are allowed passes. Unsafe globals stay "
+    "unsafe.",
+)
+@click.option(
+    "--trust",
+    is_flag=True,
+    help="Accept needs-trust pickles with a warning instead of failing (unsafe ones still fail).",
+)
 @quiet_option("Show only files that fail or warn.")
 @output_options
 def command(
@@ -52,6 +83,10 @@ def command(
     expect: str | None,
     min_tensors: int | None,
     optimizer: str | None,
+    checks: tuple[str, ...],
+    skip: tuple[str, ...],
+    allow_globals: tuple[str, ...],
+    trust: bool,
     quiet: bool,
     as_json: bool,
     output_format: str,
@@ -59,11 +94,14 @@ def command(
     """Check each FILE for CI: exit 0 when every file passes, 1 when any fails.
 
     Every file is checked for: readable (opens and passes every structural check), safe-pickle
-    (PyTorch files: no code would run), sharded-index (*.index.json against its shards) and
+    (pickle-based files: the verdict safe, needs-trust or unsafe, with every global named; safe
+    means torch.load(weights_only=True) loads it; unsafe always fails and needs-trust fails
+    unless --trust or --allow-global), sharded-index (*.index.json against its shards) and
     flat-reader (a reader expecting a top-level name -> tensor map, such as candle's from_pth,
     would find tensors: nested checkpoints, whole pickled models, TorchScript archives and empty
     files fail, with the fix). Unreadable, corrupt or unsafe files are reported as failures,
-    not errors. --no-nan, --expect, --min-tensors and --optimizer add checks.
+    not errors, and never stop the other files. --no-nan, --expect, --min-tensors and
+    --optimizer add checks; --check and --skip choose which are reported.
 
     \b
     Examples:
@@ -71,6 +109,7 @@ def command(
       ckptctl verify fixtures/valid/pytorch/nested.pt  # exit 1: tensors are under 'model'
       ckptctl verify fixtures/valid/pytorch/nested.pt --state-key model --no-nan
       ckptctl verify fixtures/valid/optim/model.bpk --optimizer fixtures/valid/optim/optim.bpk
+      ckptctl verify fixtures/valid/pytorch/module.pt --check safe-pickle --trust
     """
     from ckptctl.ops.verify import verify
 
@@ -81,6 +120,10 @@ def command(
         expect=expect,
         min_tensors=min_tensors,
         optimizer=optimizer,
+        checks=checks,
+        skip=skip,
+        allow_globals=allow_globals,
+        trust=trust,
     )
     if wants_json(as_json, output_format):
         from ckptctl.report.json import dumps

@@ -35,12 +35,14 @@ from ckptctl.errors import (
     CorruptCheckpointError,
     InputError,
     SelectionError,
+    UnsafePickleError,
     UnsupportedError,
 )
 from ckptctl.formats import register_format
 from ckptctl.formats import safetensors as st
 from ckptctl.formats._base import SNIFF_BYTES, FormatSpec, HeaderLayout, Region
 from ckptctl.model import Checkpoint, JSONValue
+from ckptctl.safety import PickleSafety
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -159,6 +161,11 @@ def _open_shard(index: _Index, shard: str) -> tuple[ByteSource, Checkpoint]:
         ) from None
     try:
         ckpt = _read_flat_shard(shard, source)
+    except UnsafePickleError as exc:
+        source.close()
+        if exc.safety is not None:
+            exc.safety = PickleSafety().merge(exc.safety, prefix=f"{shard}: ")
+        raise exc.with_path(path) from None
     except CkptError as exc:
         source.close()
         raise exc.with_path(path) from None
@@ -267,6 +274,10 @@ def open_index(source: ByteSource) -> Checkpoint:
             for key, value in ckpt.metadata.items():
                 metadata.setdefault(key, value)
         first = next(iter(opened.values()), None)
+        safety = None
+        for shard, ckpt in opened.items():
+            if ckpt.safety is not None:
+                safety = (safety or PickleSafety()).merge(ckpt.safety, prefix=f"{shard}: ")
         return Checkpoint(
             entries,
             path=source.path,
@@ -280,6 +291,7 @@ def open_index(source: ByteSource) -> Checkpoint:
                 "total_size": index.total_size,
             },
             sources=[source, *sources],
+            safety=safety,
         )
     except BaseException:
         for shard_source in sources:

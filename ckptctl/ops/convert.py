@@ -28,6 +28,7 @@ from ckptctl.ops.inspect import select_state_key, top_level_groups
 from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.model import ConvertReport, PlanRow
 from ckptctl.report.summary_text import render_summary
+from ckptctl.safety import Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -140,6 +141,11 @@ def convert(
             warnings.append(
                 "the source is a nested checkpoint: every tensor is written under its key path "
                 f"({where}); pass --state-key to write only one part, e.g. the model weights"
+            )
+        if ckpt.safety is not None and ckpt.safety.verdict is not Verdict.SAFE:
+            warnings.append(
+                f"the source pickle is {ckpt.safety.describe()}: read without running any of it; "
+                "the output holds only tensors and needs no trust"
             )
         report = ConvertReport(
             source=os.fspath(src),

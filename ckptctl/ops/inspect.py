@@ -125,6 +125,7 @@ def list_tensors(
             facts=dict(ckpt.facts),
             state_key=state_key,
             total_tensors=total,
+            safety=ckpt.safety,
         )
 
 

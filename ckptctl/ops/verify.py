@@ -3,8 +3,10 @@
 Checks, each a :class:`Finding` with a ``check`` id (the CLI contract and issue #5):
 
 * ``readable`` -- the file opens and passes every structural check its reader has;
-* ``safe-pickle`` -- PyTorch files only: no pickle global outside the allowlist (an unsafe
-  pickle fails here, not under ``readable``);
+* ``safe-pickle`` -- pickle-based files only: the verdict of :mod:`ckptctl.safety`, with every
+  global named and classified. ``unsafe`` always fails (and the file is never unpickled),
+  ``needs-trust`` fails unless ``trust`` is set or every global at fault is in
+  ``allow_globals``; streams ``torch.load`` would not read only warn;
 * ``sharded-index`` -- ``*.index.json`` only: :func:`ckptctl.formats.sharded.check_index`;
 * ``flat-reader`` -- a reader that expects a top-level name → tensor map (candle's
   ``from_pth``, ``safetensors``' ``load``) would find tensors: nested checkpoints, whole pickled
@@ -15,7 +17,9 @@ Checks, each a :class:`Finding` with a ``check`` id (the CLI contract and issue 
   this model?) when asked for.
 
 Bad files are findings, never exceptions: :func:`verify` catches ``CkptError`` per file and per
-check. ``report.ok`` is true when no finding failed; the CLI exits 1 otherwise.
+check, and any other exception per file (a failed ``readable`` finding naming it as a bug), so one
+file never stops the others. ``report.ok`` is true when no finding failed; the CLI exits 1
+otherwise. ``checks``/``skip`` choose which findings are reported (``readable`` always is).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from ckptctl.ops._optimizer import (
 )
 from ckptctl.ops.inspect import select_state_key, top_level_groups
 from ckptctl.ops.summary import LoadingSummary, specs_of, summarize
+from ckptctl.safety import PickleSafety, Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -78,9 +83,6 @@ SCAN_CHUNK_BYTES = CHUNK_BYTES
 #: Names listed in a finding's message before "and N more".
 MESSAGE_LIMIT = 5
 
-_PYTORCH_FORMATS = frozenset(
-    {"pytorch-zip", "pytorch-legacy", "pytorch-tar", "pickle", "torchscript"}
-)
 _SCANNED = frozenset({DType.C64, DType.C128})
 _FLAT_READERS = "a flat name → tensor reader (candle's from_pth, safetensors' load)"
 
@@ -187,6 +189,9 @@ class VerifyReport:
 
 @dataclass(frozen=True)
 class _Options:
+    checks: frozenset[str]
+    allow_globals: frozenset[str]
+    trust: bool
     state_key: str | None
     no_nan: bool
     min_tensors: int | None
@@ -204,6 +209,10 @@ def verify(
     expect: str | os.PathLike[str] | None = None,
     min_tensors: int | None = None,
     optimizer: str | os.PathLike[str] | None = None,
+    checks: Iterable[str] = (),
+    skip: Iterable[str] = (),
+    allow_globals: Iterable[str] = (),
+    trust: bool = False,
 ) -> VerifyReport:
     """Check checkpoint files for CI; bad files become failed findings, never exceptions.
 
@@ -214,6 +223,10 @@ def verify(
         expect: a reference checkpoint the files must match in tensor names and shapes.
         min_tensors: fail files with fewer tensors than this.
         optimizer: a Burn optimizer record (``optim-N.bpk``) that must attach to each file.
+        checks: report only these checks (and ``readable``); empty: every check that runs.
+        skip: do not report these checks.
+        allow_globals: ``module.name`` globals to trust, as torch's ``add_safe_globals`` does.
+        trust: accept needs-trust pickles (a warning, not a failure); unsafe ones still fail.
 
     Returns:
         A :class:`VerifyReport`; ``report.ok`` is true when every file passed every check.
@@ -225,7 +238,18 @@ def verify(
     """
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
+    chosen = set(checks) or set(CHECKS)
+    unknown = (chosen | set(skip)) - set(CHECKS)
+    if unknown:
+        raise SelectionError(
+            f"unknown check {sorted(unknown)[0]!r}", hint="checks: " + ", ".join(CHECKS)
+        )
+    if "readable" in set(skip):
+        raise SelectionError("the readable check cannot be skipped: every other check needs it")
     options = _Options(
+        checks=frozenset(chosen - set(skip)) | {"readable"},
+        allow_globals=frozenset(allow_globals),
+        trust=trust,
         state_key=state_key,
         no_nan=no_nan,
         min_tensors=min_tensors,
@@ -234,7 +258,23 @@ def verify(
         optimizer=None if optimizer is None else os.fspath(optimizer),
         record=None if optimizer is None else load_record(optimizer),
     )
-    return VerifyReport(tuple(_verify_file(os.fspath(p), options) for p in paths))
+    return VerifyReport(tuple(_verify_one(os.fspath(p), options) for p in paths))
+
+
+def _verify_one(path: str, opts: _Options) -> FileResult:
+    """One file's result, whatever happens: a bug fails this file, not the whole run."""
+    try:
+        result = _verify_file(path, opts)
+    except Exception as exc:  # one bad file must not stop a CI gate over many
+        finding = Finding(
+            "readable",
+            Status.FAIL,
+            f"internal error while checking this file: {type(exc).__name__}: {exc}",
+            "this is a bug in ckptctl; please report it with the file if you can",
+        )
+        return FileResult(path, None, None, None, (finding,))
+    findings = tuple(f for f in result.findings if f.check in opts.checks)
+    return FileResult(result.path, result.format, result.kind, result.tensors, findings)
 
 
 def _load_specs(path: str | os.PathLike[str]) -> Specs | CkptError:
@@ -262,22 +302,15 @@ def _verify_file(path: str, opts: _Options) -> FileResult:
     try:
         ckpt = open_checkpoint(path)
     except UnsafePickleError as exc:
-        findings.append(_fail_from("safe-pickle", exc))
+        findings.insert(0, _unsafe_from(exc, opts))
         return FileResult(path, fmt, None, None, tuple(findings))
     except CkptError as exc:
         findings.insert(0, _fail_from("readable", exc))
         return FileResult(path, fmt, None, None, tuple(findings))
     with ckpt:
         findings.insert(0, _readable(ckpt))
-        if ckpt.format in _PYTORCH_FORMATS:
-            findings.insert(
-                1,
-                Finding(
-                    "safe-pickle",
-                    Status.OK,
-                    "no unsafe pickle globals (only tensor rebuild functions and storage types)",
-                ),
-            )
+        if ckpt.safety is not None:
+            findings.insert(1, _safe_pickle(ckpt.safety, opts))
         flat, entries = _flat_reader(ckpt, opts.state_key)
         findings.append(flat)
         if entries is None:  # nothing below --state-key: the other checks have nothing to see
@@ -305,6 +338,87 @@ def _guard(check: str, run: Callable[[], Finding]) -> Finding:
         return run()
     except CkptError as exc:
         return _fail_from(check, exc)
+
+
+# --- safe-pickle ---------------------------------------------------------------------------------
+
+#: Globals named in a safe-pickle message before "and N more".
+GLOBALS_SHOWN = 6
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(dict.fromkeys(names[:GLOBALS_SHOWN]))
+    return shown + (f" and {len(names) - GLOBALS_SHOWN} more" if len(names) > GLOBALS_SHOWN else "")
+
+
+def _unsafe_from(exc: UnsafePickleError, opts: _Options) -> Finding:
+    if exc.safety is None:
+        return _fail_from("safe-pickle", exc)
+    return _safe_pickle(exc.safety, opts)
+
+
+def _safe_pickle(safety: PickleSafety, opts: _Options) -> Finding:
+    """The verdict as a finding: what was found, what it means, what to do."""
+    safety = safety.allowing(opts.allow_globals)
+    details = safety.to_json()
+    verdict = safety.verdict
+    reached = [g for g in safety.globals if g.reached]
+    if verdict is Verdict.UNSAFE:
+        bad = [g.name for g in reached if g.verdict is Verdict.UNSAFE]
+        constructs = [p for p in safety.problems if p.reached and p.verdict is Verdict.UNSAFE]
+        what = f"globals {_names(bad)}" if bad else constructs[0].message
+        where = next((g.where for g in reached if g.verdict is Verdict.UNSAFE), None)
+        where = where or constructs[0].where
+        return Finding(
+            "safe-pickle",
+            Status.FAIL,
+            f"unsafe: {what} in {where}: loading it with torch.load(weights_only=False) or pickle "
+            "runs code",
+            "do not load this file; ask its author for safetensors or a weights-only state_dict",
+            details=details,
+        )
+    if verdict is Verdict.NEEDS_TRUST:
+        untrusted = [g.name for g in safety.untrusted()]
+        problems = [p.message for p in safety.problems if p.reached and p.verdict is verdict]
+        what = (
+            f"globals outside torch's weights-only allowlist: {_names(untrusted)}"
+            if (untrusted)
+            else problems[0]
+        )
+        fixes = ["re-save a state_dict with torch.save (or save safetensors)"]
+        if untrusted and not problems:
+            fixes.append(
+                "if you trust its source: "
+                + " ".join(f"--allow-global {n}" for n in dict.fromkeys(untrusted[:GLOBALS_SHOWN]))
+            )
+        return Finding(
+            "safe-pickle",
+            Status.WARN if opts.trust else Status.FAIL,
+            f"needs trust: {what}; torch.load(weights_only=True) refuses it and "
+            "weights_only=False would run that code",
+            "; or ".join(fixes),
+            details=details,
+        )
+    found = f"{_plural(len(reached), 'global')}, all on its allowlist" if reached else "no globals"
+    unreached = safety.unreached_verdict
+    if unreached is not None and unreached is not Verdict.SAFE:
+        streams = sorted(
+            {g.where for g in safety.globals if not g.reached and g.verdict is not Verdict.SAFE}
+            | {p.where for p in safety.problems if not p.reached}
+        )
+        return Finding(
+            "safe-pickle",
+            Status.WARN,
+            f"safe for torch.load ({found}), but {', '.join(streams)} is {unreached.value}",
+            "torch.load does not read it, other tools may: remove it or re-save the file",
+            details=details,
+        )
+    return Finding(
+        "safe-pickle",
+        Status.OK,
+        f"safe: torch.load(weights_only=True) loads it ({found})",
+        details=details,
+    )
 
 
 # --- readable, sharded-index --------------------------------------------------------------------
@@ -436,6 +550,17 @@ def _nested(ckpt: Checkpoint, entries: list[TensorEntry]) -> Finding:
     if not groups:  # facts missing: fall back on the names
         groups = dict(Counter(e.name.split(".", 1)[0] for e in entries if "." in e.name))
     where = ", ".join(f"{k!r} ({n:,})" for k, n in groups.items())
+    keys = ckpt.facts.get("top_level_keys")
+    if isinstance(keys, list) and {"state", "param_groups"} <= set(keys):
+        return Finding(
+            "flat-reader",
+            Status.FAIL,
+            "an optimizer state_dict (state, param_groups), not model weights: "
+            f"{_FLAT_READERS} finds no tensors at the top level",
+            "to gate optimizer files on safety and readability alone: ckptctl verify "
+            f"{shlex.quote(ckpt.path)} --check safe-pickle",
+            details={"top_level_tensors": top, "groups": groups, "state_key": None},
+        )
     key = _best_key(groups) if groups else None
     fix = (
         f"pass --state-key {shlex.quote(key)}, or re-save model.state_dict()"

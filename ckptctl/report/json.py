@@ -59,6 +59,8 @@ def _ls(report: LsReport) -> dict[str, JSONValue]:
         out["scalars"] = dict(report.scalars)
     if report.state_key is not None:
         out["state_key"] = report.state_key
+    if report.safety is not None:
+        out["pickle"] = report.safety.to_json()
     return out
 
 

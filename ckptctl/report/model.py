@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from ckptctl.formats import HeaderLayout
     from ckptctl.model import JSONValue
+    from ckptctl.safety import PickleSafety
 
 SCHEMA_VERSION = 1
 
@@ -57,6 +58,7 @@ class LsReport:
     facts: Mapping[str, JSONValue] = field(default_factory=dict)
     state_key: str | None = None
     total_tensors: int | None = None
+    safety: PickleSafety | None = None
 
     @property
     def totals(self) -> tuple[DTypeTotal, ...]:

@@ -139,6 +139,8 @@ def render_ls(report: LsReport, console: Console) -> None:
     console.print(Text(f"{sanitize(report.path)}: {what}"))
     for note in report.notes:
         console.print(Text(f"  {sanitize(note)}"))
+    if report.safety is not None:
+        console.print(Text(f"  pickle: {sanitize(report.safety.describe())}"))
     if report.state_key is not None:
         console.print(Text(f"  below state key {sanitize(report.state_key)!r}"))
     show_ids = any(r.param_id is not None for r in report.tensors)

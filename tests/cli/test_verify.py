@@ -363,3 +363,112 @@ def test_pre_commit_hook():
         assert files.search(name), name
     for name in ("a.py", "a.json", "README.md", "a.ptx", "a.bpk.txt"):
         assert not files.search(name), name
+
+
+# --- safe-pickle verdicts and choosing checks (issue 11) ------------------------------------------
+
+
+def _safe_pickle(result):
+    report = json.loads(result.stdout)
+    [finding] = [f for f in report["files"][0]["findings"] if f["check"] == "safe-pickle"]
+    return finding
+
+
+def test_safe_pickle_lists_every_global(run_cli):
+    result = run_cli("verify", PT / "min_zip.pt", "--json")
+    finding = _safe_pickle(result)
+    assert finding["status"] == "ok"
+    assert finding["details"]["verdict"] == "safe"
+    assert [g["name"] for g in finding["details"]["globals"]] == [
+        "collections.OrderedDict",
+        "torch._utils._rebuild_tensor_v2",
+        "torch.FloatStorage",
+    ]
+    assert {g["class"] for g in finding["details"]["globals"]} == {"safe"}
+
+
+def test_whole_model_needs_trust_and_fails_by_default(run_cli):
+    result = run_cli("verify", PT / "module.pt", "--check", "safe-pickle", "--json")
+    assert result.code == 1
+    finding = _safe_pickle(result)
+    assert finding["status"] == "fail"
+    assert finding["details"]["verdict"] == "needs-trust"
+    untrusted = [g["name"] for g in finding["details"]["globals"] if g["class"] != "safe"]
+    assert "_fixture_models.FixtureNet" in untrusted
+    assert "torch.nn.modules.linear.Linear" in untrusted
+    assert "--allow-global _fixture_models.FixtureNet" in finding["hint"]
+    # --check keeps readable and the chosen check only
+    checks = [f["check"] for f in json.loads(result.stdout)["files"][0]["findings"]]
+    assert checks == ["readable", "safe-pickle"]
+
+
+def test_trust_and_allow_global_pass_a_needs_trust_file(run_cli):
+    trusted = run_cli("verify", PT / "module.pt", "--check", "safe-pickle", "--trust", "--json")
+    assert trusted.code == 0
+    assert _safe_pickle(trusted)["status"] == "warn"
+    result = run_cli("verify", PT / "module.pt", "--check", "safe-pickle", "--json")
+    allow = []
+    for g in _safe_pickle(result)["details"]["globals"]:
+        if g["class"] == "needs-trust":
+            allow += ["--allow-global", g["name"]]
+    allowed = run_cli("verify", PT / "module.pt", "--check", "safe-pickle", *allow, "--json")
+    assert allowed.code == 0
+    assert _safe_pickle(allowed)["details"]["verdict"] == "safe"
+    partly = run_cli("verify", PT / "module.pt", "--check", "safe-pickle", *allow[:2])
+    assert partly.code == 1
+
+
+def test_skip_leaves_a_check_out(run_cli):
+    result = run_cli("verify", PT / "nested.pt", "--skip", "flat-reader")
+    assert result.code == 0
+    assert "flat-reader" not in result.stdout
+    assert run_cli("verify", PT / "nested.pt").code == 1
+
+
+@pytest.mark.parametrize("args", [["--skip", "readable"], ["--check", "no-such-check"]])
+def test_bad_check_names_exit_2(run_cli, args):
+    result = run_cli("verify", PT / "min_zip.pt", *args)
+    assert result.code == 2
+    assert "Traceback" not in result.stderr
+
+
+def test_optimizer_state_dict_gets_advice_that_fits(run_cli, tmp_path):
+    import zipfile
+
+    from tests.formats.test_pytorch_safety import P2, tensor, u
+
+    # {"state": {0: {"exp_avg": tensor}}, "param_groups": []}, as an HF Trainer optimizer.pt
+    data = P2 + b"}" + u("state") + b"}K\x00}" + u("exp_avg") + tensor() + b"sss"
+    data += u("param_groups") + b"]s."
+    path = tmp_path / "optimizer.pt"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("optimizer/data.pkl", data)
+        archive.writestr("optimizer/data/0", b"\0" * 8)
+    result = run_cli("verify", path)
+    assert result.code == 1
+    text = flat(result.stdout)
+    assert "an optimizer state_dict (state, param_groups), not model weights" in text
+    assert "model.state_dict()" not in text
+    assert f"ckptctl verify {path} --check safe-pickle" in text
+    assert run_cli("verify", path, "--check", "safe-pickle").code == 0
+
+
+def test_one_bad_file_never_stops_the_others(run_cli, monkeypatch):
+    import ckptctl.ops.verify as ops
+
+    real = ops._verify_file
+
+    def flaky(path, opts):
+        if path.endswith("nested.pt"):
+            raise RuntimeError("boom")
+        return real(path, opts)
+
+    monkeypatch.setattr(ops, "_verify_file", flaky)
+    result = run_cli("verify", PT / "nested.pt", PT / "min_zip.pt", "--json")
+    assert result.code == 1
+    report = json.loads(result.stdout)
+    first, second = report["files"]
+    assert first["ok"] is False
+    assert "internal error" in first["findings"][0]["message"]
+    assert "RuntimeError: boom" in first["findings"][0]["message"]
+    assert second["ok"] is True

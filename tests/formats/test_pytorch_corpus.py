@@ -153,6 +153,7 @@ def test_corpus_nested_facts() -> None:
             "top_level_tensors": 0,
             "containers": {"model_state_dict": 4, "optimizer_state_dict.state.0": 1},
             "module_class": None,
+            "top_level_keys": ["model_state_dict", "optimizer_state_dict", "epoch", "loss"],
         }
         assert ckpt.notes == [
             "nested checkpoint: tensors are under 'model_state_dict' (4), "

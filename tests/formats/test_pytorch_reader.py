@@ -159,7 +159,12 @@ def test_zip_state_dict_zero_copy(tmp_path: Path) -> None:
         assert ckpt.format == "pytorch-zip"
         assert ckpt.kind == "state_dict"
         assert list(ckpt) == ["weight", "bias"]
-        assert ckpt.facts == {"top_level_tensors": 2, "containers": {}, "module_class": None}
+        assert ckpt.facts == {
+            "top_level_tensors": 2,
+            "containers": {},
+            "module_class": None,
+            "top_level_keys": ["weight", "bias"],
+        }
         assert ckpt.metadata == {"byteorder": "little", "version": "3"}
         weight = ckpt["weight"]
         assert (weight.dtype, weight.shape, weight.nbytes) == (DType.F32, (2, 3), 24)
@@ -386,6 +391,7 @@ def test_nested_checkpoint_facts_and_notes(tmp_path: Path) -> None:
             "top_level_tensors": 0,
             "containers": {"state_dict": 2, "optimizer.state.0": 1, "layers": 2},
             "module_class": None,
+            "top_level_keys": ["state_dict", "optimizer", "layers", "epoch"],
         }
         assert ckpt.notes[0].startswith("nested checkpoint: tensors are under 'state_dict' (2)")
 

@@ -32,7 +32,10 @@ if TYPE_CHECKING:
 
 __all__ = ["layout_pytorch", "open_pytorch", "sniff_pytorch"]
 
-_PICKLE_OPCODES_P0 = b"c(]}"
+#: Opcodes a protocol 0 or 1 pickle can start with (a value, a global, a MARK, an empty box).
+_TEXT_PICKLE_STARTS = frozenset(b"c(]})VSLIFNXUTJKMGPi")
+#: Bytes of a text pickle scanned to tell it from other files.
+_TEXT_SNIFF_BYTES = 1 << 16
 
 
 def _container(head: bytes, source: ByteSource) -> str | None:
@@ -45,12 +48,17 @@ def _container(head: bytes, source: ByteSource) -> str | None:
         # Protocol 2+ pickle. A safetensors header length can start with 0x80 too, but then
         # bytes 2..7 are zero (no opcode is 0x00) and byte 8 opens the JSON header.
         return None if head[8:10] == b'{"' else "pickle"
-    if head[:1] in (b"c", b"(", b"]", b"}") and source.size > 2:
-        # Protocol 0/1 pickle: it must end with STOP.
+    if head[:1] and head[0] in _TEXT_PICKLE_STARTS and head[8:10] != b'{"' and source.size > 2:
+        # Protocol 0/1 pickle (no PROTO opcode): its opcodes must scan up to a STOP.
+        from ckptctl.formats.pytorch._scan import PickleTruncatedError, scan_pickle
+
         try:
-            return "pickle" if source.read(source.size - 1, 1) == b"." else None
+            scan_pickle(source.read(0, min(source.size, _TEXT_SNIFF_BYTES)), 0, "the file")
+        except PickleTruncatedError:
+            return "pickle" if source.size > _TEXT_SNIFF_BYTES else None
         except CkptError:
             return None
+        return "pickle"
     return None
 
 
@@ -126,6 +134,7 @@ def open_pytorch(source: ByteSource) -> Checkpoint:
         notes=[*parsed.notes, *structure.notes, *shared_notes],
         facts=structure.facts,
         sources=[source],
+        safety=parsed.ledger.safety,
     )
 
 

@@ -21,6 +21,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from ckptctl.errors import CkptError, CorruptCheckpointError, UnknownFormatError, UnsupportedError
+from ckptctl.formats.pytorch._safety import Ledger
 from ckptctl.formats.pytorch._scan import PickleTruncatedError
 from ckptctl.formats.pytorch._unpickler import (
     MAX_PICKLE_BYTES,
@@ -31,6 +32,7 @@ from ckptctl.formats.pytorch._unpickler import (
     load_pickle,
 )
 from ckptctl.formats.pytorch._zipdir import ZipRecord, local_header, read_directory
+from ckptctl.safety import Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -94,6 +96,8 @@ class Parsed:
     byteorder: str = "little"
     #: every global the main pickle names, first use first (``collections.OrderedDict`` ...)
     globals: list[str] = field(default_factory=list)
+    #: the safety verdict of every pickle stream read so far
+    ledger: Ledger = field(default_factory=Ledger)
 
 
 class ViewReader(io.RawIOBase):
@@ -141,16 +145,23 @@ def pickle_at(
     where: str,
     persistent_load: Callable[[object], object] | None = None,
     extra: dict[tuple[str, str], object] | None = None,
+    ledger: Ledger | None = None,
 ) -> tuple[object, int]:
-    """Unpickle the pickle at absolute ``pos`` (ending before ``limit``); return (obj, end)."""
+    """Unpickle the pickle at absolute ``pos`` (ending before ``limit``); return (obj, end).
+
+    ``ledger``, when given, judges the pickle first (see :func:`load_pickle`).
+    """
     chunk = 1 << 16
     while True:
         n = min(chunk, limit - pos)
         data = source.read(pos, n)
+        complete = pos + n >= limit or n >= MAX_PICKLE_BYTES
         try:
-            obj, end = load_pickle(data, where, persistent_load, extra)
+            obj, end = load_pickle(
+                data, where, persistent_load, extra, ledger=ledger, complete=complete
+            )
         except PickleTruncatedError:
-            if pos + n >= limit or n >= MAX_PICKLE_BYTES:
+            if complete:
                 raise
             chunk *= 4
             continue
@@ -314,7 +325,17 @@ def read_zip(source: ByteSource) -> Parsed:
 
     info = records.infos[prefix + "data.pkl"]
     data = records.read(info, MAX_PICKLE_BYTES)
-    parsed.root, _ = load_pickle(data, "data.pkl", persistent_load, seen_globals=parsed.globals)
+    if script:
+        parsed.ledger.note(
+            "a TorchScript archive: torch.load(weights_only=True) refuses it, and "
+            "torch.jit.load runs the archive's code",
+            Verdict.NEEDS_TRUST,
+            "the archive",
+        )
+    parsed.root, _ = load_pickle(
+        data, "data.pkl", persistent_load, seen_globals=parsed.globals, ledger=parsed.ledger
+    )
+    _judge_other_pickles(records, prefix + "data.pkl", parsed.ledger)
     if seen_compressed:
         parsed.notes.append(
             f"{len(seen_compressed)} storage record(s) are compressed: they are decompressed "
@@ -323,6 +344,24 @@ def read_zip(source: ByteSource) -> Parsed:
     if script:
         parsed.script_members = _script_members(records, prefix)
     return parsed
+
+
+#: Largest extra ``.pkl`` record judged (bigger ones are reported without a verdict).
+MAX_EXTRA_PICKLE_BYTES = 64 << 20
+
+
+def _judge_other_pickles(records: _ZipRecords, main: str, ledger: Ledger) -> None:
+    """Judge every ``.pkl`` record besides ``data.pkl``: torch.load never reads them."""
+    for name, info in records.infos.items():
+        if name == main or not name.endswith(".pkl"):
+            continue
+        where = f"{name} (not read by torch.load)"
+        try:
+            data = records.read(info, MAX_EXTRA_PICKLE_BYTES)
+        except CkptError as exc:
+            ledger.note(f"cannot read it: {exc.message}", Verdict.NEEDS_TRUST, where, reached=False)
+            continue
+        ledger.judge(data, where, reached=False)
 
 
 def _file_loader(source: ByteSource, offset: int, nbytes: int) -> Callable[[], memoryview]:
@@ -364,8 +403,12 @@ def _walk_legacy_data(
     limit: int,
     keys: list[str],
     roots: dict[str, tuple[StorageType, int]],
-) -> dict[str, StorageBytes]:
-    """Locate each storage's bytes: an i64 element count, then the raw elements (section 6.1)."""
+) -> tuple[dict[str, StorageBytes], int]:
+    """Locate each storage's bytes: an i64 element count, then the raw elements (section 6.1).
+
+    Returns:
+        The storages, and the offset just past the last one (the end of the stream).
+    """
     out: dict[str, StorageBytes] = {}
     for key in keys:
         if key not in roots:
@@ -390,7 +433,7 @@ def _walk_legacy_data(
             )
         out[key] = reader.storage(start, nbytes)
         pos = start + nbytes
-    return out
+    return out, pos
 
 
 class _Reader:
@@ -418,38 +461,47 @@ class _Reader:
 def read_legacy(source: ByteSource) -> Parsed:
     """Read a legacy (pre-1.6 or ``_use_new_zipfile_serialization=False``) stream (section 6)."""
     parsed = Parsed("pytorch-legacy", None)
-    parsed.root, parsed.storages, little = parse_legacy(_Reader(source), "the legacy stream")
+    reader = _Reader(source)
+    parsed.root, parsed.storages, little, end = parse_legacy(
+        reader, "the legacy stream", parsed.ledger
+    )
+    if end < source.size:
+        parsed.notes.append(f"{source.size - end} bytes after the end of the stream were ignored")
+        _judge_trailing(reader, end, parsed)
     parsed.metadata["version"] = "1001"
     if not little:
         parsed.notes.append("the legacy stream says it was written on a big-endian machine")
     return parsed
 
 
-def parse_legacy(reader: _Reader, where: str) -> tuple[object, dict[str, StorageBytes], bool]:
+def parse_legacy(
+    reader: _Reader, where: str, ledger: Ledger | None = None
+) -> tuple[object, dict[str, StorageBytes], bool, int]:
     """Parse the five pickles and the storage data of a legacy stream.
 
     Returns:
-        ``(root object, storage key -> bytes, little_endian)``.
+        ``(root object, storage key -> bytes, little_endian, end of the stream)``.
     """
-    magic, pos = pickle_at(reader, 0, reader.size, where)
+    magic, pos = pickle_at(reader, 0, reader.size, where, ledger=ledger)
     if magic != LEGACY_MAGIC:
         raise CorruptCheckpointError("not a legacy torch.save stream (wrong magic number)")
-    version, pos = pickle_at(reader, pos, reader.size, where)
+    version, pos = pickle_at(reader, pos, reader.size, where, ledger=ledger)
     if version != 1001:
         raise UnsupportedError(f"legacy stream protocol version {version!r} (expected 1001)")
-    sys_info, pos = pickle_at(reader, pos, reader.size, where)
+    sys_info, pos = pickle_at(reader, pos, reader.size, where, ledger=ledger)
     little = not (isinstance(sys_info, dict) and sys_info.get("little_endian") is False)
     roots, persistent_load = _legacy_persistent(where)
-    root, pos = pickle_at(reader, pos, reader.size, where, persistent_load)
-    keys, pos = pickle_at(reader, pos, reader.size, where)
-    return root, _walk_legacy_data(reader, pos, reader.size, _keys(keys), roots), little
+    root, pos = pickle_at(reader, pos, reader.size, where, persistent_load, ledger=ledger)
+    keys, pos = pickle_at(reader, pos, reader.size, where, ledger=ledger)
+    storages, end = _walk_legacy_data(reader, pos, reader.size, _keys(keys), roots)
+    return root, storages, little, end
 
 
 def _load_from_bytes(blob: object) -> StorageRef:
     """``torch.storage._load_from_bytes``: a whole legacy stream of one storage, by value."""
     if not isinstance(blob, bytes):
         raise CorruptCheckpointError("_load_from_bytes argument is not bytes")
-    root, storages, _ = parse_legacy(_Reader(blob=blob), "an embedded storage")
+    root, storages, _, _ = parse_legacy(_Reader(blob=blob), "an embedded storage")
     if not isinstance(root, StorageRef) or root.key not in storages:
         raise CorruptCheckpointError("embedded storage stream does not hold one storage")
     data = storages[root.key].load()
@@ -459,11 +511,38 @@ def _load_from_bytes(blob: object) -> StorageRef:
 def read_plain(source: ByteSource) -> Parsed:
     """Read a plain pickle (``pickle.dump`` of tensors: storages pickled by value, section 8)."""
     parsed = Parsed("pickle", None)
+    parsed.ledger.note(
+        "a plain pickle, not a torch.save file: torch.load cannot read it, pickle.load runs it "
+        "unrestricted",
+        Verdict.NEEDS_TRUST,
+        "the pickle",
+    )
     extra: dict[tuple[str, str], object] = {("torch.storage", "_load_from_bytes"): _load_from_bytes}
-    parsed.root, end = pickle_at(source, 0, source.size, "the pickle", None, extra)
+    parsed.root, end = pickle_at(
+        source, 0, source.size, "the pickle", None, extra, ledger=parsed.ledger
+    )
     if end != source.size:
         parsed.notes.append(f"{source.size - end} bytes after the end of the pickle were ignored")
+        _judge_trailing(_Reader(source), end, parsed)
     return parsed
+
+
+#: Largest trailing data judged as a pickle.
+MAX_TRAILING_BYTES = 64 << 20
+
+
+def _judge_trailing(reader: _Reader, start: int, parsed: Parsed) -> None:
+    """Report data after the last byte a loader reads: an appended archive or pickle."""
+    size = reader.size - start
+    where = f"{size} bytes after the end of the checkpoint (not read by torch.load)"
+    head = reader.read(start, min(size, 4))
+    if head.startswith(b"PK\x03\x04"):
+        parsed.ledger.note("a zip archive is appended", Verdict.NEEDS_TRUST, where, reached=False)
+        return
+    if head[:1] in (b"\x80", b"c", b"(", b"]", b"}") and size <= MAX_TRAILING_BYTES:
+        parsed.ledger.judge(reader.read(start, size), where, reached=False)
+        return
+    parsed.ledger.note("unexplained trailing data", Verdict.NEEDS_TRUST, where, reached=False)
 
 
 # --- TAR ---------------------------------------------------------------------------------------
@@ -474,6 +553,11 @@ _TAR_MEMBERS = ("sys_info", "pickle", "tensors", "storages")
 def read_tar(source: ByteSource) -> Parsed:
     """Read the pre-0.1.10 TAR format, and burn's synthetic variant of it (section 7)."""
     parsed = Parsed("pytorch-tar", None)
+    parsed.ledger.note(
+        "the TAR format (torch < 0.1.10): torch.load(weights_only=True) refuses it",
+        Verdict.NEEDS_TRUST,
+        "the archive",
+    )
     try:
         archive = tarfile.open(fileobj=ViewReader(source.buffer), mode="r:")  # noqa: SIM115  # nothing to close: a view
         members: dict[str, tarfile.TarInfo] = {}
@@ -492,10 +576,10 @@ def read_tar(source: ByteSource) -> Parsed:
     for member in members.values():
         source.check_range(member.offset_data, member.size, f"tar member {member.name!r}")
     reader = _Reader(source)
-    storages, views = _tar_storages(reader, members["storages"])
+    storages, views = _tar_storages(reader, members["storages"], parsed.ledger)
     objects: dict[str, object] = {}
     if "tensors" in members:
-        objects = _tar_tensors(reader, members["tensors"], storages, views)
+        objects = _tar_tensors(reader, members["tensors"], storages, views, parsed.ledger)
 
     def persistent_load(pid: object) -> object:
         if isinstance(pid, str | bytes):  # real tar format: a key into `tensors`/`storages`
@@ -528,23 +612,23 @@ def read_tar(source: ByteSource) -> Parsed:
     member = members["pickle"]
     start = member.offset_data
     parsed.root, _ = pickle_at(
-        reader, start, start + member.size, "the tar pickle", persistent_load, extra
+        reader, start, start + member.size, "the tar pickle", persistent_load, extra, parsed.ledger
     )
     parsed.storages = {key: value[1] for key, value in storages.items()}
     return parsed
 
 
 def _tar_storages(
-    reader: _Reader, member: tarfile.TarInfo
+    reader: _Reader, member: tarfile.TarInfo, ledger: Ledger
 ) -> tuple[dict[str, tuple[StorageRef, StorageBytes]], list[object]]:
     pos, limit = member.offset_data, member.offset_data + member.size
     where = "the tar storages member"
-    count, pos = pickle_at(reader, pos, limit, where)
+    count, pos = pickle_at(reader, pos, limit, where, ledger=ledger)
     if type(count) is not int or not 0 <= count <= MAX_STORAGES:
         raise CorruptCheckpointError("tar storages member has a bad storage count")
     out: dict[str, tuple[StorageRef, StorageBytes]] = {}
     for _ in range(count):
-        head, pos = pickle_at(reader, pos, limit, where)
+        head, pos = pickle_at(reader, pos, limit, where, ledger=ledger)
         if not (isinstance(head, tuple) and len(head) == 3 and isinstance(head[2], StorageType)):
             raise CorruptCheckpointError("tar storages member has a malformed storage header")
         key, location, stype = str(head[0]), str(head[1]), head[2]
@@ -561,7 +645,7 @@ def _tar_storages(
         pos += 8 + nbytes
     views: list[object] = []
     if pos < limit:
-        found, pos = pickle_at(reader, pos, limit, where)
+        found, pos = pickle_at(reader, pos, limit, where, ledger=ledger)
         views = found if isinstance(found, list) else []
     return out, views
 
@@ -571,6 +655,7 @@ def _tar_tensors(
     member: tarfile.TarInfo,
     storages: dict[str, tuple[StorageRef, StorageBytes]],
     views: list[object],
+    ledger: Ledger,
 ) -> dict[str, object]:
     from ckptctl.formats.pytorch._unpickler import MAX_RANK, TensorRef, _LegacyTensorType
 
@@ -587,12 +672,12 @@ def _tar_tensors(
         roots[vkey] = StorageRef(rkey, root.stype, root.numel, view=(vkey, offset, size))
     pos, limit = member.offset_data, member.offset_data + member.size
     where = "the tar tensors member"
-    count, pos = pickle_at(reader, pos, limit, where)
+    count, pos = pickle_at(reader, pos, limit, where, ledger=ledger)
     if type(count) is not int or not 0 <= count <= MAX_STORAGES:
         raise CorruptCheckpointError("tar tensors member has a bad tensor count")
     out: dict[str, object] = dict(roots)
     for _ in range(count):
-        head, pos = pickle_at(reader, pos, limit, where)
+        head, pos = pickle_at(reader, pos, limit, where, ledger=ledger)
         if not (isinstance(head, tuple) and len(head) == 3):
             raise CorruptCheckpointError("tar tensors member has a malformed tensor header")
         key, skey, cls = str(head[0]), str(head[1]), head[2]

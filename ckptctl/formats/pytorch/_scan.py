@@ -118,11 +118,9 @@ def _scan_careful(data: bytes, start: int, where: str) -> int:
             pos += size
         elif kind in (_LINE, _LINE2):
             for _ in range(kind - _LINE + 1):
-                nl = data.find(b"\n", pos, pos + 4096) - pos
+                nl = data.find(b"\n", pos) - pos  # lines may be long: a protocol-0 dict key
                 if nl < 0:
-                    raise _fail(
-                        where, here, "text argument without newline (or too long)", cut=True
-                    )
+                    raise _fail(where, here, "text argument without newline", cut=True)
                 if code in (0x70, 0x67):  # PUT GET
                     try:
                         index = int(data[pos : pos + nl])
@@ -405,7 +403,7 @@ def _scan_fast(data: bytes, start: int) -> int:
                 return pos + 1
             elif act == _A_GLOBAL:
                 for _ in range(2):
-                    nl = data.find(b"\n", pos + 1, pos + 4097)
+                    nl = data.find(b"\n", pos + 1)
                     if nl < 0:
                         raise _Doubt
                     pos = nl

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 #: Most nodes the structure walk visits (memo sharing can make a small pickle a huge tree).
 MAX_WALK_NODES = 2_000_000
+#: Most top-level keys of a dict checkpoint kept in its facts.
+MAX_LISTED_KEYS = 100
 #: Most tensors listed from one file.
 MAX_TENSORS = 10_000_000
 #: Largest element count (ignoring zero dimensions) a shape may describe: numpy's index range.
@@ -230,6 +232,9 @@ def analyse(parsed: Parsed) -> Structure:
         "top_level_tensors": top,
         "containers": containers,
         "module_class": module_class,
+        "top_level_keys": [k for k in root if isinstance(k, str)][:MAX_LISTED_KEYS]
+        if isinstance(root, dict)
+        else [],
     }
     return Structure(found, kind, notes, facts)
 

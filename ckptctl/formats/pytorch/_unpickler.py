@@ -17,57 +17,65 @@ import _compat_pickle
 import io
 import pickle
 from collections import Counter, OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ckptctl.errors import CkptError, CorruptCheckpointError, UnsafePickleError
-from ckptctl.formats.pytorch._scan import scan_pickle
+from ckptctl.formats.pytorch._safety import classify
+from ckptctl.formats.pytorch._scan import PickleTruncatedError, scan_pickle
+from ckptctl.safety import Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from ckptctl.formats.pytorch._safety import Ledger
 
 #: Largest pickle accepted (``data.pkl``, a legacy main pickle, a TAR ``pickle`` member).
 MAX_PICKLE_BYTES = 1 << 30
 #: Highest tensor rank accepted.
 MAX_RANK = 64
 
-# Modules whose every global is refused: importing anything from them is a code-execution path.
-_DENIED_MODULES = (
-    "os", "posix", "nt", "subprocess", "sys", "importlib", "runpy", "pickle", "_pickle",
-    "types", "code", "codeop", "marshal", "dill", "cloudpickle", "webbrowser", "shutil",
-    "socket", "commands", "popen2", "ctypes", "_ctypes", "multiprocessing", "signal", "pty",
-    "asyncio", "threading",
-    "_thread", "tempfile", "io", "_io", "urllib", "http", "ftplib",
-    "smtplib", "telnetlib", "pdb", "bdb", "inspect", "gc", "_posixsubprocess", "platform",
-    "sysconfig", "ensurepip", "pip", "setuptools", "distutils", "zipimport", "pkgutil",
-    "operator", "torch._C", "torch.hub", "torch._dynamo", "torch.ops",
-    "torch._ops", "torch.package", "numpy.ctypeslib", "numpy.f2py", "numpy.testing",
-    "numpy.distutils",
-)  # fmt: skip
-# Single globals refused although their module is otherwise harmless.
-_DENIED_GLOBALS = frozenset(
-    {
-        ("builtins", name)
-        for name in (
-            "eval", "exec", "compile", "getattr", "setattr", "delattr", "__import__", "open",
-            "input", "breakpoint", "globals", "locals", "vars", "exit", "quit", "help",
-        )
-    }
-    | {
-        ("functools", "partial"), ("functools", "reduce"), ("functools", "partialmethod"),
-        ("torch", "load"), ("torch.serialization", "load"), ("torch.serialization",
-        "_load"), ("torch.serialization", "_legacy_load"), ("torch.jit", "load"),
-        ("torch.jit._serialization", "load"), ("numpy", "load"), ("numpy", "loadtxt"),
-        ("numpy", "fromfile"), ("numpy.lib.npyio", "load"), ("numpy.core.multiarray",
-        "fromfile"), ("torch", "from_file"), ("torch", "compile"), ("joblib", "load"),
-    }
-)  # fmt: skip
+
+class _Sealed:
+    """Objects handed to a pickle refuse BUILD: a crafted BUILD must change nothing of ours."""
+
+    __slots__ = ()
+
+    def __setstate__(self, state: object) -> None:
+        raise CorruptCheckpointError(f"BUILD on {self!r}, which is not an object the pickle made")
 
 
-class StorageType:
+class _Callable(_Sealed):
+    """An allowlisted callable as the pickle sees it: callable, and otherwise untouchable.
+
+    ``find_class`` never returns our functions or classes themselves: a BUILD aimed at one would
+    rewrite it (its ``__defaults__``, a class attribute) for every later file in the process.
+    """
+
+    __slots__ = ("_function", "_qualname")
+    _function: Callable[..., object]
+    _qualname: str
+
+    def __init__(self, function: Callable[..., object], qualname: str) -> None:
+        object.__setattr__(self, "_function", function)
+        object.__setattr__(self, "_qualname", qualname)
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        return self._function(*args, **kwargs)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise CorruptCheckpointError(f"the pickle sets {name!r} on {self._qualname}")
+
+    def __repr__(self) -> str:
+        return self._qualname
+
+
+class StorageType(_Sealed):
     """A storage class from a persistent id: ``torch.FloatStorage`` or ``UntypedStorage``.
 
     ``dtype`` is the torch dtype name (``float32``) or None for an untyped (byte) storage.
     """
+
+    __slots__ = ("dtype", "qualname")
 
     def __init__(self, qualname: str, dtype: str | None) -> None:
         self.qualname = qualname
@@ -80,8 +88,10 @@ class StorageType:
         return f"StorageType({self.qualname})"
 
 
-class TorchDType:
+class TorchDType(_Sealed):
     """A ``torch.<dtype>`` global (``torch.float32``)."""
+
+    __slots__ = ("name",)
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -90,7 +100,7 @@ class TorchDType:
         return f"torch.{self.name}"
 
 
-class StorageRef:
+class StorageRef(_Sealed):
     """One storage: its key and type from the persistent id; bytes are resolved later.
 
     Attributes:
@@ -100,6 +110,8 @@ class StorageRef:
         view: legacy storage view ``(view_key, element offset, element count)`` or None.
         inline: the bytes themselves, for storages pickled by value (plain pickles).
     """
+
+    __slots__ = ("inline", "key", "location", "numel", "stype", "view")
 
     def __init__(
         self,
@@ -162,7 +174,14 @@ class TensorRef:
         raise CorruptCheckpointError("unexpected tensor state in pickle")
 
 
-class Stub:
+class _StubType(type):
+    """The metaclass of stand-in types: a BUILD aimed at the type itself changes nothing."""
+
+    def __setattr__(cls, name: str, value: object) -> None:
+        raise CorruptCheckpointError(f"the pickle sets {name!r} on the class {cls.__name__}")
+
+
+class Stub(metaclass=_StubType):
     """Base of the inert stand-in types made for unknown globals: records, never acts."""
 
     qualname: str = "?"
@@ -203,7 +222,8 @@ class Stub:
 
 def _stub_type(qualname: str) -> type[Stub]:
     short = qualname.rsplit(".", 1)[-1] or "Stub"
-    return type(short, (Stub,), {"qualname": qualname, "__module__": __name__})
+    stub = _StubType(short, (Stub,), {"qualname": qualname, "__module__": __name__})
+    return cast("type[Stub]", stub)
 
 
 # --- emulated rebuild functions (spec section 3.3) -------------------------------------------
@@ -334,8 +354,10 @@ class _Parameter:
         return _rebuild_parameter(data)
 
 
-class _LegacyTensorType:
+class _LegacyTensorType(_Sealed):
     """``torch.FloatTensor`` & co. (pre-0.4): called with ``()``, then BUILD sets the storage."""
+
+    __slots__ = ("dtype",)
 
     def __init__(self, dtype: str) -> None:
         self.dtype = dtype
@@ -481,19 +503,6 @@ _REBUILDS: dict[tuple[str, str], object] = {
 }
 
 
-_DENIED_MODULE_SET = frozenset(_DENIED_MODULES)
-
-
-def is_denied(module: str, name: str) -> bool:
-    """True for globals that only make sense as an attack (spec section 12 rule 1)."""
-    if (module, name) in _DENIED_GLOBALS:
-        return True
-    if module == "builtins" and name.startswith("_"):
-        return True
-    parts = module.split(".")
-    return any(".".join(parts[:n]) in _DENIED_MODULE_SET for n in range(1, len(parts) + 1))
-
-
 class SafeUnpickler(pickle.Unpickler):
     """Unpickle without importing: allowlisted emulations, refusals, and inert stubs.
 
@@ -538,14 +547,16 @@ class SafeUnpickler(pickle.Unpickler):
             module, name = _compat_pickle.NAME_MAPPING[(module, name)]
         module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         qualname = f"{module}.{name}"
-        if is_denied(module, name):
+        if classify(module, name, called=False)[0] is Verdict.UNSAFE:
+            # The verdict refused this file before unpickling unless a caller skipped it; never
+            # stand in for a global whose only use is an attack.
             raise UnsafePickleError(
                 f"unsafe pickle: global '{qualname}' in {self._where}",
                 hint="this file tries to run code when loaded; do not open it with torch.load",
             )
         target = self._extra.get((module, name)) or _REBUILDS.get((module, name))
         if target is not None:
-            return target
+            return _Callable(target, qualname)  # type: ignore[arg-type]  # every entry is callable
         if module.startswith("torch") and name.endswith("Storage"):
             if (
                 name in ("UntypedStorage", "TypedStorage", "ByteStorage")
@@ -578,16 +589,34 @@ def load_pickle(
     extra: dict[tuple[str, str], object] | None = None,
     start: int = 0,
     seen_globals: list[str] | None = None,
+    *,
+    ledger: Ledger | None = None,
+    complete: bool = True,
 ) -> tuple[object, int]:
-    """Scan, then unpickle the pickle at ``start``; return ``(object, end offset)``.
+    """Judge, scan, then unpickle the pickle at ``start``; return ``(object, end offset)``.
 
-    ``seen_globals``, when given, receives every global the pickle names (``module.name``).
+    Args:
+        ledger: when given, the pickle's safety verdict is added to it first, and an unsafe
+            pickle is refused before anything of it is unpickled.
+        complete: ``data`` holds all there is (a truncated pickle is judged, not retried).
+        seen_globals: receives every global the pickle names (``module.name``).
 
     Raises:
-        UnsafePickleError: the pickle names a refused global.
+        UnsafePickleError: the pickle is unsafe, or names a global only an attack would.
         CorruptCheckpointError: the pickle is malformed or exceeds a limit.
     """
-    end = scan_pickle(data, start, where)
+    try:
+        end = scan_pickle(data, start, where)
+    except PickleTruncatedError:
+        if ledger is not None and complete:
+            ledger.judge(memoryview(data)[start:], where)
+        raise
+    except CorruptCheckpointError:
+        if ledger is not None:  # pickle.load runs every opcode before the damage
+            ledger.judge(memoryview(data)[start:], where)
+        raise
+    if ledger is not None:
+        ledger.judge(memoryview(data)[start:end], where)
     if end - start > MAX_PICKLE_BYTES:
         raise CorruptCheckpointError(f"{where} is larger than {MAX_PICKLE_BYTES} bytes")
     chunk = data[start:end] if start or end != len(data) else data

@@ -1,0 +1,730 @@
+"""The safety verdict of one pickle stream, from its opcodes alone (see ``ckptctl.safety``).
+
+A symbolic walk over the opcodes: the stack holds what each item *is* (a global, a string, the
+result of calling some global, a list, a dict, a tuple of items, anything else), never a real
+object, so nothing is imported or called. That is enough to see every global the pickle names
+and how it is used, to apply the rules of torch 2.13's weights-only unpickler
+(``torch/_weights_only_unpickler.py``: the globals it allows by default, the opcodes it knows,
+REDUCE/NEWOBJ only on allowed globals, BUILD only on tensors, ``Parameter``, ``OrderedDict`` and
+allowed types, APPEND only on lists, SETITEM only on dicts), and to follow the nested legacy
+streams that ``torch.storage._load_from_bytes`` hands to an unrestricted ``torch.load``.
+
+The walk tolerates malformed streams: it stops at the first byte it cannot decode, keeping what
+it saw, because ``pickle.load`` runs every opcode before the bad one. Bounds for the C
+unpickler are checked separately (``_scan.py``).
+
+Classification of a global outside torch's allowlist (spec section 12 rule 12):
+
+1. a dotted name (protocol 4 attribute chains such as ``builtins`` / ``eval.__call__``): unsafe;
+2. on the published dangerous lists (``_denylist.py``): unsafe;
+3. standard library: needs-trust when it is on :data:`_HARMLESS_STDLIB`, else unsafe when the
+   pickle calls it (``timeit.timeit``, ``logging.FileHandler``), needs-trust when only named;
+4. any other module: a called function (a lower-case name that is not a known reconstructor)
+   is unsafe, a class (CapWords) or an uncalled name needs trust.
+"""
+
+from __future__ import annotations
+
+import _compat_pickle
+import codecs
+import struct
+import sys
+
+from ckptctl.errors import CkptError, UnsafePickleError
+from ckptctl.formats.pytorch._denylist import DANGEROUS_GLOBALS, DANGEROUS_MODULES
+from ckptctl.formats.pytorch._scan import scan_pickle
+from ckptctl.safety import GlobalUse, PickleSafety, Problem, Verdict
+
+#: Deepest chain of ``_load_from_bytes`` streams followed inside one another.
+MAX_NESTED_STREAMS = 4
+#: Most nested streams scanned in one pickle (a plain pickle has one per storage).
+MAX_STREAMS = 100_000
+
+# --- torch 2.13's weights-only allowlist (torch/_weights_only_unpickler.py, _get_allowed_globals)
+
+_STORAGE_NAMES = (
+    "BFloat16", "Bool", "Byte", "Char", "ComplexDouble", "ComplexFloat", "Double", "Float",
+    "Half", "Int", "Long", "QInt32", "QInt8", "QUInt2x4", "QUInt4x2", "QUInt8", "Short",
+)  # fmt: skip
+_TENSOR_NAMES = ("BFloat16", "Bool", "Byte", "Char", "Double", "Float", "Half", "Int", "Long",
+                 "Short")  # fmt: skip
+_SPARSE_NAMES = ("BFloat16", "Byte", "Char", "Double", "Float", "Half", "Int", "Long", "Short")
+_DTYPE_NAMES = (
+    "bfloat16", "bits16", "bits1x8", "bits2x4", "bits4x2", "bits8", "bool", "complex128",
+    "complex32", "complex64", "float16", "float32", "float4_e2m1fn_x2", "float64",
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+    "int16", "int32", "int64", "int8", "qint32", "qint8", "quint2x4", "quint4x2", "quint8",
+    "uint16", "uint32", "uint64", "uint8", *(f"uint{n}" for n in range(1, 8)),
+    *(f"int{n}" for n in range(1, 8)),
+    "per_channel_affine", "per_channel_affine_float_qparams", "per_channel_symmetric",
+    "per_tensor_affine", "per_tensor_symmetric",
+)  # fmt: skip
+_REBUILD_NAMES = (
+    "_rebuild_device_tensor_from_cpu_tensor", "_rebuild_device_tensor_from_numpy",
+    "_rebuild_meta_tensor_no_storage", "_rebuild_nested_tensor", "_rebuild_parameter",
+    "_rebuild_parameter_with_state", "_rebuild_qtensor", "_rebuild_sparse_tensor",
+    "_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_wrapper_subclass",
+)  # fmt: skip
+
+#: Every global torch 2.13 ``torch.load(weights_only=True)`` accepts by default (144 names).
+WEIGHTS_ONLY_GLOBALS = frozenset(
+    {
+        "_codecs.encode", "builtins.bytearray", "builtins.complex", "builtins.set",
+        "collections.Counter", "collections.OrderedDict", "torch.Size", "torch.Tensor",
+        "torch.device", "torch.nn.parameter.Parameter", "torch.serialization._get_layout",
+        "torch._tensor._rebuild_from_type_v2", "torch.storage.TypedStorage",
+        "torch.storage.UntypedStorage",
+        *(f"torch.{n}Storage" for n in _STORAGE_NAMES),
+        *(f"torch.cuda.{n}Storage" for n in _STORAGE_NAMES if not n.startswith("Q")),
+        *(f"torch.{n}Tensor" for n in _TENSOR_NAMES),
+        *(f"torch.cuda.{n}Tensor" for n in _TENSOR_NAMES),
+        *(f"torch.sparse.{n}Tensor" for n in _SPARSE_NAMES),
+        *(f"torch.cuda.sparse.{n}Tensor" for n in _SPARSE_NAMES),
+        *(f"torch.{n}" for n in _DTYPE_NAMES),
+        *(f"torch._utils.{n}" for n in _REBUILD_NAMES),
+    }
+)  # fmt: skip
+#: Opcodes torch's weights-only unpickler knows (anything else: "Unsupported operand").
+_WEIGHTS_ONLY_OPCODES = frozenset(b"c\x81Rbaesu(t\x85\x86\x87N\x89\x88)]}\x8fJKMGXUQhjqr\x8a\x80.")
+
+# --- what is known to be harmless outside that allowlist ---------------------------------------
+
+#: Standard-library globals that reconstruct plain data (their construction runs no user code).
+_HARMLESS_STDLIB = frozenset(
+    {
+        "argparse.Namespace", "array.array", "array._array_reconstructor",
+        "collections.defaultdict", "collections.deque", "copyreg._reconstructor",
+        "copyreg.__newobj__", "copyreg.__newobj_ex__", "datetime.date", "datetime.datetime",
+        "datetime.time", "datetime.timedelta", "datetime.timezone", "decimal.Decimal",
+        "fractions.Fraction", "pathlib.Path", "pathlib.PosixPath", "pathlib.PurePath",
+        "pathlib.PurePosixPath", "pathlib.PureWindowsPath", "pathlib.WindowsPath",
+        "re._compile", "uuid.UUID", "_collections.deque",
+        *(f"builtins.{n}" for n in (
+            "bool", "bytes", "dict", "float", "frozenset", "int", "list", "object", "range",
+            "slice", "str", "tuple", "NotImplemented", "Ellipsis",
+        )),
+    }
+)  # fmt: skip
+#: Module prefixes whose classes are plain data (``typing.Any`` in omegaconf configs).
+_HARMLESS_STDLIB_CLASSES = ("typing.", "enum.")
+#: Functions outside the standard library known to rebuild plain data or tensors.
+_HARMLESS_FUNCTIONS = frozenset(
+    {
+        "numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
+        "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar", "numpy.dtype",
+        "numpy.random._pickle.__randomstate_ctor", "numpy.random._pickle.__bit_generator_ctor",
+        "numpy.random._pickle.__generator_ctor", "torch._tensor._rebuild_from_type",
+        "torch.storage._load_from_bytes", "torch._utils._rebuild_xla_tensor",
+        "torch._utils._rebuild_mkldnn_tensor", "torch._utils._rebuild_sparse_csr_tensor",
+        "torch._utils._rebuild_qtensor",
+    }
+)  # fmt: skip
+_HARMLESS_FUNCTION_MODULES = ("torch.jit._pickle.",)
+#: Globals whose call calls one of its arguments (argument index): that argument is called too.
+_CALLS_ARGUMENT = {
+    "torch._tensor._rebuild_from_type_v2": 0,
+    "torch._tensor._rebuild_from_type": 0,
+    "copyreg._reconstructor": 1,
+}
+_LOAD_FROM_BYTES = "torch.storage._load_from_bytes"
+
+_STDLIB = frozenset(sys.stdlib_module_names) | {"__builtin__", "copy_reg"}
+
+
+def _canonical(module: str, name: str) -> tuple[str, str]:
+    """Python 2 spellings mapped as pickle's ``find_class`` maps them (``__builtin__``)."""
+    if (module, name) in _compat_pickle.NAME_MAPPING:
+        return _compat_pickle.NAME_MAPPING[(module, name)]
+    return _compat_pickle.IMPORT_MAPPING.get(module, module), name
+
+
+def _is_dangerous(module: str, name: str) -> bool:
+    if (module, name) in DANGEROUS_GLOBALS:
+        return True
+    parts = module.split(".")
+    return any(".".join(parts[:n]) in DANGEROUS_MODULES for n in range(1, len(parts) + 1))
+
+
+def _is_function_name(name: str) -> bool:
+    """A lower-case final name (``run``, ``_read_output``): by convention a function."""
+    last = name.lstrip("_")[:1]
+    return not last.isupper() and not name.startswith("__pyx_unpickle")
+
+
+def classify(module: str, name: str, *, called: bool) -> tuple[Verdict, str | None]:
+    """The class of one global and why it is not safe (None when it is).
+
+    Args:
+        module: the module, after Python 2 name mapping (``builtins``).
+        name: the name in it; a dotted name is an attribute chain.
+        called: the pickle calls it, or hands it to a function that calls it.
+    """
+    full = f"{module}.{name}"
+    if full in WEIGHTS_ONLY_GLOBALS:
+        return Verdict.SAFE, None
+    if "." in name or not module or not name:
+        return Verdict.UNSAFE, "a dotted name: pickle resolves it attribute by attribute"
+    if (
+        full in _HARMLESS_STDLIB
+        or full in _HARMLESS_FUNCTIONS
+        or full.startswith(_HARMLESS_FUNCTION_MODULES)
+        or (full.startswith(_HARMLESS_STDLIB_CLASSES) and not _is_function_name(name))
+    ):
+        return Verdict.NEEDS_TRUST, _OUTSIDE
+    if _is_dangerous(module, name):
+        return Verdict.UNSAFE, "on the published lists of dangerous pickle globals"
+    if module.split(".")[0] in _STDLIB:
+        if called:
+            return Verdict.UNSAFE, "a standard-library callable not known to be harmless"
+        return Verdict.NEEDS_TRUST, _OUTSIDE
+    if called and _is_function_name(name):
+        return Verdict.UNSAFE, "a function the pickle calls (not a class, not a known rebuild)"
+    return Verdict.NEEDS_TRUST, _OUTSIDE
+
+
+_OUTSIDE = "outside torch's weights-only allowlist"
+
+
+# --- the symbolic walk -----------------------------------------------------------------------
+
+
+class _Global:
+    """A global on the stack (``index`` into the walk's list of uses)."""
+
+    __slots__ = ("index", "module", "name")
+
+    def __init__(self, module: str, name: str, index: int) -> None:
+        self.module = module
+        self.name = f"{module}.{name}"
+        self.index = index
+
+
+class _Call:
+    """The result of calling (or instantiating) the global ``name``."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _Kind:
+    """A value of a kind that matters to torch's rules (list, dict) or of no interest."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+
+_LIST, _DICT, _OTHER = _Kind("list"), _Kind("dict"), _Kind("value")
+_DICT_TYPES = frozenset({"collections.OrderedDict", "collections.Counter"})
+
+_OPNAMES = {
+    0x82: "EXT1", 0x83: "EXT2", 0x84: "EXT4", 0x93: "STACK_GLOBAL", 0x95: "FRAME",
+    0x94: "MEMOIZE", 0x8C: "SHORT_BINUNICODE", 0x8D: "BINUNICODE8", 0x8E: "BINBYTES8",
+    0x42: "BINBYTES", 0x43: "SHORT_BINBYTES", 0x96: "BYTEARRAY8", 0x97: "NEXT_BUFFER",
+    0x98: "READONLY_BUFFER", 0x90: "ADDITEMS", 0x91: "FROZENSET", 0x92: "NEWOBJ_EX",
+    0x69: "INST", 0x6F: "OBJ", 0x30: "POP", 0x31: "POP_MARK", 0x32: "DUP", 0x49: "INT",
+    0x4C: "LONG", 0x46: "FLOAT", 0x53: "STRING", 0x56: "UNICODE", 0x54: "BINSTRING",
+    0x50: "PERSID", 0x70: "PUT", 0x67: "GET", 0x8B: "LONG4", 0x6C: "LIST", 0x64: "DICT",
+    0x74: "TUPLE",
+}  # fmt: skip
+
+
+class _Malformed(Exception):
+    """The walk cannot go on (truncated data, stack underflow); what was seen stands."""
+
+
+class _Walk:
+    """One stream's symbolic walk; results in ``uses`` and ``problems``."""
+
+    def __init__(self, where: str, reached: bool, depth: int, budget: list[int]) -> None:
+        self.where = where
+        self.reached = reached
+        self.depth = depth
+        self.budget = budget  # shared count of nested streams left
+        self.uses: list[GlobalUse] = []
+        self.problems: list[Problem] = []
+        self.nested: list[PickleSafety] = []
+        self._index: dict[str, int] = {}
+        self._seen_ops: set[int] = set()
+
+    def problem(self, message: str, verdict: Verdict) -> None:
+        self.problems.append(Problem(message, verdict, self.where, self.reached))
+
+    def named(self, module: str, name: str) -> _Global:
+        module, name = _canonical(module, name)
+        qualname = f"{module}.{name}"
+        index = self._index.get(qualname)
+        if index is None:
+            verdict, reason = classify(module, name, called=False)
+            index = self._index[qualname] = len(self.uses)
+            self.uses.append(GlobalUse(qualname, verdict, self.where, reason, False, self.reached))
+        return _Global(module, name, index)
+
+    def extension(self, code: int) -> _Global:
+        """An EXT1/2/4 code: a global from the loading process's copyreg registry."""
+        qualname = f"<copyreg extension {code}>"
+        index = self._index.get(qualname)
+        if index is None:
+            index = self._index[qualname] = len(self.uses)
+            reason = "resolves to whatever global the loading process registered with copyreg"
+            self.uses.append(
+                GlobalUse(qualname, Verdict.UNSAFE, self.where, reason, False, self.reached)
+            )
+            self.problem(f"extension code {code}: {reason}", Verdict.UNSAFE)
+        return _Global("<copyreg extension>", str(code), index)
+
+    def called(self, item: object, how: str) -> _Call | _Kind:
+        """Record a call of ``item``; calling anything but a global is unsafe."""
+        if isinstance(item, _Global):
+            use = self.uses[item.index]
+            if not use.called:
+                name = item.name[len(item.module) + 1 :]
+                verdict, reason = classify(item.module, name, called=True)
+                if use.verdict is Verdict.UNSAFE:  # an extension code stays unsafe
+                    verdict, reason = use.verdict, use.reason
+                self.uses[item.index] = GlobalUse(
+                    use.name, verdict, use.where, reason, True, use.reached
+                )
+            return _Call(item.name)
+        what = item.name if isinstance(item, _Call) else "a value built by the pickle"
+        self.problem(
+            f"{how} calls the result of {what}: a call chain such as pydoc.locate(...)(...)",
+            Verdict.UNSAFE,
+        )
+        return _OTHER
+
+    def op(self, code: int) -> None:
+        """Note an opcode torch's weights-only unpickler does not know (once per opcode)."""
+        if code not in _WEIGHTS_ONLY_OPCODES and code not in self._seen_ops:
+            self._seen_ops.add(code)
+            name = _OPNAMES.get(code, f"0x{code:02x}")
+            self.problem(
+                f"opcode {name}, which torch.load(weights_only=True) refuses", Verdict.NEEDS_TRUST
+            )
+
+
+def assess_pickle(
+    data: bytes | memoryview,
+    where: str,
+    *,
+    reached: bool = True,
+    _depth: int = 0,
+    _budget: list[int] | None = None,
+) -> PickleSafety:
+    """The safety verdict of the pickle starting at ``data[0]`` (data after STOP is ignored).
+
+    Never raises: a stream that cannot be decoded to its end is judged on what precedes the
+    damage, plus a needs-trust problem saying where the walk stopped.
+
+    Args:
+        data: the pickle bytes.
+        where: the stream's name in messages (``data.pkl``).
+        reached: whether ``torch.load`` would read this stream.
+    """
+    walk = _Walk(where, reached, _depth, [MAX_STREAMS] if _budget is None else _budget)
+    try:
+        _run(bytes(data), walk)
+    except _Malformed as exc:
+        walk.problem(
+            f"the pickle is malformed ({exc}); judged on what precedes", Verdict.NEEDS_TRUST
+        )
+    except (ValueError, struct.error, IndexError) as exc:  # UnicodeDecodeError is a ValueError
+        walk.problem(
+            f"the pickle is malformed ({type(exc).__name__}); judged on what precedes",
+            Verdict.NEEDS_TRUST,
+        )
+    except RecursionError:  # pragma: no cover - the walk is iterative
+        walk.problem("the pickle nests too deeply to judge", Verdict.UNSAFE)
+    out = PickleSafety(tuple(walk.uses), tuple(walk.problems))
+    for nested in walk.nested:
+        out = out.merge(nested)
+    return out
+
+
+def _line(data: bytes, pos: int) -> tuple[bytes, int]:
+    end = data.find(b"\n", pos)
+    if end < 0:
+        raise _Malformed(f"text argument without newline at byte {pos}")
+    return data[pos:end], end + 1
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogatepass")
+
+
+def _quoted(raw: bytes) -> str | bytes:
+    """A protocol-0 ``STRING`` argument (``'...'`` with escapes), as pickle decodes it."""
+    if len(raw) >= 2 and raw[:1] == raw[-1:] and raw[:1] in (b"'", b'"'):
+        raw = raw[1:-1]
+    value = codecs.escape_decode(raw)[0]
+    return value.decode("latin-1")
+
+
+def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
+    end = len(data)
+    stack: list[object] = []
+    marks: list[int] = []
+    memo: dict[int, object] = {}
+    push = stack.append
+    pos = 0
+    unpack_from = struct.unpack_from
+
+    def pop() -> object:
+        if not stack or (marks and len(stack) <= marks[-1]):
+            raise _Malformed(f"stack underflow at byte {here}")
+        return stack.pop()
+
+    def pop_mark() -> list[object]:
+        if not marks:
+            raise _Malformed(f"no MARK at byte {here}")
+        at = marks.pop()
+        items = stack[at:]
+        del stack[at:]
+        return items
+
+    def top() -> object:
+        if not stack:
+            raise _Malformed(f"stack underflow at byte {here}")
+        return stack[-1]
+
+    def need(n: int) -> int:
+        if pos + n > end:
+            raise _Malformed(f"truncated at byte {here}")
+        return pos + n
+
+    here = 0
+    while pos < end:
+        here = pos
+        code = data[pos]
+        pos += 1
+        walk.op(code)
+        if code == 0x2E:  # STOP
+            return
+        if code in (0x71, 0x68):  # BINPUT BINGET
+            index = data[need(1) - 1]
+            pos += 1
+            if code == 0x71:
+                memo[index] = top()
+            else:
+                push(memo.get(index, _OTHER))
+        elif code in (0x72, 0x6A):  # LONG_BINPUT LONG_BINGET
+            (index,) = unpack_from("<I", data, need(4) - 4)
+            pos += 4
+            if code == 0x72:
+                memo[index] = top()
+            else:
+                push(memo.get(index, _OTHER))
+        elif code == 0x94:  # MEMOIZE
+            memo[len(memo)] = top()
+        elif code in (0x70, 0x67):  # PUT GET (text)
+            raw, pos = _line(data, pos)
+            try:
+                index = int(raw)
+            except ValueError:
+                raise _Malformed(f"bad memo index at byte {here}") from None
+            if code == 0x70:
+                memo[index] = top()
+            else:
+                push(memo.get(index, _OTHER))
+        elif code == 0x28:  # MARK
+            marks.append(len(stack))
+        elif code in (0x58, 0x8C, 0x8D, 0x54, 0x55, 0x42, 0x43, 0x8E, 0x96):
+            width, fmt = {0x58: (4, "<I"), 0x8C: (1, "<B"), 0x8D: (8, "<Q"), 0x54: (4, "<i"),
+                          0x55: (1, "<B"), 0x42: (4, "<I"), 0x43: (1, "<B"), 0x8E: (8, "<Q"),
+                          0x96: (8, "<Q")}[code]  # fmt: skip
+            (n,) = unpack_from(fmt, data, need(width) - width)
+            pos += width
+            if n < 0:
+                raise _Malformed(f"negative length at byte {here}")
+            raw = data[pos : need(n)]
+            pos += n
+            if code in (0x58, 0x8C, 0x8D):  # unicode
+                push(_text(raw))
+            elif code in (0x54, 0x55):  # Python 2 str: pickle decodes it (ASCII by default)
+                push(raw.decode("latin-1"))
+            elif code == 0x96:
+                push(_OTHER)
+            else:
+                push(raw)
+        elif code in (0x4B, 0x4D, 0x4A, 0x47, 0x80, 0x95, 0x8A, 0x8B):
+            if code in (0x8A, 0x8B):  # LONG1 LONG4
+                width = 1 if code == 0x8A else 4
+                (n,) = unpack_from("<B" if width == 1 else "<i", data, need(width) - width)
+                pos += width
+                if n < 0:
+                    raise _Malformed(f"negative length at byte {here}")
+                pos = need(n)
+                push(_OTHER)
+            else:
+                size = {0x4B: 1, 0x4D: 2, 0x4A: 4, 0x47: 8, 0x80: 1, 0x95: 8}[code]
+                pos = need(size)
+                if code not in (0x80, 0x95):
+                    push(_OTHER)
+        elif code in (0x4E, 0x88, 0x89, 0x8F):  # NONE NEWTRUE NEWFALSE EMPTY_SET
+            push(_OTHER)
+        elif code == 0x29:  # EMPTY_TUPLE
+            push(())
+        elif code == 0x5D:  # EMPTY_LIST
+            push(_LIST)
+        elif code == 0x7D:  # EMPTY_DICT
+            push(_DICT)
+        elif code in (0x85, 0x86, 0x87):  # TUPLE1..3
+            n = code - 0x84
+            items = [pop() for _ in range(n)][::-1]
+            push(tuple(items))
+        elif code == 0x74:  # TUPLE
+            push(tuple(pop_mark()))
+        elif code == 0x6C:  # LIST
+            pop_mark()
+            push(_LIST)
+        elif code == 0x64:  # DICT
+            pop_mark()
+            push(_DICT)
+        elif code == 0x91:  # FROZENSET
+            pop_mark()
+            push(_OTHER)
+        elif code in (0x61, 0x65):  # APPEND APPENDS
+            if code == 0x61:
+                pop()
+            else:
+                pop_mark()
+            target = top()
+            if target is not _LIST and not _untrusted_call(target):
+                walk.problem("APPEND to something that is not a list", Verdict.NEEDS_TRUST)
+        elif code in (0x73, 0x75):  # SETITEM SETITEMS
+            if code == 0x73:
+                pop()
+                pop()
+            else:
+                pop_mark()
+            target = top()
+            if not (
+                target is _DICT
+                or _untrusted_call(target)
+                or (isinstance(target, _Call) and target.name in _DICT_TYPES)
+            ):
+                walk.problem("SETITEM on something that is not a dict", Verdict.NEEDS_TRUST)
+        elif code == 0x90:  # ADDITEMS
+            pop_mark()
+            top()
+        elif code == 0x62:  # BUILD
+            pop()
+            _build(top(), walk)
+        elif code == 0x52:  # REDUCE
+            args = pop()
+            func = pop()
+            push(_reduce(func, args, walk))
+        elif code == 0x81:  # NEWOBJ
+            pop()
+            cls = pop()
+            push(walk.called(cls, "NEWOBJ"))
+        elif code == 0x92:  # NEWOBJ_EX
+            pop()
+            pop()
+            cls = pop()
+            push(walk.called(cls, "NEWOBJ_EX"))
+        elif code == 0x6F:  # OBJ
+            items = pop_mark()
+            if not items:
+                raise _Malformed(f"OBJ without a class at byte {here}")
+            push(walk.called(items[0], "OBJ"))
+        elif code in (0x63, 0x69):  # GLOBAL INST
+            raw_module, pos = _line(data, pos)
+            raw_name, pos = _line(data, pos)
+            item = walk.named(_text(raw_module), _text(raw_name))
+            if code == 0x63:
+                push(item)
+            else:
+                pop_mark()
+                push(walk.called(item, "INST"))
+        elif code == 0x93:  # STACK_GLOBAL
+            name_item = pop()
+            module_item = pop()
+            if isinstance(module_item, str) and isinstance(name_item, str):
+                push(walk.named(module_item, name_item))
+            else:
+                walk.problem("STACK_GLOBAL with a module or name computed by the pickle",
+                             Verdict.UNSAFE)  # fmt: skip
+                push(_OTHER)
+        elif code in (0x82, 0x83, 0x84):  # EXT1 EXT2 EXT4
+            width = {0x82: 1, 0x83: 2, 0x84: 4}[code]
+            (ext,) = unpack_from({1: "<B", 2: "<H", 4: "<i"}[width], data, need(width) - width)
+            pos += width
+            push(walk.extension(ext))
+        elif code == 0x51:  # BINPERSID
+            pop()
+            push(_OTHER)
+        elif code == 0x50 or code in (0x49, 0x4C, 0x46):  # PERSID
+            _, pos = _line(data, pos)
+            push(_OTHER)
+        elif code == 0x56:  # UNICODE
+            raw, pos = _line(data, pos)
+            push(raw.decode("raw-unicode-escape"))
+        elif code == 0x53:  # STRING
+            raw, pos = _line(data, pos)
+            try:
+                push(_quoted(raw))
+            except ValueError:
+                raise _Malformed(f"bad STRING at byte {here}") from None
+        elif code == 0x30:  # POP
+            if marks and marks[-1] == len(stack):
+                marks.pop()
+            else:
+                pop()
+        elif code == 0x31:  # POP_MARK
+            pop_mark()
+        elif code == 0x32:  # DUP
+            push(top())
+        elif code == 0x97:  # NEXT_BUFFER
+            push(_OTHER)
+        elif code == 0x98:  # READONLY_BUFFER
+            top()
+        else:
+            raise _Malformed(f"unknown opcode 0x{code:02x} at byte {here}")
+    raise _Malformed("no STOP opcode")
+
+
+def _untrusted_call(item: object) -> bool:
+    """The result of calling a global outside the allowlist (that global already needs trust)."""
+    return isinstance(item, _Call) and item.name not in WEIGHTS_ONLY_GLOBALS
+
+
+def _build(target: object, walk: _Walk) -> None:
+    # torch builds tensors, Parameter, OrderedDict and instances of allowed types; BUILD on any
+    # call result is judged by the called global, so only classes and plain values remain.
+    if isinstance(target, _Global):
+        walk.problem(
+            f"BUILD changes the attributes of {target.name} itself (the class or function, for "
+            "every later user in the loading process)",
+            Verdict.UNSAFE,
+        )
+    elif not isinstance(target, _Call):
+        walk.problem("BUILD on a value that is not an object", Verdict.NEEDS_TRUST)
+
+
+def _reduce(func: object, args: object, walk: _Walk) -> object:
+    result = walk.called(func, "REDUCE")
+    if not isinstance(func, _Global):
+        return result
+    name = func.name
+    argument = _CALLS_ARGUMENT.get(name)
+    if argument is not None and isinstance(args, tuple) and len(args) > argument:
+        inner = args[argument]
+        if isinstance(inner, _Global):
+            walk.called(inner, name)
+    if name == "_codecs.encode" and isinstance(args, tuple) and args and isinstance(args[0], str):
+        try:
+            return args[0].encode("latin-1")
+        except UnicodeEncodeError:
+            return _OTHER
+    if name == _LOAD_FROM_BYTES:
+        _nested(args, walk)
+    return result
+
+
+def _nested(args: object, walk: _Walk) -> None:
+    """Follow a ``_load_from_bytes`` argument: a legacy stream torch loads unrestricted."""
+    blob = args[0] if isinstance(args, tuple) and len(args) == 1 else None
+    if not isinstance(blob, bytes):
+        walk.problem("_load_from_bytes of bytes computed by the pickle", Verdict.UNSAFE)
+        return
+    if walk.depth >= MAX_NESTED_STREAMS or walk.budget[0] <= 0:
+        walk.problem("too many nested _load_from_bytes streams to judge", Verdict.UNSAFE)
+        return
+    walk.budget[0] -= 1
+    count = sum(1 for p in walk.nested) + 1
+    where = f"{walk.where} > _load_from_bytes #{count}"
+    walk.nested.append(
+        assess_stream(blob, where, reached=walk.reached, depth=walk.depth + 1, budget=walk.budget)
+    )
+
+
+def assess_stream(
+    blob: bytes,
+    where: str,
+    *,
+    reached: bool = True,
+    depth: int = 0,
+    budget: list[int] | None = None,
+    pickles: int = 5,
+) -> PickleSafety:
+    """Assess up to ``pickles`` pickles written back to back (a legacy stream's five)."""
+    out = PickleSafety()
+    pos = 0
+    for index in range(pickles):
+        if pos >= len(blob):
+            break
+        stop = _stop_of(blob, pos)
+        part = assess_pickle(
+            blob[pos : stop if stop is not None else len(blob)],
+            f"{where} (pickle {index + 1})" if pickles > 1 else where,
+            reached=reached,
+            _depth=depth,
+            _budget=budget,
+        )
+        out = out.merge(part)
+        if stop is None:
+            break
+        pos = stop
+    return out
+
+
+def _stop_of(blob: bytes, pos: int) -> int | None:
+    """Where the pickle at ``pos`` ends, by the bounds scan; None when it cannot tell."""
+
+    try:
+        return scan_pickle(blob, pos, "a nested stream")
+    except CkptError:
+        return None
+
+
+def describe(use: GlobalUse) -> str:
+    """``name (reason)`` for messages."""
+    return use.name if use.reason is None else f"{use.name} ({use.reason})"
+
+
+def first_unsafe(safety: PickleSafety) -> str:
+    """A one-line account of why ``safety`` is unsafe: the globals, else the first construct."""
+    names = [g.name for g in safety.globals if g.reached and g.verdict is Verdict.UNSAFE]
+    if names:
+        shown = ", ".join(f"'{n}'" for n in dict.fromkeys(names))
+        where = next(g.where for g in safety.globals if g.name == names[0])
+        return f"global {shown} in {where}" if len(names) == 1 else f"globals {shown} in {where}"
+    problem = next(p for p in safety.problems if p.reached and p.verdict is Verdict.UNSAFE)
+    return f"{problem.message} in {problem.where}"
+
+
+class Ledger:
+    """The verdicts of every stream one container holds, gathered while it is read.
+
+    :meth:`judge` refuses (``UnsafePickleError``) as soon as a stream ``torch.load`` would read
+    is unsafe, before a single opcode of it is unpickled.
+    """
+
+    def __init__(self) -> None:
+        self.safety = PickleSafety()
+
+    def judge(self, data: bytes | memoryview, where: str, *, reached: bool = True) -> None:
+        """Assess one pickle stream and add it to the ledger.
+
+        Raises:
+            UnsafePickleError: the stream is reached and unsafe.
+        """
+        found = assess_pickle(data, where, reached=reached)
+        self.safety = self.safety.merge(found)
+        if reached and found.verdict is Verdict.UNSAFE:
+            raise UnsafePickleError(
+                f"unsafe pickle: {first_unsafe(found)}",
+                hint="loading this file with torch.load(weights_only=False) or pickle runs code; "
+                "do not load it",
+                safety=self.safety,
+            )
+
+    def note(self, message: str, verdict: Verdict, where: str, *, reached: bool = True) -> None:
+        """Add a problem found by the container reader (TorchScript, TAR, trailing data)."""
+        self.safety = self.safety.merge(
+            PickleSafety((), (Problem(message, verdict, where, reached),))
+        )
