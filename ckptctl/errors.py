@@ -34,17 +34,25 @@ class CkptError(Exception):
         message: what went wrong, lower-case start, no trailing period.
         path: the file the error is about; shown before the message.
         hint: what to do next, printed on a second line.
+        safety: for pickle-based inputs, the safety verdict of what was read before the error
+            (``verify`` reports it even for a file it cannot read).
     """
 
     exit_code: ExitCode = ExitCode.INTERNAL
 
     def __init__(
-        self, message: str, *, path: str | os.PathLike[str] | None = None, hint: str | None = None
+        self,
+        message: str,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        hint: str | None = None,
+        safety: PickleSafety | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.path = None if path is None else os.fspath(path)
         self.hint = hint
+        self.safety = safety
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}" if self.path else self.message
@@ -73,20 +81,8 @@ class CorruptCheckpointError(InputError):
 class UnsafePickleError(InputError):
     """A pickle can run code when loaded: an unsafe global or construct (see ``ckptctl.safety``).
 
-    Attributes:
-        safety: the verdict with its evidence, when the reader got that far.
+    ``safety`` holds the verdict with its evidence.
     """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        path: str | os.PathLike[str] | None = None,
-        hint: str | None = None,
-        safety: PickleSafety | None = None,
-    ) -> None:
-        super().__init__(message, path=path, hint=hint)
-        self.safety = safety
 
 
 class UnsupportedError(CkptError):

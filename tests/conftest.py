@@ -1,7 +1,16 @@
-"""Shared fixtures: fixture paths, the CLI runner, golden files."""
+"""Shared fixtures: fixture paths, the CLI runner, golden files, required test tiers.
+
+Test tiers are markers: ``torch`` (needs torch installed; ``tests/torch_tier/``) and ``corpus``
+(needs ``../shared/corpus``; given automatically to every test that uses the ``corpus`` fixture).
+Such tests skip when what they need is absent -- fine in a user's clone, not in CI. With
+``CKPTCTL_REQUIRE_TIERS=torch,corpus`` (comma-separated), a skipped test of a listed tier fails
+instead, and so does a run that selects no test of a listed tier (see ``.ci/run``).
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -13,6 +22,90 @@ HOSTILE = FIXTURES / "hostile"
 GOLDEN = FIXTURES / "golden"
 SHARED = REPO.parent / "shared"
 CORPUS = SHARED / "corpus"
+
+
+TIERS = ("torch", "corpus")
+_tier_counts = pytest.StashKey[dict[str, int]]()
+REQUIRE_TIERS_ENV = "CKPTCTL_REQUIRE_TIERS"
+
+
+def required_tiers() -> set[str]:
+    """The tiers named in ``$CKPTCTL_REQUIRE_TIERS``; unknown names are a usage error."""
+    names = {t.strip() for t in os.environ.get(REQUIRE_TIERS_ENV, "").split(",") if t.strip()}
+    unknown = names - set(TIERS)
+    if unknown:
+        raise pytest.UsageError(f"{REQUIRE_TIERS_ENV}: unknown tier(s) {sorted(unknown)}")
+    return names
+
+
+# A whole module of a tier may skip at collection (``pytest.importorskip`` at module level), before
+# its ``pytestmark`` exists: modules under these directories belong to the tier.
+TIER_DIRS = {"torch": "torch_tier"}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, None]:
+    outcome = yield
+    report = outcome.get_result()
+    if not report.skipped:
+        return
+    parts = Path(str(collector.path)).parts
+    tiers = [t for t in sorted(required_tiers()) if TIER_DIRS.get(t) in parts]
+    if tiers:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{collector.nodeid}: skipped ({reason}) but {REQUIRE_TIERS_ENV} requires the "
+            f"{'/'.join(tiers)} tier to run"
+        )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "corpus" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.corpus)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    counts = {tier: 0 for tier in required_tiers()}
+    for item in session.items:
+        for tier in counts:
+            if item.get_closest_marker(tier) is not None:
+                counts[tier] += 1
+    session.config.stash[_tier_counts] = counts
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, None]:
+    outcome = yield
+    report = outcome.get_result()
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    tiers = [t for t in sorted(required_tiers()) if item.get_closest_marker(t) is not None]
+    if tiers:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid}: skipped ({reason}) but {REQUIRE_TIERS_ENV} requires the "
+            f"{'/'.join(tiers)} tier to run"
+        )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    counts = session.config.stash.get(_tier_counts, {})
+    empty = sorted(tier for tier, n in counts.items() if n == 0)
+    if empty and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if empty:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = f"{REQUIRE_TIERS_ENV}: no test of the required tier(s) {empty} was selected"
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_sep("=", message, red=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

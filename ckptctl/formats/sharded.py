@@ -35,7 +35,6 @@ from ckptctl.errors import (
     CorruptCheckpointError,
     InputError,
     SelectionError,
-    UnsafePickleError,
     UnsupportedError,
 )
 from ckptctl.formats import register_format
@@ -161,13 +160,10 @@ def _open_shard(index: _Index, shard: str) -> tuple[ByteSource, Checkpoint]:
         ) from None
     try:
         ckpt = _read_flat_shard(shard, source)
-    except UnsafePickleError as exc:
-        source.close()
-        if exc.safety is not None:
-            exc.safety = PickleSafety().merge(exc.safety, prefix=f"{shard}: ")
-        raise exc.with_path(path) from None
     except CkptError as exc:
         source.close()
+        if exc.safety is not None:  # name the shard in the verdict's stream names
+            exc.safety = PickleSafety().merge(exc.safety, prefix=f"{shard}: ")
         raise exc.with_path(path) from None
     except BaseException:
         source.close()

@@ -306,6 +306,8 @@ def _verify_file(path: str, opts: _Options) -> FileResult:
         return FileResult(path, fmt, None, None, tuple(findings))
     except CkptError as exc:
         findings.insert(0, _fail_from("readable", exc))
+        if exc.safety is not None:  # judged before the reader gave up
+            findings.insert(1, _safe_pickle(exc.safety, opts))
         return FileResult(path, fmt, None, None, tuple(findings))
     with ckpt:
         findings.insert(0, _readable(ckpt))

@@ -220,8 +220,11 @@ def test_plain_pickle_is_one_metadata_region(tmp_path: Path) -> None:
         ("metadata", 0, 15),
         ("other", 15, 19),
     ]
-    assert layout.header == {"format": "pickle", "container": "pickle",
-                             "pickle": {"protocol": 2, "globals": []}}  # fmt: skip
+    header = dict(layout.header)
+    verdict = header.pop("pickle_verdict")
+    assert header == {"format": "pickle", "container": "pickle",
+                      "pickle": {"protocol": 2, "globals": []}}  # fmt: skip
+    assert verdict.startswith("needs-trust: a plain pickle, not a torch.save file")
 
 
 def test_pickle_summary_reads_stack_global_names() -> None:

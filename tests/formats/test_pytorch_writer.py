@@ -286,6 +286,7 @@ def test_archive_prefix_of_buffer_is_archive():
     assert archive_prefix(io.BytesIO()) == "archive"
 
 
+@pytest.mark.torch
 def test_empty_checkpoint_like_torch(tmp_path):
     torch = pytest.importorskip("torch")
     torch.save(collections.OrderedDict(), tmp_path / "none.pt")
@@ -295,6 +296,7 @@ def test_empty_checkpoint_like_torch(tmp_path):
 # --- torch reads what we write ----------------------------------------------------------------
 
 
+@pytest.mark.torch
 def test_torch_loads_every_dtype(tmp_path):
     torch = pytest.importorskip("torch")
     _, entries = entries_from_fixture("dtypes.pt")
@@ -310,6 +312,7 @@ def test_torch_loads_every_dtype(tmp_path):
         assert raw == bytes(e.data.read()), e.name
 
 
+@pytest.mark.torch
 def test_torch_sees_shared_storage_again(tmp_path):
     torch = pytest.importorskip("torch")
     base = np.arange(12, dtype=np.float32).reshape(3, 4)
@@ -339,6 +342,7 @@ def test_torch_sees_shared_storage_again(tmp_path):
         assert np.array_equal(loaded[e.name].numpy(), e.load()), e.name
 
 
+@pytest.mark.torch
 def test_same_bytes_as_torch_save_live(tmp_path):
     torch = pytest.importorskip("torch")
     weight = torch.arange(6.0).reshape(2, 3)

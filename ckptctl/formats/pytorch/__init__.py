@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from ckptctl._io import ByteSource
     from ckptctl.formats.pytorch._containers import Parsed
+    from ckptctl.formats.pytorch._safety import Ledger
     from ckptctl.model import JSONValue, TensorEntry
 
 __all__ = ["layout_pytorch", "open_pytorch", "sniff_pytorch"]
@@ -83,19 +84,19 @@ def _is_legacy(source: ByteSource) -> bool:
     return value == LEGACY_MAGIC
 
 
-def _parse(source: ByteSource) -> Parsed:
+def _parse(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
     from ckptctl.formats.pytorch import _containers
 
     head = source.read(0, min(source.size, 512))
     kind = _container(head, source)
     if kind == "zip":
-        return _containers.read_zip(source)
+        return _containers.read_zip(source, ledger)
     if kind == "tar":
-        return _containers.read_tar(source)
+        return _containers.read_tar(source, ledger)
     if kind == "pickle" and _is_legacy(source):
-        return _containers.read_legacy(source)
+        return _containers.read_legacy(source, ledger)
     if kind == "pickle":
-        return _containers.read_plain(source)
+        return _containers.read_plain(source, ledger)
     raise CorruptCheckpointError("not a PyTorch checkpoint")
 
 
@@ -113,13 +114,17 @@ def open_pytorch(source: ByteSource) -> Checkpoint:
         CorruptCheckpointError: truncated or malformed container or pickle.
         UnsupportedError: a tensor uses a dtype or layout ckptctl cannot represent.
     """
+    from ckptctl.formats.pytorch._safety import Ledger
     from ckptctl.formats.pytorch._structure import analyse, make_entries
 
+    ledger = Ledger()
     try:
-        parsed = _parse(source)
+        parsed = _parse(source, ledger)
         structure = analyse(parsed)
         entries, shared_notes = make_entries(parsed, structure, source)
     except CkptError as exc:
+        if exc.safety is None and (ledger.safety.globals or ledger.safety.problems):
+            exc.safety = ledger.safety  # the verdict of what was read before the error
         raise exc.with_path(source.path) from None
     except (MemoryError, RecursionError) as exc:  # belt and braces: limits should catch these
         raise CorruptCheckpointError(

@@ -268,12 +268,12 @@ class _ZipRecords:
         return data
 
 
-def read_zip(source: ByteSource) -> Parsed:
+def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
     """Read a ``torch.save`` or ``torch.jit.save`` ZIP archive (spec sections 2 and 10)."""
     records = _ZipRecords(source)
     prefix = _zip_prefix(list(records.infos))
     script = prefix + "constants.pkl" in records.infos
-    parsed = Parsed("torchscript" if script else "pytorch-zip", None)
+    parsed = Parsed("torchscript" if script else "pytorch-zip", None, ledger=ledger or Ledger())
     if not prefix:
         parsed.notes.append("data.pkl is at the archive root (torch itself would refuse this)")
     for name in ("byteorder", "version", ".data/version"):
@@ -289,7 +289,7 @@ def read_zip(source: ByteSource) -> Parsed:
 
     def persistent_load(pid: object) -> object:
         if not isinstance(pid, tuple) or len(pid) != 5 or pid[0] != "storage":
-            raise CorruptCheckpointError("unexpected persistent id in data.pkl")
+            raise _bad_persistent_id(pid, "data.pkl")
         _, stype, key, location, numel = pid
         if not isinstance(stype, StorageType) or not isinstance(key, str):
             raise CorruptCheckpointError("malformed storage persistent id in data.pkl")
@@ -362,6 +362,15 @@ def _judge_other_pickles(records: _ZipRecords, main: str, ledger: Ledger) -> Non
             ledger.note(f"cannot read it: {exc.message}", Verdict.NEEDS_TRUST, where, reached=False)
             continue
         ledger.judge(data, where, reached=False)
+
+
+def _bad_persistent_id(pid: object, where: str) -> CorruptCheckpointError:
+    if isinstance(pid, str):  # protocol 0 writes str(pid): the tuple cannot be recovered
+        return CorruptCheckpointError(
+            f"text persistent id in {where} (saved with pickle protocol 0)",
+            hint="torch.load cannot read this file either; re-save it with the default protocol",
+        )
+    return CorruptCheckpointError(f"unexpected persistent id in {where}")
 
 
 def _file_loader(source: ByteSource, offset: int, nbytes: int) -> Callable[[], memoryview]:
@@ -458,9 +467,9 @@ class _Reader:
         return StorageBytes(nbytes, None, lambda: data)
 
 
-def read_legacy(source: ByteSource) -> Parsed:
+def read_legacy(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
     """Read a legacy (pre-1.6 or ``_use_new_zipfile_serialization=False``) stream (section 6)."""
-    parsed = Parsed("pytorch-legacy", None)
+    parsed = Parsed("pytorch-legacy", None, ledger=ledger or Ledger())
     reader = _Reader(source)
     parsed.root, parsed.storages, little, end = parse_legacy(
         reader, "the legacy stream", parsed.ledger
@@ -508,9 +517,9 @@ def _load_from_bytes(blob: object) -> StorageRef:
     return StorageRef(root.key, root.stype, root.numel, view=root.view, inline=bytes(data))
 
 
-def read_plain(source: ByteSource) -> Parsed:
+def read_plain(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
     """Read a plain pickle (``pickle.dump`` of tensors: storages pickled by value, section 8)."""
-    parsed = Parsed("pickle", None)
+    parsed = Parsed("pickle", None, ledger=ledger or Ledger())
     parsed.ledger.note(
         "a plain pickle, not a torch.save file: torch.load cannot read it, pickle.load runs it "
         "unrestricted",
@@ -550,9 +559,9 @@ def _judge_trailing(reader: _Reader, start: int, parsed: Parsed) -> None:
 _TAR_MEMBERS = ("sys_info", "pickle", "tensors", "storages")
 
 
-def read_tar(source: ByteSource) -> Parsed:
+def read_tar(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
     """Read the pre-0.1.10 TAR format, and burn's synthetic variant of it (section 7)."""
-    parsed = Parsed("pytorch-tar", None)
+    parsed = Parsed("pytorch-tar", None, ledger=ledger or Ledger())
     parsed.ledger.note(
         "the TAR format (torch < 0.1.10): torch.load(weights_only=True) refuses it",
         Verdict.NEEDS_TRUST,
@@ -720,7 +729,7 @@ def _legacy_persistent(
                 return cls
             raise CorruptCheckpointError("malformed module persistent id")
         if not isinstance(pid, tuple) or len(pid) != 6 or pid[0] != "storage":
-            raise CorruptCheckpointError(f"unexpected persistent id in {where}")
+            raise _bad_persistent_id(pid, where)
         _, stype, key, location, numel, view = pid
         if not isinstance(stype, StorageType) or not isinstance(key, str | bytes):
             raise CorruptCheckpointError("malformed storage persistent id")

@@ -112,7 +112,7 @@ def layout_pytorch(source: ByteSource) -> HeaderLayout:
 
     Raises:
         CorruptCheckpointError: the container or a pickle is malformed, or regions overlap.
-        UnsafePickleError: a pickle names a refused global.
+        UnsafePickleError: a pickle is unsafe (see ``ckptctl.safety``).
     """
     parsed, users = _parse_and_name(source)
     if parsed.format in ("pytorch-zip", "torchscript"):
@@ -123,7 +123,7 @@ def layout_pytorch(source: ByteSource) -> HeaderLayout:
         header, regions = _tar_layout(source, parsed, users)
     else:
         header, regions = _plain_layout(source)
-    header = {"format": parsed.format, **header}
+    header = {"format": parsed.format, **header, "pickle_verdict": parsed.ledger.safety.describe()}
     tiled = _tile(regions, source.size)
     tensor_bytes = sum(r.size for r in tiled if r.kind == "tensor")
     facts = {
