@@ -327,3 +327,24 @@ def test_every_error_is_a_ckpt_error() -> None:
         assert safety.verdict in (Verdict.NEEDS_TRUST, Verdict.UNSAFE)
         with pytest.raises(CkptError):
             load_pickle(io.BytesIO(data).read(), "x")
+
+
+def test_data_after_the_checkpoint_is_judged_but_not_reached(tmp_path: Path) -> None:
+    payload = P2 + call("timeit", "timeit", "x") + b"."
+    plain = tmp_path / "plain.pkl"
+    plain.write_bytes(P2 + b"}." + payload)  # a second pickle after the first
+    with open_checkpoint(plain) as ckpt:
+        assert ckpt.safety is not None
+        assert ckpt.safety.verdict is Verdict.NEEDS_TRUST  # a plain pickle: torch cannot load it
+        assert ckpt.safety.unreached_verdict is Verdict.UNSAFE
+    legacy = tmp_path / "legacy.pt"
+    appended = io.BytesIO()
+    with zipfile.ZipFile(appended, "w") as archive:
+        archive.writestr("x/data.pkl", payload)
+    legacy.write_bytes(_legacy_stream(P2 + b"}.") + appended.getvalue())
+    with open_checkpoint(legacy) as ckpt:
+        assert ckpt.safety is not None
+        assert ckpt.safety.verdict is Verdict.SAFE
+        [problem] = [p for p in ckpt.safety.problems if not p.reached]
+        assert problem.message == "a zip archive is appended"
+        assert "not read by torch.load" in problem.where
