@@ -451,9 +451,9 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             if not marks:
                 raise _Malformed(f"no MARK at byte {here}")
             at = marks.pop()
-            items = tuple(stack[at:])
+            built = tuple(stack[at:])
             del stack[at:]
-            push(items)
+            push(built)
             continue
         if code == 0x85:  # TUPLE1
             if len(stack) <= (marks[-1] if marks else 0):
