@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ckptctl.errors import CorruptCheckpointError
@@ -23,6 +24,103 @@ if TYPE_CHECKING:
 
 #: Metadata values taken from files (JSON-like, validated by each reader).
 JSONValue: TypeAlias = Any
+
+
+class StrEnum(str, Enum):
+    """An enum whose members are their string values (in JSON, f-strings and comparisons)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class CheckpointKind(StrEnum):
+    """What a pickle-based checkpoint is as a whole (the CLI contract's kinds)."""
+
+    STATE_DICT = "state_dict"
+    NESTED = "nested"
+    MODULE = "module"
+    TORCHSCRIPT = "torchscript"
+    TENSOR = "tensor"
+    EMPTY = "empty"
+
+
+class RegionKind(StrEnum):
+    """What a byte range of a file holds (``ckptctl header``)."""
+
+    HEADER = "header"
+    METADATA = "metadata"
+    PADDING = "padding"
+    TENSOR = "tensor"
+    OTHER = "other"
+
+
+@dataclass(frozen=True)
+class Region:
+    """A byte range of a file, ``end`` exclusive.
+
+    ``name`` is the tensor name for tensor regions; ``note`` says why (padding's reason, what an
+    ``other`` region holds).
+    """
+
+    kind: RegionKind
+    start: int
+    end: int
+    name: str | None = None
+    note: str | None = None
+
+    @property
+    def size(self) -> int:
+        """Length in bytes."""
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class HeaderLayout:
+    """A file's raw header, decoded, and the region every byte of the file belongs to.
+
+    ``facts`` is a JSON-able summary for reports (tensor and padding bytes, alignment ...).
+    """
+
+    format: str
+    file_size: int
+    header: JSONValue
+    regions: tuple[Region, ...]
+    facts: Mapping[str, JSONValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Structure:
+    """Where a pickle-based checkpoint keeps its tensors.
+
+    Attributes:
+        top_level_tensors: tensors directly under the root dict (what a flat reader sees).
+        containers: tensors per container key path (``{"model": 273, "optimizer.state.0": 2}``).
+        module_class: the pickled module's class (whole models, TorchScript), else None.
+        top_level_keys: the root dict's string keys (first 100).
+    """
+
+    top_level_tensors: int = 0
+    containers: Mapping[str, int] = field(default_factory=dict)
+    module_class: str | None = None
+    top_level_keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """A checkpoint split over files listed in an index.
+
+    Attributes:
+        index: the index file.
+        shards: the shard files, as the index names them, in first-use order.
+        total_size: the index's ``metadata.total_size``, when given.
+    """
+
+    index: str
+    shards: tuple[str, ...]
+    total_size: int | None = None
 
 
 class TensorData:
@@ -182,11 +280,10 @@ class Checkpoint(Mapping[str, TensorEntry]):
         format: the format name (``safetensors``, ``burnpack``, ``pytorch-zip`` ...).
         metadata: string key/values from the file.
         scalars: burnpack typed scalars (``{"step": {"UInt": 42}}``), empty elsewhere.
-        kind: what the file is as a whole (``state_dict``, ``nested``, ``module``, ``torchscript``
-            ...), for formats where that is a question; None elsewhere.
+        kind: what the file is as a whole, for formats where that is a question; None elsewhere.
         notes: human-readable facts about the structure (where tensors hide, aliasing).
-        facts: machine-readable structure facts for ``verify`` and JSON reports, e.g.
-            ``{"top_level_tensors": 0, "containers": {"model": 273}, "module_class": "Net"}``.
+        structure: where the tensors are (pickle-based formats), None elsewhere.
+        sharding: the index and shards of a sharded checkpoint, None for one file.
         safety: the pickle safety verdict (pickle-based formats), None for other formats.
     """
 
@@ -198,9 +295,10 @@ class Checkpoint(Mapping[str, TensorEntry]):
         format: str,
         metadata: Mapping[str, str] | None = None,
         scalars: Mapping[str, JSONValue] | None = None,
-        kind: str | None = None,
+        kind: CheckpointKind | None = None,
         notes: list[str] | None = None,
-        facts: Mapping[str, JSONValue] | None = None,
+        structure: Structure | None = None,
+        sharding: Sharding | None = None,
         sources: list[ByteSource] | None = None,
         safety: PickleSafety | None = None,
     ) -> None:
@@ -215,7 +313,8 @@ class Checkpoint(Mapping[str, TensorEntry]):
         self.scalars: Mapping[str, JSONValue] = dict(scalars or {})
         self.kind = kind
         self.notes = list(notes or [])
-        self.facts: Mapping[str, JSONValue] = dict(facts or {})
+        self.structure = structure
+        self.sharding = sharding
         self.safety = safety
         self._sources = list(sources or [])
 

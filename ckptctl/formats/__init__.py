@@ -12,7 +12,8 @@ from ckptctl.errors import (
     UnknownFormatError,
     UnsupportedError,
 )
-from ckptctl.formats._base import SNIFF_BYTES, FormatSpec, HeaderLayout, Region
+from ckptctl.formats._base import SNIFF_BYTES, FormatSpec
+from ckptctl.model import HeaderLayout, Region
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

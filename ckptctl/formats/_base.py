@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
 from ckptctl._io import CHUNK_BYTES, copy_range
 from ckptctl.errors import CorruptCheckpointError
+from ckptctl.model import HeaderLayout
 
 if TYPE_CHECKING:
     from ckptctl._io import ByteSource
@@ -15,37 +16,6 @@ if TYPE_CHECKING:
 
 #: Bytes read from the start of a file to detect its format.
 SNIFF_BYTES = 4096
-
-
-@dataclass(frozen=True)
-class Region:
-    """A byte range of a file, ``end`` exclusive.
-
-    ``kind`` is one of ``header``, ``metadata``, ``padding``, ``tensor``, ``other``. ``name`` is the
-    tensor name for tensor regions; ``note`` says why (padding's reason, what "other" holds).
-    """
-
-    kind: str
-    start: int
-    end: int
-    name: str | None = None
-    note: str | None = None
-
-    @property
-    def size(self) -> int:
-        """Length in bytes."""
-        return self.end - self.start
-
-
-@dataclass(frozen=True)
-class HeaderLayout:
-    """A file's raw header, decoded, and the region every byte of the file belongs to."""
-
-    format: str
-    file_size: int
-    header: JSONValue
-    regions: tuple[Region, ...]
-    facts: Mapping[str, JSONValue] = field(default_factory=dict)
 
 
 Sniff = Callable[[bytes, "ByteSource"], bool]

@@ -43,8 +43,17 @@ from typing import IO, TYPE_CHECKING, NoReturn
 from ckptctl.dtypes import DType
 from ckptctl.errors import CorruptCheckpointError, OutputError, UnsupportedError
 from ckptctl.formats import register_format
-from ckptctl.formats._base import FormatSpec, HeaderLayout, Region, write_entry_bytes
-from ckptctl.model import Checkpoint, FileData, JSONValue, TensorEntry, expected_nbytes
+from ckptctl.formats._base import FormatSpec, write_entry_bytes
+from ckptctl.model import (
+    Checkpoint,
+    FileData,
+    HeaderLayout,
+    JSONValue,
+    Region,
+    RegionKind,
+    TensorEntry,
+    expected_nbytes,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -413,7 +422,6 @@ def open_safetensors(source: ByteSource) -> Checkpoint:
         path=source.path,
         format="safetensors",
         metadata=header.metadata,
-        facts={"sharded": False, "header_length": header.length},
         sources=[source],
     )
 
@@ -430,19 +438,26 @@ def layout(source: ByteSource) -> HeaderLayout:
         CorruptCheckpointError: the header or offsets are invalid.
     """
     header = _parse(source, allow_unsupported=True)
-    regions = [Region("header", 0, HEADER_LENGTH_BYTES, note="u64 little-endian header length")]
+    regions = [
+        Region(RegionKind.HEADER, 0, HEADER_LENGTH_BYTES, note="u64 little-endian header length")
+    ]
     pos = HEADER_LENGTH_BYTES
     if header.leading:
         regions.append(
-            Region("padding", pos, pos + header.leading, note="whitespace before the JSON header")
+            Region(
+                RegionKind.PADDING,
+                pos,
+                pos + header.leading,
+                note="whitespace before the JSON header",
+            )
         )
         pos += header.leading
     json_end = header.data_start - header.trailing
-    regions.append(Region("metadata", pos, json_end, note="JSON header"))
+    regions.append(Region(RegionKind.METADATA, pos, json_end, note="JSON header"))
     if header.trailing:
         regions.append(
             Region(
-                "padding",
+                RegionKind.PADDING,
                 json_end,
                 header.data_start,
                 note="spaces padding the header to a multiple of 8 bytes",
@@ -450,7 +465,9 @@ def layout(source: ByteSource) -> HeaderLayout:
         )
     for info in header.tensors:
         start = header.data_start + info.start
-        regions.append(Region("tensor", start, header.data_start + info.end, name=info.name))
+        regions.append(
+            Region(RegionKind.TENSOR, start, header.data_start + info.end, name=info.name)
+        )
     return HeaderLayout(
         format="safetensors",
         file_size=source.size,

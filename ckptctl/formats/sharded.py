@@ -10,7 +10,7 @@ The index is a JSON object (written by ``transformers``' ``save_pretrained`` and
 directory. Shards are safetensors files or, in the older ``pytorch_model.bin.index.json``
 layout, flat PyTorch state_dicts; each is recognised by content. Opening an index opens every
 shard and returns one checkpoint over all of them (``format`` is the first shard's;
-``facts`` has ``sharded``, ``shards`` and ``index``). Entries come
+``sharding`` names the index and the shards). Entries come
 in shard order (the order shards first appear in ``weight_map``), and within a shard in
 data-offset order, so reading them in order reads each file front to back.
 
@@ -39,8 +39,16 @@ from ckptctl.errors import (
 )
 from ckptctl.formats import register_format
 from ckptctl.formats import safetensors as st
-from ckptctl.formats._base import SNIFF_BYTES, FormatSpec, HeaderLayout, Region
-from ckptctl.model import Checkpoint, JSONValue
+from ckptctl.formats._base import SNIFF_BYTES, FormatSpec
+from ckptctl.model import (
+    Checkpoint,
+    CheckpointKind,
+    HeaderLayout,
+    JSONValue,
+    Region,
+    RegionKind,
+    Sharding,
+)
 from ckptctl.safety import PickleSafety
 
 if TYPE_CHECKING:
@@ -173,7 +181,7 @@ def _open_shard(index: _Index, shard: str) -> tuple[ByteSource, Checkpoint]:
 
 def _read_flat_shard(shard: str, source: ByteSource) -> Checkpoint:
     ckpt = _shard_opener(shard, source)(source)
-    if ckpt.kind not in (None, "state_dict"):
+    if ckpt.kind not in (None, CheckpointKind.STATE_DICT):
         ckpt.close()
         raise UnsupportedError(
             f"shard {shard!r} is not a flat state_dict (it is {ckpt.kind})",
@@ -280,12 +288,7 @@ def open_index(source: ByteSource) -> Checkpoint:
             format="safetensors" if first is None else first.format,
             metadata=metadata,
             notes=[f"sharded across {len(index.shards)} files listed in this index", *soft],
-            facts={
-                "sharded": True,
-                "shards": list(index.shards),
-                "index": source.path,
-                "total_size": index.total_size,
-            },
+            sharding=Sharding(source.path, tuple(index.shards), index.total_size),
             sources=[source, *sources],
             safety=safety,
         )
@@ -347,7 +350,7 @@ def layout_index(source: ByteSource) -> HeaderLayout:
         "shards": shards,
         "tensors": len(index.weight_map),
     }
-    region = Region("metadata", 0, source.size, note="sharded-checkpoint index (JSON)")
+    region = Region(RegionKind.METADATA, 0, source.size, note="sharded-checkpoint index (JSON)")
     return HeaderLayout(
         "safetensors-index",
         source.size,

@@ -350,10 +350,9 @@ def _lost_in_output(
 
 def _sources(src: str | os.PathLike[str], ckpt: Checkpoint) -> list[str]:
     paths = [os.fspath(src)]
-    shards = ckpt.facts.get("shards")
-    if isinstance(shards, list):
+    if ckpt.sharding is not None:
         base = os.path.dirname(os.fspath(src))
-        paths.extend(os.path.join(base, str(s)) for s in shards)
+        paths.extend(os.path.join(base, s) for s in ckpt.sharding.shards)
     return paths
 
 

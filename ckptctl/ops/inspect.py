@@ -36,8 +36,8 @@ def select_state_key(
         return out
     tops = sorted({e.name.split(".", 1)[0] for e in entries if "." in e.name})
     where = ""
-    if ckpt is not None and isinstance(ckpt.facts.get("containers"), dict):
-        where = ", ".join(f"{k!r} ({v})" for k, v in ckpt.facts["containers"].items())
+    if ckpt is not None and ckpt.structure is not None:
+        where = ", ".join(f"{k!r} ({v})" for k, v in ckpt.structure.containers.items())
     elif tops:
         where = ", ".join(repr(t) for t in tops[:10])
     raise SelectionError(
@@ -49,12 +49,11 @@ def select_state_key(
 
 def top_level_groups(ckpt: Checkpoint) -> dict[str, int]:
     """Tensors per top-level key of a nested checkpoint (``{"model": 4, "optimizer": 12}``),
-    from ``facts["containers"]``; empty for formats without containers."""
-    containers = ckpt.facts.get("containers")
+    from its structure; empty for formats without containers."""
     groups: dict[str, int] = {}
-    if isinstance(containers, dict):
-        for container, count in containers.items():
-            if isinstance(container, str) and isinstance(count, int) and container:
+    if ckpt.structure is not None:
+        for container, count in ckpt.structure.containers.items():
+            if container:
                 top = container.split(".", 1)[0]
                 groups[top] = groups.get(top, 0) + count
     return groups
@@ -122,7 +121,6 @@ def list_tensors(
             kind=ckpt.kind,
             notes=tuple(ckpt.notes),
             scalars=dict(ckpt.scalars),
-            facts=dict(ckpt.facts),
             state_key=state_key,
             total_tensors=total,
             safety=ckpt.safety,

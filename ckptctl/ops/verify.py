@@ -432,10 +432,8 @@ def _plural(n: int, word: str) -> str:
 
 def _readable(ckpt: Checkpoint) -> Finding:
     what = f"{ckpt.format}, {_plural(len(ckpt), 'tensor')}"
-    if ckpt.facts.get("sharded"):
-        shards = ckpt.facts.get("shards")
-        if isinstance(shards, list):
-            what += f" in {_plural(len(shards), 'shard')}"
+    if ckpt.sharding is not None:
+        what += f" in {_plural(len(ckpt.sharding.shards), 'shard')}"
     if ckpt.scalars:
         what += f", {_plural(len(ckpt.scalars), 'scalar')}"
     return Finding("readable", Status.OK, what + "; every structural check passed")
@@ -470,8 +468,8 @@ def _more(total: int, shown: int = MESSAGE_LIMIT) -> str:
 
 
 def _short_class(ckpt: Checkpoint) -> str:
-    module_class = ckpt.facts.get("module_class")
-    if not isinstance(module_class, str) or not module_class:
+    module_class = ckpt.structure.module_class if ckpt.structure is not None else None
+    if not module_class:
         return "model"
     return module_class.rsplit(".", 1)[-1]
 
@@ -547,13 +545,12 @@ def _flat_reader(
 
 def _nested(ckpt: Checkpoint, entries: list[TensorEntry]) -> Finding:
     groups = top_level_groups(ckpt)
-    top = ckpt.facts.get("top_level_tensors")
-    top = top if isinstance(top, int) else 0
+    top = ckpt.structure.top_level_tensors if ckpt.structure is not None else 0
     if not groups:  # facts missing: fall back on the names
         groups = dict(Counter(e.name.split(".", 1)[0] for e in entries if "." in e.name))
     where = ", ".join(f"{k!r} ({n:,})" for k, n in groups.items())
-    keys = ckpt.facts.get("top_level_keys")
-    if isinstance(keys, list) and {"state", "param_groups"} <= set(keys):
+    keys = ckpt.structure.top_level_keys if ckpt.structure is not None else ()
+    if {"state", "param_groups"} <= set(keys):
         return Finding(
             "flat-reader",
             Status.FAIL,

@@ -55,7 +55,6 @@ class LsReport:
     kind: str | None = None
     notes: tuple[str, ...] = ()
     scalars: Mapping[str, JSONValue] = field(default_factory=dict)
-    facts: Mapping[str, JSONValue] = field(default_factory=dict)
     state_key: str | None = None
     total_tensors: int | None = None
     safety: PickleSafety | None = None

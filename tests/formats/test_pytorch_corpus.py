@@ -17,6 +17,7 @@ import pytest
 
 from ckptctl.errors import InputError
 from ckptctl.formats import open_checkpoint
+from ckptctl.model import Structure
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / ".." / "shared" / "corpus" / "burn-pytorch-reader"
@@ -149,12 +150,12 @@ def test_corpus_bf16_and_special_values() -> None:
 @needs_corpus
 def test_corpus_nested_facts() -> None:
     with open_checkpoint(CORPUS / "checkpoint.pt") as ckpt:
-        assert ckpt.facts == {
-            "top_level_tensors": 0,
-            "containers": {"model_state_dict": 4, "optimizer_state_dict.state.0": 1},
-            "module_class": None,
-            "top_level_keys": ["model_state_dict", "optimizer_state_dict", "epoch", "loss"],
-        }
+        assert ckpt.structure == Structure(
+            0,
+            {"model_state_dict": 4, "optimizer_state_dict.state.0": 1},
+            None,
+            ("model_state_dict", "optimizer_state_dict", "epoch", "loss"),
+        )
         assert ckpt.notes == [
             "nested checkpoint: tensors are under 'model_state_dict' (4), "
             "'optimizer_state_dict.state' (1)"

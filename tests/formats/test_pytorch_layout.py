@@ -17,8 +17,8 @@ import pytest
 
 from ckptctl.errors import CkptError
 from ckptctl.formats import open_checkpoint, read_layout
-from ckptctl.formats._base import HeaderLayout
 from ckptctl.formats.pytorch._layout import pickle_summary
+from ckptctl.model import HeaderLayout
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "fixtures" / "valid" / "pytorch"

@@ -20,7 +20,7 @@ import pytest
 from ckptctl.dtypes import DType
 from ckptctl.errors import CorruptCheckpointError, InputError, UnsupportedError
 from ckptctl.formats import open_checkpoint
-from ckptctl.model import ComputedData, FileData
+from ckptctl.model import ComputedData, FileData, Structure
 
 # --- a tiny protocol-2 pickle assembler ----------------------------------------------------
 
@@ -159,12 +159,7 @@ def test_zip_state_dict_zero_copy(tmp_path: Path) -> None:
         assert ckpt.format == "pytorch-zip"
         assert ckpt.kind == "state_dict"
         assert list(ckpt) == ["weight", "bias"]
-        assert ckpt.facts == {
-            "top_level_tensors": 2,
-            "containers": {},
-            "module_class": None,
-            "top_level_keys": ["weight", "bias"],
-        }
+        assert ckpt.structure == Structure(2, {}, None, ("weight", "bias"))
         assert ckpt.metadata == {"byteorder": "little", "version": "3"}
         weight = ckpt["weight"]
         assert (weight.dtype, weight.shape, weight.nbytes) == (DType.F32, (2, 3), 24)
@@ -364,8 +359,9 @@ def test_whole_module_listed_by_state_dict_names(tmp_path: Path) -> None:
         assert ckpt["embed.weight"].module_type == "Embedding"
         assert ckpt["head.bias"].module_type == "Linear"
         assert ckpt["steps"].module_type == "Net"
-        assert ckpt.facts["module_class"] == "__main__.Net"
-        assert ckpt.facts["top_level_tensors"] == 0
+        assert ckpt.structure is not None
+        assert ckpt.structure.module_class == "__main__.Net"
+        assert ckpt.structure.top_level_tensors == 0
         assert any("a pickled Net object, not a state_dict" in n for n in ckpt.notes)
         np.testing.assert_array_equal(ckpt["head.weight"].load(), ckpt["embed.weight"].load())
 
@@ -387,12 +383,12 @@ def test_nested_checkpoint_facts_and_notes(tmp_path: Path) -> None:
         assert ckpt.kind == "nested"
         assert list(ckpt) == ["state_dict.fc.weight", "state_dict.fc.bias",
                               "optimizer.state.0.exp_avg", "layers.0", "layers.2"]  # fmt: skip
-        assert ckpt.facts == {
-            "top_level_tensors": 0,
-            "containers": {"state_dict": 2, "optimizer.state.0": 1, "layers": 2},
-            "module_class": None,
-            "top_level_keys": ["state_dict", "optimizer", "layers", "epoch"],
-        }
+        assert ckpt.structure == Structure(
+            0,
+            {"state_dict": 2, "optimizer.state.0": 1, "layers": 2},
+            None,
+            ("state_dict", "optimizer", "layers", "epoch"),
+        )
         assert ckpt.notes[0].startswith("nested checkpoint: tensors are under 'state_dict' (2)")
 
 

@@ -20,6 +20,7 @@ from ckptctl import (
     open_checkpoint,
 )
 from ckptctl._io import ByteSource
+from ckptctl.model import Sharding
 from tests.conftest import HOSTILE, VALID
 
 SHARDED = VALID / "safetensors" / "sharded"
@@ -46,10 +47,7 @@ def test_two_shards_open_as_one_checkpoint() -> None:
     with open_checkpoint(INDEX) as ckpt:
         assert ckpt.format == "safetensors"
         assert ckpt.path == str(INDEX)
-        assert ckpt.facts["sharded"] is True
-        assert ckpt.facts["shards"] == [SHARD1, SHARD2]
-        assert ckpt.facts["index"] == str(INDEX)
-        assert ckpt.facts["total_size"] == 104
+        assert ckpt.sharding == Sharding(str(INDEX), (SHARD1, SHARD2), 104)
         assert ckpt.metadata == {"format": "pt"}
         assert ckpt.notes == ["sharded across 2 files listed in this index"]
         # shard order, then data-offset order inside each shard
@@ -257,4 +255,5 @@ def test_empty_weight_map_opens_empty(tmp_path: Path) -> None:
     index.write_text('{"metadata": {}, "weight_map": {}}')
     with open_checkpoint(index) as ckpt:
         assert len(ckpt) == 0
-        assert ckpt.facts["shards"] == []
+        assert ckpt.sharding is not None
+        assert ckpt.sharding.shards == ()

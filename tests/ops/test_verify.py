@@ -17,7 +17,7 @@ from safetensors.numpy import save_file
 
 from ckptctl._io import ByteSource
 from ckptctl.dtypes import DType
-from ckptctl.model import Checkpoint, ComputedData, TensorEntry
+from ckptctl.model import Checkpoint, CheckpointKind, ComputedData, Structure, TensorEntry
 from ckptctl.ops import verify as verify_mod
 from ckptctl.ops.convert import ConvertOptions, convert
 from ckptctl.ops.verify import FileResult, Finding, Status, verify
@@ -184,8 +184,8 @@ def test_mixed_top_level_and_nested_tensors_warn():
         entries,
         path="mixed.pt",
         format="pytorch-zip",
-        kind="nested",
-        facts={"top_level_tensors": 1, "containers": {"extra": 1}, "module_class": None},
+        kind=CheckpointKind.NESTED,
+        structure=Structure(1, {"extra": 1}, None, ("w", "extra")),
     )
     flat, selected = verify_mod._flat_reader(ckpt, None)
     assert flat.status is Status.WARN

@@ -13,7 +13,7 @@ Byte layout (spec: ``../shared/spec/burnpack.md``, burn >= 0.20)::
 A descriptor is ``{"dtype", "shape", "data_offsets": [start, end], "param_id"?}`` with keys in
 that order; ``data_offsets`` are relative to ``D``. Burn 0.19 wrote the same version 1 but no
 padding (``D = 10+N``, payloads contiguous); the reader detects that layout with the rule of
-spec §10.2 and says so in ``Checkpoint.notes`` / ``facts["layout"]``.
+spec §10.2 and says so in ``Checkpoint.notes`` and ``HeaderLayout.facts["layout"]``.
 
 How burnpack dtypes map onto :class:`~ckptctl.dtypes.DType` (``source_dtype`` keeps the file's
 spelling whenever it says more, so that a burnpack-to-burnpack copy is byte-identical):

@@ -8,7 +8,6 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from ckptctl.dtypes import DType
-from ckptctl.formats._base import HeaderLayout, Region
 from ckptctl.formats.burnpack._parse import ParsedTensor, parse_file
 from ckptctl.formats.burnpack._schema import (
     ALIGNMENT_BYTES,
@@ -18,7 +17,15 @@ from ckptctl.formats.burnpack._schema import (
     PLAIN_DTYPES,
     describe,
 )
-from ckptctl.model import Checkpoint, ComputedData, FileData, TensorEntry
+from ckptctl.model import (
+    Checkpoint,
+    ComputedData,
+    FileData,
+    HeaderLayout,
+    Region,
+    RegionKind,
+    TensorEntry,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -100,7 +107,7 @@ def open_burnpack(source: ByteSource) -> Checkpoint:
         source: the file; the returned checkpoint owns and closes it.
 
     Returns:
-        A checkpoint with entries in data (write) order, metadata, scalars, notes and facts.
+        A checkpoint with entries in data (write) order, metadata, scalars and notes.
 
     Raises:
         CorruptCheckpointError: bad magic, header, CBOR, descriptor, limit or byte range.
@@ -117,11 +124,6 @@ def open_burnpack(source: ByteSource) -> Checkpoint:
         metadata=parsed.metadata,
         scalars=parsed.scalars,
         notes=notes,
-        facts={
-            "layout": "unaligned-0.19" if parsed.legacy else "aligned",
-            "version": parsed.version,
-            "data_start": parsed.data_start,
-        },
         sources=[source],
     )
 
@@ -168,15 +170,18 @@ def layout_burnpack(source: ByteSource) -> HeaderLayout:
     size = source.size
     unpadded = HEADER_BYTES + p.metadata_length
     regions = [
-        Region("header", 0, HEADER_BYTES, note=f"magic NRUB, version {p.version}"),
-        Region("metadata", HEADER_BYTES, unpadded, note="CBOR map"),
+        Region(RegionKind.HEADER, 0, HEADER_BYTES, note=f"magic NRUB, version {p.version}"),
+        Region(RegionKind.METADATA, HEADER_BYTES, unpadded, note="CBOR map"),
     ]
     pos = unpadded
     if p.data_start > unpadded:
         pos = min(p.data_start, size)
         regions.append(
             Region(
-                "padding", unpadded, pos, note="zero padding to the 256-byte aligned data section"
+                RegionKind.PADDING,
+                unpadded,
+                pos,
+                note="zero padding to the 256-byte aligned data section",
             )
         )
     for t in p.tensors:
@@ -185,17 +190,21 @@ def layout_burnpack(source: ByteSource) -> HeaderLayout:
             zero = _is_zero(source, pos, start)
             if zero and start - pos < ALIGNMENT_BYTES and not p.legacy:
                 note = f"alignment of {t.name!r} to {ALIGNMENT_BYTES} bytes"
-                regions.append(Region("padding", pos, start, note=note))
+                regions.append(Region(RegionKind.PADDING, pos, start, note=note))
             else:
                 note = f"{start - pos} unused bytes before tensor {t.name!r}"
-                regions.append(Region("padding" if zero else "other", pos, start, note=note))
-        regions.append(Region("tensor", start, start + t.length, name=t.name))
+                regions.append(
+                    Region(RegionKind.PADDING if zero else RegionKind.OTHER, pos, start, note=note)
+                )
+        regions.append(Region(RegionKind.TENSOR, start, start + t.length, name=t.name))
         pos = max(pos, start + t.length)
     if pos < size:
         if _is_zero(source, pos, size):
-            regions.append(Region("padding", pos, size, note="trailing zero bytes"))
+            regions.append(Region(RegionKind.PADDING, pos, size, note="trailing zero bytes"))
         else:
-            regions.append(Region("other", pos, size, note="trailing bytes after the data section"))
+            regions.append(
+                Region(RegionKind.OTHER, pos, size, note="trailing bytes after the data section")
+            )
 
     def total(kind: str) -> int:
         return sum(r.size for r in regions if r.kind == kind)

@@ -20,8 +20,8 @@ from typing import IO, TYPE_CHECKING
 
 from ckptctl.errors import CkptError, CorruptCheckpointError
 from ckptctl.formats import register_format
-from ckptctl.formats._base import FormatSpec, HeaderLayout
-from ckptctl.model import Checkpoint
+from ckptctl.formats._base import FormatSpec
+from ckptctl.model import Checkpoint, HeaderLayout
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -107,7 +107,8 @@ def open_pytorch(source: ByteSource) -> Checkpoint:
         source: the input file.
 
     Returns:
-        A checkpoint whose ``format``, ``kind``, ``notes`` and ``facts`` describe the structure.
+        A checkpoint whose ``format``, ``kind``, ``notes``, ``structure`` and ``safety`` describe
+        the file.
 
     Raises:
         UnsafePickleError: the pickle names a global that only makes sense as an attack.
@@ -120,8 +121,8 @@ def open_pytorch(source: ByteSource) -> Checkpoint:
     ledger = Ledger()
     try:
         parsed = _parse(source, ledger)
-        structure = analyse(parsed)
-        entries, shared_notes = make_entries(parsed, structure, source)
+        analysis = analyse(parsed)
+        entries, shared_notes = make_entries(parsed, analysis, source)
     except CkptError as exc:
         if exc.safety is None and (ledger.safety.globals or ledger.safety.problems):
             exc.safety = ledger.safety  # the verdict of what was read before the error
@@ -135,9 +136,9 @@ def open_pytorch(source: ByteSource) -> Checkpoint:
         path=source.path,
         format=parsed.format,
         metadata=parsed.metadata,
-        kind=structure.kind,
-        notes=[*parsed.notes, *structure.notes, *shared_notes],
-        facts=structure.facts,
+        kind=analysis.kind,
+        notes=[*parsed.notes, *analysis.notes, *shared_notes],
+        structure=analysis.structure,
         sources=[source],
         safety=parsed.ledger.safety,
     )

@@ -23,14 +23,14 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from ckptctl.errors import CorruptCheckpointError
-from ckptctl.formats._base import HeaderLayout, Region
 from ckptctl.formats.pytorch._scan import PickleTruncatedError, scan_pickle
 from ckptctl.formats.pytorch._unpickler import MAX_PICKLE_BYTES
+from ckptctl.model import HeaderLayout, Region, RegionKind
 
 if TYPE_CHECKING:
     from ckptctl._io import ByteSource
     from ckptctl.formats.pytorch._containers import Parsed
-    from ckptctl.formats.pytorch._structure import Structure
+    from ckptctl.formats.pytorch._structure import Analysis
     from ckptctl.formats.pytorch._zipdir import ZipRecord
 
 #: Most distinct globals listed in the header view of a pickle.
@@ -43,7 +43,7 @@ _ZIP64_TAG = 0x0001
 _TAR_BLOCK = 512
 
 
-def _storage_users(structure: Structure) -> dict[str, tuple[str, list[str]]]:
+def _storage_users(structure: Analysis) -> dict[str, tuple[str, list[str]]]:
     """Storage key -> (dtype name, names of the tensors that use it), in listing order."""
     out: dict[str, tuple[str, list[str]]] = {}
     for found in structure.found:
@@ -60,9 +60,11 @@ def _storage_region(
 ) -> Region:
     dtype, names = users.get(key, ("?", []))
     if not names:
-        return Region("other", start, end, note=f"storage {key} used by no listed tensor{extra}")
+        return Region(
+            RegionKind.OTHER, start, end, note=f"storage {key} used by no listed tensor{extra}"
+        )
     note = f"storage {key} ({dtype}, {end - start} bytes{extra})"
-    return Region("tensor", start, end, name=",".join(names), note=note)
+    return Region(RegionKind.TENSOR, start, end, name=",".join(names), note=note)
 
 
 def pickle_summary(data: bytes) -> dict[str, Any]:
@@ -146,11 +148,11 @@ def _tile(regions: list[Region], size: int) -> list[Region]:
                 hint="the file is damaged or crafted",
             )
         if region.start > pos:
-            out.append(Region("other", pos, region.start, note=_gap_note(pos, size, out)))
+            out.append(Region(RegionKind.OTHER, pos, region.start, note=_gap_note(pos, size, out)))
         out.append(region)
         pos = region.end
     if pos < size:
-        out.append(Region("other", pos, size, note=_gap_note(pos, size, out)))
+        out.append(Region(RegionKind.OTHER, pos, size, note=_gap_note(pos, size, out)))
     return out
 
 
@@ -185,7 +187,12 @@ def _zip_layout(
         data_offset = start + 30 + n + m
         data_end = data_offset + record.compress_size
         regions.append(
-            Region("header", start, start + 30 + n, note=f"zip local header of {record.name!r}")
+            Region(
+                RegionKind.HEADER,
+                start,
+                start + 30 + n,
+                note=f"zip local header of {record.name!r}",
+            )
         )
         regions += _extra_regions(
             bytes(buf[start + 30 + n : data_offset]), start + 30 + n, alignment
@@ -203,7 +210,12 @@ def _zip_layout(
         elif record.compress_size:
             what = "the pickle" if record.name.endswith(".pkl") else "record"
             regions.append(
-                Region("metadata", data_offset, data_end, note=f"{what} {record.name!r}{method}")
+                Region(
+                    RegionKind.METADATA,
+                    data_offset,
+                    data_end,
+                    note=f"{what} {record.name!r}{method}",
+                )
             )
         if record.flags & 0x08:
             nxt = (
@@ -212,7 +224,7 @@ def _zip_layout(
             size = _descriptor_size(buf, data_end, nxt, record)
             if size:
                 regions.append(
-                    Region("header", data_end, data_end + size, note="zip data descriptor")
+                    Region(RegionKind.HEADER, data_end, data_end + size, note="zip data descriptor")
                 )
         records.append(
             {
@@ -233,7 +245,7 @@ def _zip_layout(
     count = len(directory.records)
     regions.append(
         Region(
-            "header",
+            RegionKind.HEADER,
             directory.cd_start,
             directory.cd_end,
             note=f"zip central directory ({count} entries)",
@@ -241,15 +253,17 @@ def _zip_layout(
     )
     if directory.zip64_end is not None:
         regions.append(
-            Region("header", *directory.zip64_end, note="zip64 end of central directory")
+            Region(RegionKind.HEADER, *directory.zip64_end, note="zip64 end of central directory")
         )
     if directory.zip64_locator is not None:
         regions.append(
             Region(
-                "header", *directory.zip64_locator, note="zip64 end of central directory locator"
+                RegionKind.HEADER,
+                *directory.zip64_locator,
+                note="zip64 end of central directory locator",
             )
         )
-    regions.append(Region("header", *directory.eocd, note="zip end of central directory"))
+    regions.append(Region(RegionKind.HEADER, *directory.eocd, note="zip end of central directory"))
     pkl = next((r for r in ordered if r.name == prefix + "data.pkl"), None)
     header: dict[str, Any] = {
         "container": "zip",
@@ -307,16 +321,25 @@ def _extra_regions(extra: bytes, offset: int, alignment: int) -> list[Region]:
                 if aligned
                 else "zip extra field padding (torch's FB alignment field)"
             )
-            out.append(Region("padding", offset + pos, offset + end, note=note))
+            out.append(Region(RegionKind.PADDING, offset + pos, offset + end, note=note))
         elif tag == _ZIP64_TAG:
-            out.append(Region("header", offset + pos, offset + end, note="zip64 extra field"))
+            out.append(
+                Region(RegionKind.HEADER, offset + pos, offset + end, note="zip64 extra field")
+            )
         else:
             out.append(
-                Region("header", offset + pos, offset + end, note=f"zip extra field 0x{tag:04x}")
+                Region(
+                    RegionKind.HEADER,
+                    offset + pos,
+                    offset + end,
+                    note=f"zip extra field 0x{tag:04x}",
+                )
             )
         pos = end
     if pos < len(extra):
-        out.append(Region("other", offset + pos, offset + len(extra), note="zip extra field tail"))
+        out.append(
+            Region(RegionKind.OTHER, offset + pos, offset + len(extra), note="zip extra field tail")
+        )
     return out
 
 
@@ -364,7 +387,9 @@ def _storage_run(
         start = where.file_offset
         if start is None or not lo + 8 <= start <= hi:
             continue
-        out.append(Region("header", start - 8, start, note=f"element count of storage {key}"))
+        out.append(
+            Region(RegionKind.HEADER, start - 8, start, note=f"element count of storage {key}")
+        )
         out.append(_storage_region(start, start + where.nbytes, key, users))
     return out
 
@@ -378,7 +403,7 @@ def _legacy_layout(
     summary: dict[str, Any] = {}
     for label in labels:
         data, end = _pickle_end(source, pos, source.size, f"the legacy {label} pickle")
-        regions.append(Region("metadata", pos, end, note=f"legacy stream {label} pickle"))
+        regions.append(Region(RegionKind.METADATA, pos, end, note=f"legacy stream {label} pickle"))
         if label == "object":
             summary = pickle_summary(data)
         pos = end
@@ -415,7 +440,7 @@ def _tar_layout(
     summary: dict[str, Any] = {}
     for info in infos:
         start, data, size = info.offset, info.offset_data, info.size
-        regions.append(Region("header", start, data, note=f"tar header of {info.name!r}"))
+        regions.append(Region(RegionKind.HEADER, start, data, note=f"tar header of {info.name!r}"))
         if info.name == "storages":
             inner = _storage_run(parsed, users, data, data + size)
             regions += inner
@@ -423,34 +448,51 @@ def _tar_layout(
             for region in inner:  # the pickled headers between storages
                 if region.start > pos:
                     regions.append(
-                        Region("metadata", pos, region.start, note="tar storages member pickles")
+                        Region(
+                            RegionKind.METADATA,
+                            pos,
+                            region.start,
+                            note="tar storages member pickles",
+                        )
                     )
                 pos = region.end
             if pos < data + size:
                 regions.append(
-                    Region("metadata", pos, data + size, note="tar storages member pickles")
+                    Region(
+                        RegionKind.METADATA, pos, data + size, note="tar storages member pickles"
+                    )
                 )
         elif size:
-            regions.append(Region("metadata", data, data + size, note=f"tar member {info.name!r}"))
+            regions.append(
+                Region(RegionKind.METADATA, data, data + size, note=f"tar member {info.name!r}")
+            )
             if info.name == "pickle":
                 summary = pickle_summary(source.read(data, min(size, MAX_PICKLE_BYTES)))
         end = data + size
         padded = -(-end // _TAR_BLOCK) * _TAR_BLOCK
         if padded > end:
-            regions.append(Region("padding", end, padded, note="tar block padding to 512 bytes"))
+            regions.append(
+                Region(RegionKind.PADDING, end, padded, note="tar block padding to 512 bytes")
+            )
         end = padded
         members.append({"name": info.name, "offset": start, "data_offset": data, "size": size})
     if end < source.size:
         tail = source.view(end, source.size - end)
         if not any(tail):
-            regions.append(Region("padding", end, source.size, note="tar end-of-archive blocks"))
+            regions.append(
+                Region(RegionKind.PADDING, end, source.size, note="tar end-of-archive blocks")
+            )
     header = {"container": "tar", "members": members, "pickle": summary}
     return header, regions
 
 
 def _plain_layout(source: ByteSource) -> tuple[dict[str, Any], list[Region]]:
     data, end = _pickle_end(source, 0, source.size, "the pickle")
-    regions = [Region("metadata", 0, end, note="pickle (storages pickled by value inside)")]
+    regions = [
+        Region(RegionKind.METADATA, 0, end, note="pickle (storages pickled by value inside)")
+    ]
     if end < source.size:
-        regions.append(Region("other", end, source.size, note="bytes after the end of the pickle"))
+        regions.append(
+            Region(RegionKind.OTHER, end, source.size, note="bytes after the end of the pickle")
+        )
     return {"container": "pickle", "pickle": pickle_summary(data)}, regions

@@ -1,4 +1,4 @@
-"""From an unpickled object tree to named tensor entries, a kind, notes and facts.
+"""From an unpickled object tree to named tensor entries, a kind, notes and a structure.
 
 Naming follows the CLI contract ("Tensor names"): a flat state_dict keeps its keys; tensors in
 nested containers are named by their key path joined with ``.`` (list items by index); a whole
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ckptctl.dtypes import DType
 from ckptctl.errors import CorruptCheckpointError, UnsupportedError
 from ckptctl.formats.pytorch._unpickler import StorageRef, Stub, TensorRef
-from ckptctl.model import ComputedData, FileData, TensorEntry
+from ckptctl.model import CheckpointKind, ComputedData, FileData, Structure, TensorEntry
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -61,13 +61,13 @@ class Found:
 
 
 @dataclass
-class Structure:
+class Analysis:
     """Everything ``open`` reports besides the entries."""
 
     found: list[Found]
-    kind: str
+    kind: CheckpointKind
     notes: list[str]
-    facts: dict[str, Any]
+    structure: Structure
 
 
 def _short(qualname: str) -> str:
@@ -187,7 +187,7 @@ class _Walker:
             stack.extend((child, (*parts, name), owner) for name, child in reversed(kids))
 
 
-def analyse(parsed: Parsed) -> Structure:
+def analyse(parsed: Parsed) -> Analysis:
     """Find and name every tensor in ``parsed.root``; classify the checkpoint."""
     walker = _Walker(parsed)
     root = parsed.root
@@ -202,41 +202,37 @@ def analyse(parsed: Parsed) -> Structure:
     top = sum(1 for f in found if f.container == "" and isinstance(root, dict))
     containers = dict(Counter(f.container for f in found if f.container))
     if parsed.format == "torchscript":
-        kind = "torchscript"
+        kind = CheckpointKind.TORCHSCRIPT
         notes.append(
             f"a TorchScript archive of {_short(module_class or '?')}, listed with its "
             "state_dict() names"
         )
         top = 0
     elif module_class is not None:
-        kind = "module"
+        kind = CheckpointKind.MODULE
         notes.append(f"a pickled {_short(module_class)} object, not a state_dict")
         top = 0
     elif isinstance(root, TensorRef | StorageRef):
-        kind = "tensor"
+        kind = CheckpointKind.TENSOR
         notes.append("a single bare tensor, listed as 'tensor'")
     elif not found:
-        kind = "empty"
+        kind = CheckpointKind.EMPTY
         notes.append("the file holds no tensors")
     elif top == len(found):
-        kind = "state_dict"
+        kind = CheckpointKind.STATE_DICT
     else:
-        kind = "nested"
+        kind = CheckpointKind.NESTED
         groups: Counter[str] = Counter()
         for f in found:
             if f.container:
                 groups[".".join(f.container.split(".")[:2])] += 1
         where = ", ".join(f"'{g}' ({n})" for g, n in groups.items())
         notes.append(f"nested checkpoint: tensors are under {where}")
-    facts: dict[str, Any] = {
-        "top_level_tensors": top,
-        "containers": containers,
-        "module_class": module_class,
-        "top_level_keys": [k for k in root if isinstance(k, str)][:MAX_LISTED_KEYS]
-        if isinstance(root, dict)
-        else [],
-    }
-    return Structure(found, kind, notes, facts)
+    keys = (
+        [k for k in root if isinstance(k, str)][:MAX_LISTED_KEYS] if isinstance(root, dict) else []
+    )
+    structure = Structure(top, containers, module_class, tuple(keys))
+    return Analysis(found, kind, notes, structure)
 
 
 # --- entries ----------------------------------------------------------------------------------
@@ -252,7 +248,7 @@ def _contiguous(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
 
 
 def make_entries(
-    parsed: Parsed, structure: Structure, source: ByteSource
+    parsed: Parsed, structure: Analysis, source: ByteSource
 ) -> tuple[list[TensorEntry], list[str]]:
     """Turn found tensors into lazy entries; return them and notes on shared storages."""
     users: Counter[tuple[str, int]] = Counter()
