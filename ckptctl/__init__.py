@@ -35,9 +35,10 @@ if TYPE_CHECKING:
     from ckptctl.formats import open_checkpoint, read_layout, save_checkpoint
     from ckptctl.model import Checkpoint, TensorEntry
     from ckptctl.ops.convert import ConvertOptions, convert
-    from ckptctl.ops.diff import DiffOptions, diff_checkpoints
+    from ckptctl.ops.diff import diff_checkpoints
     from ckptctl.ops.inspect import describe_header, list_tensors
     from ckptctl.ops.verify import verify
+    from ckptctl.report.diff import DiffOptions
 
 _LAZY = {
     "DType": "ckptctl.dtypes",
@@ -48,7 +49,7 @@ _LAZY = {
     "TensorEntry": "ckptctl.model",
     "ConvertOptions": "ckptctl.ops.convert",
     "convert": "ckptctl.ops.convert",
-    "DiffOptions": "ckptctl.ops.diff",
+    "DiffOptions": "ckptctl.report.diff",
     "diff_checkpoints": "ckptctl.ops.diff",
     "describe_header": "ckptctl.ops.inspect",
     "list_tensors": "ckptctl.ops.inspect",

@@ -35,6 +35,9 @@ class StrEnum(str, Enum):
     def __format__(self, spec: str) -> str:
         return format(str(self.value), spec)
 
+    def __hash__(self) -> int:  # Enum hashes the member name; equal strings must hash alike
+        return hash(str(self.value))
+
 
 class CheckpointKind(StrEnum):
     """What a pickle-based checkpoint is as a whole (the CLI contract's kinds)."""

@@ -153,22 +153,3 @@ class PickleSafety:
         if unreached is not None and unreached is not Verdict.SAFE:
             line += f"; streams torch.load does not read are {unreached.value}"
         return line
-
-    def to_json(self) -> dict[str, object]:
-        """The verdict with its evidence, as in ``verify --json`` details and ``ls --json``."""
-        unreached = self.unreached_verdict
-        return {
-            "verdict": self.verdict.value,
-            "globals": [
-                {"name": g.name, "class": g.verdict.value, "where": g.where}
-                | ({"reason": g.reason} if g.reason else {})
-                | ({"reached": False} if not g.reached else {})
-                for g in self.globals
-            ],
-            "problems": [
-                {"message": p.message, "class": p.verdict.value, "where": p.where}
-                | ({"reached": False} if not p.reached else {})
-                for p in self.problems
-            ],
-            "unreached_verdict": None if unreached is None else unreached.value,
-        }

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 import click
+
+from ckptctl.model import StrEnum
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -16,22 +20,75 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., object])
 
 
+class OutputFormat(StrEnum):
+    """How a command prints its report."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
 def output_options(func: F) -> F:
-    """``--format text|json`` and its shorthand ``--json``."""
-    func = click.option(
+    """``--format text|json`` and its shorthand ``--json``, passed on as one ``fmt``."""
+
+    @functools.wraps(func)
+    def wrapper(*args: object, as_json: bool, output_format: str, **kwargs: object) -> object:
+        json_out = as_json or output_format == OutputFormat.JSON
+        return func(*args, fmt=OutputFormat.JSON if json_out else OutputFormat.TEXT, **kwargs)
+
+    wrapped = click.option(
         "--json",
         "as_json",
         is_flag=True,
         help="Print one JSON object (schema_version 1) instead of text.",
-    )(func)
-    return click.option(
+    )(wrapper)
+    return click.option(  # type: ignore[return-value]  # the wrapper keeps func's click params
         "--format",
         "output_format",
-        type=click.Choice(["text", "json"]),
-        default="text",
+        type=click.Choice([f.value for f in OutputFormat]),
+        default=OutputFormat.TEXT.value,
         show_default=True,
         help="Output format.",
-    )(func)
+    )(wrapped)
+
+
+def emit(
+    report: object, fmt: OutputFormat, console: Console | None = None, **options: bool
+) -> None:
+    """Print ``report``: one JSON object on stdout, or its text rendering on ``console``.
+
+    ``options`` go to the text renderer (``all_regions``, ``show_all``, ``quiet``).
+    """
+    if fmt is OutputFormat.JSON:
+        from ckptctl.report.json import dumps, to_json
+
+        click.echo(dumps(to_json(report)), nl=False)
+        return
+    from ckptctl.report.render import render
+
+    render(report, console or make_console(), **options)
+
+
+_SIZE_UNITS = {
+    "": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40,
+}  # fmt: skip
+
+
+class ByteSize(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.5 on
+    """A size: ``5GB`` → 5_000_000_000, ``2GiB`` → 2**31, ``1048576`` bytes (as Hugging Face)."""
+
+    name = "size"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value)
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B?)\s*", text.upper())
+        if match is None or float(match.group(1)) <= 0:
+            self.fail(f"invalid size {text!r}: write it like 500MB, 5GB or 2GiB", param, ctx)
+        return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
 
 
 def force_option(func: F) -> F:
@@ -120,11 +177,6 @@ def print_warnings(console: Console, warnings: Iterable[str]) -> None:
         console.print(Text(f"warning: {sanitize(warning)}"))
 
 
-def wants_json(as_json: bool, output_format: str) -> bool:
-    """True when JSON output was asked for by either option."""
-    return as_json or output_format == "json"
-
-
 def make_console(*, stderr: bool = False) -> Console:
     """A console for this invocation: no colour when NO_COLOR/--no-color or not a terminal."""
     from rich.console import Console
@@ -182,8 +234,3 @@ def byte_progress(console: Console, description: str) -> Iterator[Callable[..., 
             progress.update(task, advance=nbytes, total=total)
 
         yield advance
-
-
-def print_json(text: str) -> None:
-    """Write JSON text to stdout as is."""
-    click.echo(text, nl=False)

@@ -8,16 +8,17 @@ from typing import TYPE_CHECKING
 import click
 
 from ckptctl.cli._options import (
+    ByteSize,
+    OutputFormat,
     adapter_option,
     byte_progress,
+    emit,
     make_console,
     module_type_option,
     output_options,
-    print_json,
     print_warnings,
     remap_option,
     state_key_option,
-    wants_json,
     write_options,
 )
 from ckptctl.errors import ExitCode
@@ -31,37 +32,35 @@ def run_conversion(
     dst: str,
     options: ConvertOptions,
     *,
-    as_json: bool,
-    output_format: str,
+    fmt: OutputFormat,
     quiet: bool,
-) -> None:
-    """Run the pipeline, render the report, exit 1 when a target check failed (shared by remap)."""
+) -> int:
+    """Run the pipeline and print the report; the exit code (1: a target check failed).
+
+    Shared by ``convert`` and ``remap``.
+    """
     from dataclasses import replace
 
     from ckptctl.ops.convert import convert
 
-    json_out = wants_json(as_json, output_format)
     err = make_console(stderr=True)
-    if options.dry_run or quiet or json_out or not err.is_terminal:
+    if options.dry_run or quiet or fmt is OutputFormat.JSON or not err.is_terminal:
         report = convert(src, dst, options)
     else:
         with byte_progress(err, f"writing {os.path.basename(dst)}") as advance:
             report = convert(src, dst, replace(options, progress=advance))
-    if json_out:
-        from ckptctl.report.json import dumps, to_json
-
-        print_json(dumps(to_json(report)))
+    if fmt is OutputFormat.JSON:
+        emit(report, fmt)
     else:
         from rich.text import Text
 
         from ckptctl.report.sanitize import sanitize
-        from ckptctl.report.text import render_convert
 
         print_warnings(err, report.warnings)
         if options.dry_run or not report.ok:
-            render_convert(report, make_console())
+            emit(report, fmt)
         elif not quiet:
-            render_convert(report, err)
+            emit(report, fmt, err)
         if not report.ok and not report.written:
             err.print(
                 Text(
@@ -69,8 +68,7 @@ def run_conversion(
                     "--target; fix the names (see above) or pass --allow-partial"
                 )
             )
-    if not report.ok:
-        raise SystemExit(int(ExitCode.CHECK_FAILED))
+    return ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
 
 
 @click.command("convert")
@@ -119,6 +117,7 @@ def run_conversion(
 @click.option(
     "--max-shard-size",
     metavar="SIZE",
+    type=ByteSize(),
     help="Write Hugging Face sharded safetensors (DST must end in .safetensors): shards of at "
     "most SIZE (e.g. 5GB, 500MB, 2GiB) named like model-00001-of-00003.safetensors, plus "
     "DST.index.json.",
@@ -138,14 +137,13 @@ def command(
     target: str | None,
     allow_partial: bool,
     param_ids_from: str | None,
-    max_shard_size: str | None,
+    max_shard_size: int | None,
     force: bool,
     no_fsync: bool,
     dry_run: bool,
     quiet: bool,
-    as_json: bool,
-    output_format: str,
-) -> None:
+    fmt: OutputFormat,
+) -> int:
     """Convert SRC to DST; DST's extension picks the format (.safetensors, .bpk, .pt/.pth/.bin).
 
     Tensors go through: --state-key, --include/--exclude, --remap rules (in order), then
@@ -162,11 +160,6 @@ def command(
     """
     from ckptctl.ops.convert import ConvertOptions
 
-    max_shard_bytes = None
-    if max_shard_size is not None:
-        from ckptctl.formats.sharded import parse_size
-
-        max_shard_bytes = parse_size(max_shard_size)
     options = ConvertOptions(
         state_key=state_key,
         include=include,
@@ -178,9 +171,9 @@ def command(
         target=target,
         allow_partial=allow_partial,
         param_ids_from=param_ids_from,
-        max_shard_bytes=max_shard_bytes,
+        max_shard_bytes=max_shard_size,
         force=force,
         fsync=not no_fsync,
         dry_run=dry_run,
     )
-    run_conversion(src, dst, options, as_json=as_json, output_format=output_format, quiet=quiet)
+    return run_conversion(src, dst, options, fmt=fmt, quiet=quiet)

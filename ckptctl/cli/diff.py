@@ -5,16 +5,16 @@ from __future__ import annotations
 import click
 
 from ckptctl.cli._options import (
+    OutputFormat,
     adapter_option,
     byte_progress,
+    emit,
     make_console,
     module_type_option,
     output_options,
-    print_json,
     print_warnings,
     remap_option,
     state_key_option,
-    wants_json,
 )
 from ckptctl.errors import ExitCode
 
@@ -72,9 +72,8 @@ def command(
     atol: float,
     values_only: bool,
     show_all: bool,
-    as_json: bool,
-    output_format: str,
-) -> None:
+    fmt: OutputFormat,
+) -> int:
     """Compare checkpoints A and B tensor by tensor, across formats (.pt, .safetensors, .bpk).
 
     Reports tensors only in A or only in B (with "Did you mean"), and for each common tensor
@@ -99,9 +98,9 @@ def command(
         --state-key model --state-key-b state_dict.model
       ckptctl diff fixtures/valid/burnpack/net.bpk fixtures/valid/optim/model.bpk  # exit 1
     """
-    from ckptctl.ops.diff import DiffOptions, diff_checkpoints
+    from ckptctl.ops.diff import diff_checkpoints
+    from ckptctl.report.diff import DiffOptions
 
-    json_out = wants_json(as_json, output_format)
     options = DiffOptions(
         state_key=state_key,
         state_key_b=state_key_b,
@@ -113,22 +112,14 @@ def command(
         values_only=values_only,
     )
     err = make_console(stderr=True)
-    if json_out or not err.is_terminal:
+    if fmt is OutputFormat.JSON or not err.is_terminal:
         report = diff_checkpoints(a, b, options)
     else:
         from dataclasses import replace
 
         with byte_progress(err, "comparing") as advance:
             report = diff_checkpoints(a, b, replace(options, progress=advance))
-    if json_out:
-        from ckptctl.report.diff import diff_json
-        from ckptctl.report.json import dumps
-
-        print_json(dumps(diff_json(report)))
-    else:
-        from ckptctl.report.diff import render_diff
-
+    if fmt is OutputFormat.TEXT:
         print_warnings(err, report.warnings)
-        render_diff(report, make_console(), show_all=show_all)
-    if not report.identical:
-        raise SystemExit(int(ExitCode.CHECK_FAILED))
+    emit(report, fmt, show_all=show_all)
+    return ExitCode.OK if report.identical else ExitCode.CHECK_FAILED

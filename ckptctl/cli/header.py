@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import click
 
-from ckptctl.cli._options import make_console, output_options, print_json, wants_json
+from ckptctl.cli._options import OutputFormat, emit, output_options
+from ckptctl.errors import ExitCode
 
 
 @click.command("header")
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=False))
 @click.option("--all", "all_regions", is_flag=True, help="Show every region, however many.")
 @output_options
-def command(file: str, all_regions: bool, as_json: bool, output_format: str) -> None:
+def command(file: str, all_regions: bool, fmt: OutputFormat) -> int:
     """Show FILE's raw header, decoded, and account for every byte of the file.
 
     Each byte belongs to one region: header, metadata, padding (with its reason: burnpack's
@@ -25,12 +26,5 @@ def command(file: str, all_regions: bool, as_json: bool, output_format: str) -> 
     """
     from ckptctl.ops.inspect import describe_header
 
-    report = describe_header(file)
-    if wants_json(as_json, output_format):
-        from ckptctl.report.json import dumps, to_json
-
-        print_json(dumps(to_json(report)))
-    else:
-        from ckptctl.report.text import render_header
-
-        render_header(report, make_console(), all_regions=all_regions)
+    emit(describe_header(file), fmt, all_regions=all_regions)
+    return ExitCode.OK

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ckptctl.cli._options import (
-    make_console,
-    output_options,
-    print_json,
-    state_key_option,
-    wants_json,
-)
+from ckptctl.cli._options import OutputFormat, emit, output_options, state_key_option
+from ckptctl.errors import ExitCode
 
 
 @click.command("ls")
@@ -30,9 +25,8 @@ def command(
     state_key: str | None,
     pattern: str | None,
     sort: str,
-    as_json: bool,
-    output_format: str,
-) -> None:
+    fmt: OutputFormat,
+) -> int:
     """List the tensors in FILE (name, dtype, shape, parameters, bytes) with totals by dtype.
 
     Only the header is read. For PyTorch files, says what the file really is: a flat
@@ -47,12 +41,5 @@ def command(
     """
     from ckptctl.ops.inspect import list_tensors
 
-    report = list_tensors(file, state_key=state_key, pattern=pattern, sort=sort)
-    if wants_json(as_json, output_format):
-        from ckptctl.report.json import dumps, to_json
-
-        print_json(dumps(to_json(report)))
-    else:
-        from ckptctl.report.text import render_ls
-
-        render_ls(report, make_console())
+    emit(list_tensors(file, state_key=state_key, pattern=pattern, sort=sort), fmt)
+    return ExitCode.OK

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ckptctl.cli._options import (
+    OutputFormat,
     output_options,
     remap_option,
     state_key_option,
@@ -34,9 +35,8 @@ def command(
     no_fsync: bool,
     dry_run: bool,
     quiet: bool,
-    as_json: bool,
-    output_format: str,
-) -> None:
+    fmt: OutputFormat,
+) -> int:
     """Rename the tensors of SRC by ordered regex rules and write DST (any output format).
 
     The same engine as convert, without adapters: bytes are copied unchanged. Two tensors
@@ -54,4 +54,4 @@ def command(
     options = ConvertOptions(
         state_key=state_key, remap=rules, force=force, fsync=not no_fsync, dry_run=dry_run
     )
-    run_conversion(src, dst, options, as_json=as_json, output_format=output_format, quiet=quiet)
+    return run_conversion(src, dst, options, fmt=fmt, quiet=quiet)

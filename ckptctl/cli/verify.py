@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import click
 
-from ckptctl.cli._options import (
-    make_console,
-    output_options,
-    print_json,
-    quiet_option,
-    state_key_option,
-    wants_json,
-)
+from ckptctl.cli._options import OutputFormat, emit, output_options, quiet_option, state_key_option
 from ckptctl.errors import ExitCode
-from ckptctl.ops.verify import CHECKS
+from ckptctl.report.verify import CHECKS
 
 
 @click.command("verify")
@@ -88,9 +81,8 @@ def command(
     allow_globals: tuple[str, ...],
     trust: bool,
     quiet: bool,
-    as_json: bool,
-    output_format: str,
-) -> None:
+    fmt: OutputFormat,
+) -> int:
     """Check each FILE for CI: exit 0 when every file passes, 1 when any fails.
 
     Every file is checked for: readable (opens and passes every structural check), safe-pickle
@@ -125,14 +117,5 @@ def command(
         allow_globals=allow_globals,
         trust=trust,
     )
-    if wants_json(as_json, output_format):
-        from ckptctl.report.json import dumps
-        from ckptctl.report.verify import verify_to_json
-
-        print_json(dumps(verify_to_json(report)))
-    else:
-        from ckptctl.report.verify import render_verify
-
-        render_verify(report, make_console(), quiet=quiet)
-    if not report.ok:
-        raise SystemExit(int(ExitCode.CHECK_FAILED))
+    emit(report, fmt, quiet=quiet)
+    return ExitCode.OK if report.ok else ExitCode.CHECK_FAILED

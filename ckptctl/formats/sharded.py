@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
@@ -34,7 +33,6 @@ from ckptctl.errors import (
     CkptError,
     CorruptCheckpointError,
     InputError,
-    SelectionError,
     UnsupportedError,
 )
 from ckptctl.formats import register_format
@@ -373,25 +371,6 @@ register_format(SPEC)
 
 
 # --- writing -----------------------------------------------------------------------------------
-
-_SIZE_UNITS = {
-    "": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-    "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40,
-}  # fmt: skip
-
-
-def parse_size(text: str) -> int:
-    """``"5GB"`` → 5_000_000_000, ``"2GiB"`` → 2**31, ``"1048576"`` → 1048576 (as Hugging Face).
-
-    Raises:
-        SelectionError: not a positive size.
-    """
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B?)\s*", text.upper())
-    if match is None or float(match.group(1)) <= 0:
-        raise SelectionError(
-            f"invalid size {text!r}", hint="write it like 500MB, 5GB or 2GiB (bytes if no unit)"
-        )
-    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
 
 
 def plan_shards(entries: Sequence[TensorEntry], max_bytes: int) -> list[list[TensorEntry]]:

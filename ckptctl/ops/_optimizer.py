@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ckptctl.errors import CkptError
 from ckptctl.formats import open_checkpoint
+from ckptctl.report.optimizer import OptimizerCheck, OptimizerVerdict, Orphan
 
 if TYPE_CHECKING:
     import os
@@ -26,124 +27,6 @@ if TYPE_CHECKING:
 
 #: Float tensors that hold running statistics, not trainable parameters.
 RUNNING_STATS = ("running_mean", "running_var")
-
-
-@dataclass(frozen=True)
-class Orphan:
-    """An optimizer state whose ParamId no model tensor has.
-
-    Attributes:
-        param_id: the id the state is keyed by.
-        path: the parameter path the record gives for it, if any.
-        model_id: the ParamId of the model tensor at ``path``, when there is one.
-    """
-
-    param_id: int
-    path: str | None
-    model_id: int | None = None
-
-
-@dataclass(frozen=True)
-class OptimizerCheck:
-    """Will a Burn optimizer record attach to a model's parameters (burn-store spec §7.5)?
-
-    Counts follow the spec: ``O`` the record's state ids, ``M`` the model's ParamIds.
-
-    Attributes:
-        verdict: ``ok``, ``partial``, ``lost`` or ``no-ids``.
-        model: the model file; ``optimizer``: the record.
-        model_format: the model's format.
-        model_has_ids: the model carries at least one ParamId.
-        states: ``|O|``.
-        matched: ``|O ∩ M|``.
-        trainable: trainable model tensors (float, not running stats).
-        trainable_with_state: ``|O ∩ M_trainable|``.
-        running_stats: float tensors ignored as running statistics.
-        without_ids: trainable tensors that carry no ParamId.
-        path_disagreements: ``(id, recorded path, model tensor name)`` for matched ids.
-        shape_disagreements: one sentence per disagreement.
-        reinitialized: orphans whose recorded path names a model tensor.
-        foreign: orphans whose path is unknown or names no model tensor.
-        cohorts: the largest number of ids recorded for one path (1: no growth).
-        cohort_times: ``(min, max)`` of ``momentum.time`` per cohort, when recorded.
-        rebindable: every state can be re-keyed by its recorded path (same name and shape).
-        repair: the command that writes a model whose ParamIds match the record.
-    """
-
-    verdict: str
-    model: str
-    optimizer: str
-    model_format: str
-    model_has_ids: bool
-    states: int
-    matched: int
-    trainable: int
-    trainable_with_state: int
-    running_stats: int
-    without_ids: tuple[str, ...] = ()
-    path_disagreements: tuple[tuple[int, str, str], ...] = ()
-    shape_disagreements: tuple[str, ...] = ()
-    reinitialized: tuple[Orphan, ...] = ()
-    foreign: tuple[Orphan, ...] = ()
-    cohorts: int = 0
-    cohort_times: tuple[tuple[int, int] | None, ...] = ()
-    rebindable: bool = False
-    repair: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        """True only for the ``ok`` verdict."""
-        return self.verdict == "ok"
-
-    @property
-    def match_rate(self) -> float | None:
-        """``|O ∩ M| / |O|``; None without ParamIds in the model or without states."""
-        if not self.model_has_ids or not self.states:
-            return None
-        return self.matched / self.states
-
-    @property
-    def coverage(self) -> float | None:
-        """``|O ∩ M_trainable| / |M_trainable|``; None without ParamIds or trainable tensors."""
-        if not self.model_has_ids or not self.trainable:
-            return None
-        return self.trainable_with_state / self.trainable
-
-    def to_dict(self) -> dict[str, JSONValue]:
-        """A JSON-able dict with deterministic key order."""
-
-        def orphan(o: Orphan) -> dict[str, JSONValue]:
-            return {"param_id": o.param_id, "path": o.path, "model_id": o.model_id}
-
-        return {
-            "verdict": self.verdict,
-            "model": self.model,
-            "optimizer": self.optimizer,
-            "model_format": self.model_format,
-            "model_has_ids": self.model_has_ids,
-            "states": self.states,
-            "matched": self.matched,
-            "match_rate": self.match_rate,
-            "trainable": self.trainable,
-            "trainable_with_state": self.trainable_with_state,
-            "coverage": self.coverage,
-            "running_stats": self.running_stats,
-            "without_ids": list(self.without_ids),
-            "path_disagreements": [
-                {"param_id": i, "recorded": p, "model": m} for i, p, m in self.path_disagreements
-            ],
-            "shape_disagreements": list(self.shape_disagreements),
-            "orphans": {
-                "reinitialized": [orphan(o) for o in self.reinitialized],
-                "foreign": [orphan(o) for o in self.foreign],
-            },
-            "cohorts": self.cohorts,
-            "cohort_times": [
-                None if t is None else {"min": t[0], "max": t[1]} for t in self.cohort_times
-            ],
-            "rebindable": self.rebindable,
-            "repair": self.repair,
-        }
 
 
 @dataclass(frozen=True)
@@ -309,15 +192,15 @@ def check_optimizer(
     )
     cohorts, times = _cohorts(record)
     if not has_ids:
-        verdict = "no-ids"
+        verdict = OptimizerVerdict.NO_IDS
     elif not ids or (len(matched) == len(ids) and not path_dis and not shape_dis):
-        verdict = "ok"
+        verdict = OptimizerVerdict.OK
     elif not matched:
-        verdict = "lost"
+        verdict = OptimizerVerdict.LOST
     else:
-        verdict = "partial"
+        verdict = OptimizerVerdict.PARTIAL
     repair = None
-    if verdict != "ok" and (rebindable or (not has_ids and ids)):
+    if verdict is not OptimizerVerdict.OK and (rebindable or (not has_ids and ids)):
         key = f" --state-key {shlex.quote(state_key)}" if state_key is not None else ""
         repair = (
             f"ckptctl convert {shlex.quote(model_path)} fixed.bpk --param-ids-from "

@@ -27,7 +27,6 @@ from ckptctl.model import TensorData
 from ckptctl.ops.inspect import select_state_key, top_level_groups
 from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.model import ConvertReport, PlanRow
-from ckptctl.report.summary_text import render_summary
 from ckptctl.safety import Verdict
 
 if TYPE_CHECKING:
@@ -124,12 +123,12 @@ def convert(
         if opts.param_ids_from:
             outputs, note = _attach_param_ids(outputs, opts.param_ids_from)
             warnings.append(note)
-        summary = summary_text = None
+        summary = None
         fixes: tuple[str, ...] = ()
         ok = True
         if target_specs is not None:
             result = summarize(specs_of(outputs), target_specs)
-            summary, summary_text, fixes = result.to_dict(), render_summary(result), result.fixes
+            summary, fixes = result, result.fixes
             ok = result.ok
         by_name = {e.name: e for e in entries}
         rows = tuple(_plan_row(item, by_name[item.source]) for item in items)
@@ -157,7 +156,6 @@ def convert(
             dry_run=opts.dry_run,
             warnings=tuple(warnings),
             summary=summary,
-            summary_text=summary_text,
             fixes=fixes,
             ok=ok,
         )

@@ -46,9 +46,8 @@ from __future__ import annotations
 import math
 import os
 import shlex
-from collections import Counter
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ckptctl.errors import SelectionError
 from ckptctl.formats import open_checkpoint
@@ -56,139 +55,26 @@ from ckptctl.ops._compare import compare_values
 from ckptctl.ops.convert import ConvertOptions, build_plan
 from ckptctl.ops.inspect import select_state_key
 from ckptctl.ops.summary import did_you_mean, specs_of, suggest_fixes
+from ckptctl.report.diff import (
+    DEFAULT_ATOL,
+    DEFAULT_RTOL,
+    DiffOptions,
+    DiffReport,
+    DiffStatus,
+    OnlyIn,
+    TensorDiff,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from ckptctl.model import TensorEntry
     from ckptctl.ops._compare import ValueDiff
 
-Status = Literal["identical", "equal", "close", "dtype", "different", "transposed", "shape"]
-#: Every status, in the order counts and tables list them.
-STATUSES: tuple[Status, ...] = (
-    "identical",
-    "equal",
-    "close",
-    "dtype",
-    "different",
-    "transposed",
-    "shape",
-)
-#: Statuses that leave two checkpoints identical.
-PASSING: frozenset[str] = frozenset({"identical", "equal", "close"})
-DEFAULT_RTOL = 1e-5
-DEFAULT_ATOL = 1e-8
 #: Jaro comparisons spent on "Did you mean" per side (a name against every name of the other
 #: side); names beyond the budget get no suggestion. The first ten always get one.
 SUGGESTION_BUDGET = 200_000
 SUGGEST_AT_LEAST = 10
-
-
-@dataclass(frozen=True)
-class DiffOptions:
-    """What to do to A before comparing, and how close values must be.
-
-    Attributes:
-        state_key: descend into this dotted key of A.
-        state_key_b: descend into this dotted key of B.
-        remap: ordered ``PATTERN=REPLACEMENT`` rules applied to A's names (as ``convert``).
-        adapters: adapter names applied to A after the rules (as ``convert``).
-        module_types: ``REGEX=Type`` rules for the layout adapters (as ``convert``).
-        rtol: relative tolerance (of B's value).
-        atol: absolute tolerance.
-        values_only: a tensor whose dtype differs but whose values are close passes.
-        progress: called with A's byte count of each tensor once it is compared.
-    """
-
-    state_key: str | None = None
-    state_key_b: str | None = None
-    remap: tuple[str, ...] = ()
-    adapters: tuple[str, ...] = ()
-    module_types: tuple[str, ...] = ()
-    rtol: float = DEFAULT_RTOL
-    atol: float = DEFAULT_ATOL
-    values_only: bool = False
-    progress: Callable[[int], None] | None = field(default=None, compare=False)
-
-
-@dataclass(frozen=True)
-class TensorDiff:
-    """One tensor present on both sides.
-
-    ``max_abs``, ``max_rel``, ``mismatched`` and ``nan_mismatched`` are None when the values
-    were not compared (status ``shape``).
-    """
-
-    name: str
-    status: Status
-    dtype_a: str
-    dtype_b: str
-    shape_a: tuple[int, ...]
-    shape_b: tuple[int, ...]
-    numel: int
-    max_abs: float | None = None
-    max_rel: float | None = None
-    mismatched: int | None = None
-    nan_mismatched: int | None = None
-
-
-@dataclass(frozen=True)
-class OnlyIn:
-    """A tensor name on one side only, with the most similar name only on the other side."""
-
-    name: str
-    suggestion: str | None = None
-
-
-@dataclass(frozen=True)
-class DiffReport:
-    """What ``ckptctl diff`` found; render with ``report.diff``."""
-
-    a: str
-    b: str
-    format_a: str
-    format_b: str
-    tensors_a: int
-    tensors_b: int
-    tensors: tuple[TensorDiff, ...]
-    only_in_a: tuple[OnlyIn, ...]
-    only_in_b: tuple[OnlyIn, ...]
-    options: DiffOptions
-    fixes: tuple[str, ...] = ()
-    suggested_command: str | None = None
-    warnings: tuple[str, ...] = ()
-
-    def passes(self, row: TensorDiff) -> bool:
-        """True when ``row`` does not make the checkpoints differ."""
-        return row.status in PASSING or (self.options.values_only and row.status == "dtype")
-
-    @property
-    def identical(self) -> bool:
-        """Same names and every common tensor passes (see the module docstring)."""
-        return not self.only_in_a and not self.only_in_b and all(map(self.passes, self.tensors))
-
-    @property
-    def ok(self) -> bool:
-        """Alias of :attr:`identical` (the CLI exits 1 when false)."""
-        return self.identical
-
-    @property
-    def differing(self) -> tuple[TensorDiff, ...]:
-        """The common tensors that do not pass."""
-        return tuple(t for t in self.tensors if not self.passes(t))
-
-    def counts(self) -> dict[str, int]:
-        """Tensor counts, per side and per status, in a fixed key order."""
-        by_status = Counter(t.status for t in self.tensors)
-        out = {
-            "tensors_a": self.tensors_a,
-            "tensors_b": self.tensors_b,
-            "common": len(self.tensors),
-            "only_in_a": len(self.only_in_a),
-            "only_in_b": len(self.only_in_b),
-        }
-        out.update({status: by_status[status] for status in STATUSES})
-        return out
 
 
 def diff_checkpoints(
@@ -259,7 +145,7 @@ def diff_checkpoints(
     shapes_a = {e.name: e.shape for e in outputs}
     shapes_b = {e.name: e.shape for e in entries_b}
     for row in rows:
-        if row.status == "shape":
+        if row.status is DiffStatus.SHAPE:
             # values were compared and do not match transposed: hide the swapped shape from
             # suggest_fixes so that it proposes no transposing adapter on shapes alone
             shapes_a[row.name] = shapes_b[row.name]
@@ -280,28 +166,28 @@ def compare_entries(a: TensorEntry, b: TensorEntry, *, rtol: float, atol: float)
     Returns:
         The tensor's status and value differences.
     """
-    status: Status
+    status: DiffStatus
     values: ValueDiff | None = None
     if a.shape == b.shape:
         values = compare_values(a, b, rtol=rtol, atol=atol)
         if values.identical_bytes:
-            status = "identical"
+            status = DiffStatus.IDENTICAL
         elif not values.allclose:
-            status = "different"
+            status = DiffStatus.DIFFERENT
             if _is_square(a.shape):  # a square weight stored the other way round
                 turned = compare_values(a, b, rtol=rtol, atol=atol, transposed=True)
                 if turned.allclose:
-                    status, values = "transposed", turned
+                    status, values = DiffStatus.TRANSPOSED, turned
         elif a.dtype is not b.dtype:
-            status = "dtype"
+            status = DiffStatus.DTYPE
         else:
-            status = "equal" if values.equal else "close"
+            status = DiffStatus.EQUAL if values.equal else DiffStatus.CLOSE
     elif len(a.shape) == 2 and b.shape == (a.shape[1], a.shape[0]):
         turned = compare_values(a, b, rtol=rtol, atol=atol, transposed=True)
-        status = "transposed" if turned.allclose else "shape"
+        status = DiffStatus.TRANSPOSED if turned.allclose else DiffStatus.SHAPE
         values = turned if turned.allclose else None
     else:
-        status = "shape"
+        status = DiffStatus.SHAPE
     return TensorDiff(
         name=a.name,
         status=status,
@@ -337,7 +223,7 @@ def _fixes(
     """Options that would reconcile A with B, verified by ``suggest_fixes`` where it applies."""
     opts = report.options
     fixes: list[str] = []
-    turned = any(t.status == "transposed" for t in report.tensors)
+    turned = any(t.status is DiffStatus.TRANSPOSED for t in report.tensors)
     if report.only_in_a or report.only_in_b or turned:
         missing = [o.name for o in report.only_in_b]
         unused = [o.name for o in report.only_in_a]
@@ -347,7 +233,7 @@ def _fixes(
     if fixes:
         return fixes
     differing = report.differing
-    if not opts.values_only and differing and all(t.status == "dtype" for t in differing):
+    if not opts.values_only and differing and all(t.status is DiffStatus.DTYPE for t in differing):
         if report.only_in_a or report.only_in_b:
             return []
         return ["--values-only"]

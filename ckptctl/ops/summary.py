@@ -21,21 +21,25 @@ from __future__ import annotations
 import re
 import shlex
 from collections import Counter
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ckptctl.adapters.rename import RemapRule, parse_rules
+from ckptctl.report.summary import (
+    DISPLAY_LIMIT,
+    DTypeNote,
+    LoadingSummary,
+    MissingTensor,
+    Shape,
+    SummaryError,
+    SummaryErrorKind,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from ckptctl.dtypes import DType
-    from ckptctl.model import JSONValue, TensorEntry
+    from ckptctl.model import TensorEntry
 
-Shape = tuple[int, ...]
-
-#: Burn shows and suggests for the first ten missing tensors only.
-DISPLAY_LIMIT = 10
 #: Minimum Jaro similarity for a "Did you mean" suggestion (Burn: 0.7).
 SUGGESTION_THRESHOLD = 0.7
 #: How many remap rules :func:`suggest_fixes` chains at most.
@@ -46,122 +50,6 @@ MAX_CANDIDATES = 30
 _NORM_TO_BURN = {"weight": "gamma", "bias": "beta"}
 _TO_TORCH = {v: k for k, v in _NORM_TO_BURN.items()}
 _NORM_PARAMS = frozenset(_NORM_TO_BURN) | frozenset(_TO_TORCH)
-
-
-def format_shape(shape: Shape) -> str:
-    """Rust debug form of a Burn shape: ``Shape { dims: [8, 5] }``."""
-    return "Shape { dims: [" + ", ".join(map(str, shape)) + "] }"
-
-
-@dataclass(frozen=True)
-class MissingTensor:
-    """A target name not found in the source.
-
-    Attributes:
-        name: the target tensor name.
-        container: Burn's dotted container stack, when a module map gives it.
-        suggestion: the "Did you mean" candidate (first ten missing tensors only).
-    """
-
-    name: str
-    container: str | None = None
-    suggestion: str | None = None
-
-
-@dataclass(frozen=True)
-class SummaryError:
-    """A tensor that was found but cannot be applied.
-
-    Attributes:
-        name: the target tensor name.
-        kind: ``shape_mismatch`` or ``load_error``.
-        expected: the target's shape (shape mismatch).
-        found: the source's shape (shape mismatch).
-        message: the load error text (load error).
-    """
-
-    name: str
-    kind: str
-    expected: Shape | None = None
-    found: Shape | None = None
-    message: str = ""
-
-    def text(self) -> str:
-        """Burn's error line (§5.2)."""
-        if self.kind == "shape_mismatch":
-            return (
-                f"Shape mismatch for '{self.name}': expected {format_shape(self.expected or ())}"
-                f", found {format_shape(self.found or ())}"
-            )
-        return f"Load error for '{self.name}': Failed to load tensor data: {self.message}"
-
-
-@dataclass(frozen=True)
-class DTypeNote:
-    """An applied tensor whose dtype differs from the target's (not an error in Burn)."""
-
-    name: str
-    expected: DType
-    found: DType
-
-
-@dataclass(frozen=True)
-class LoadingSummary:
-    """Burn's ``ApplyResult`` plus ckptctl extras; render with ``report.summary_text``.
-
-    ``enum_paths`` counts missing names that contain an enum variant (from container stacks
-    when known, else by Burn's CamelCase test); it triggers the enum hint block.
-    """
-
-    applied: tuple[str, ...]
-    skipped: tuple[str, ...]
-    missing: tuple[MissingTensor, ...]
-    unused: tuple[str, ...]
-    errors: tuple[SummaryError, ...]
-    dtype_notes: tuple[DTypeNote, ...] = ()
-    fixes: tuple[str, ...] = ()
-    enum_paths: int = 0
-
-    @property
-    def ok(self) -> bool:
-        """True when nothing is missing and nothing failed (unused never fails a load)."""
-        return not self.missing and not self.errors
-
-    def to_dict(self) -> dict[str, JSONValue]:
-        """A JSON-able dict with deterministic key order."""
-        return {
-            "ok": self.ok,
-            "counts": {
-                "applied": len(self.applied),
-                "skipped": len(self.skipped),
-                "missing": len(self.missing),
-                "unused": len(self.unused),
-                "errors": len(self.errors),
-            },
-            "applied": list(self.applied),
-            "skipped": list(self.skipped),
-            "missing": [
-                {"name": m.name, "container": m.container, "suggestion": m.suggestion}
-                for m in self.missing
-            ],
-            "unused": list(self.unused),
-            "errors": [
-                {
-                    "name": e.name,
-                    "kind": e.kind,
-                    "expected": None if e.expected is None else list(e.expected),
-                    "found": None if e.found is None else list(e.found),
-                    "message": e.text(),
-                }
-                for e in self.errors
-            ],
-            "dtype_notes": [
-                {"name": n.name, "expected": n.expected.value, "found": n.found.value}
-                for n in self.dtype_notes
-            ],
-            "fixes": list(self.fixes),
-            "enum_paths": self.enum_paths,
-        }
 
 
 def specs_of(entries: Iterable[TensorEntry]) -> dict[str, tuple[DType, Shape]]:
@@ -271,8 +159,8 @@ def summarize(
     Example:
         >>> from ckptctl.dtypes import DType
         >>> s = summarize({"a": (DType.F32, (2,))}, {"a": (DType.F32, (3,))})
-        >>> s.errors[0].text()
-        "Shape mismatch for 'a': expected Shape { dims: [3] }, found Shape { dims: [2] }"
+        >>> s.errors[0].expected, s.errors[0].found
+        ((3,), (2,))
     """
     applied: list[str] = []
     skipped: list[str] = []
@@ -296,7 +184,9 @@ def summarize(
             continue
         src_dtype, src_shape = source[found]
         if src_shape != shape:
-            errors.append(SummaryError(name, "shape_mismatch", expected=shape, found=src_shape))
+            errors.append(
+                SummaryError(name, SummaryErrorKind.SHAPE_MISMATCH, expected=shape, found=src_shape)
+            )
             continue
         applied.append(name)
         if src_dtype != dtype:

@@ -27,8 +27,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections import Counter
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,15 +36,11 @@ from ckptctl._io import CHUNK_BYTES
 from ckptctl.dtypes import DType, to_float
 from ckptctl.errors import CkptError, SelectionError, UnsafePickleError
 from ckptctl.formats import detect_format, open_checkpoint
-from ckptctl.ops._optimizer import (
-    OptimizerCheck,
-    OptimizerRecord,
-    Orphan,
-    check_optimizer,
-    load_record,
-)
+from ckptctl.ops._optimizer import OptimizerRecord, check_optimizer, load_record
 from ckptctl.ops.inspect import select_state_key, top_level_groups
-from ckptctl.ops.summary import LoadingSummary, specs_of, summarize
+from ckptctl.ops.summary import specs_of, summarize
+from ckptctl.report.optimizer import OptimizerCheck, Orphan
+from ckptctl.report.verify import CHECKS, FileResult, Finding, Status, VerifyReport
 from ckptctl.safety import PickleSafety, Verdict
 
 if TYPE_CHECKING:
@@ -67,17 +62,6 @@ __all__ = [
     "verify",
 ]
 
-#: Every check id, in the order findings appear.
-CHECKS = (
-    "readable",
-    "safe-pickle",
-    "sharded-index",
-    "flat-reader",
-    "min-tensors",
-    "expect",
-    "no-nan",
-    "optimizer",
-)
 #: Bytes read per ``os.pread`` call by the NaN/Inf scan (a multiple of every itemsize).
 SCAN_CHUNK_BYTES = CHUNK_BYTES
 #: Names listed in a finding's message before "and N more".
@@ -85,103 +69,6 @@ MESSAGE_LIMIT = 5
 
 _SCANNED = frozenset({DType.C64, DType.C128})
 _FLAT_READERS = "a flat name → tensor reader (candle's from_pth, safetensors' load)"
-
-
-class Status(Enum):
-    """A finding's outcome; only ``FAIL`` fails a file."""
-
-    OK = "ok"
-    WARN = "warn"
-    FAIL = "fail"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """The outcome of one check on one file.
-
-    Attributes:
-        check: the check id (one of :data:`CHECKS`).
-        status: ok, warn or fail.
-        message: what was found (strings from files are raw; renderers escape them).
-        hint: what to do next, when there is something to do.
-        details: machine-readable facts for ``--json`` (NaN counts, index problems ...).
-        summary: the Tensor Loading Summary (``expect``).
-        optimizer: the optimizer state check (``optimizer``).
-    """
-
-    check: str
-    status: Status
-    message: str
-    hint: str | None = None
-    details: Mapping[str, JSONValue] = field(default_factory=dict)
-    summary: LoadingSummary | None = None
-    optimizer: OptimizerCheck | None = None
-
-
-@dataclass(frozen=True)
-class FileResult:
-    """Every finding about one file.
-
-    Attributes:
-        path: the file as given.
-        format: the detected format, None when detection failed.
-        kind: what the file is as a whole (PyTorch), when known.
-        tensors: tensors found (below ``state_key`` when given), None when unreadable.
-        findings: in check order.
-    """
-
-    path: str
-    format: str | None
-    kind: str | None
-    tensors: int | None
-    findings: tuple[Finding, ...]
-
-    @property
-    def ok(self) -> bool:
-        """True when no finding failed."""
-        return all(f.status is not Status.FAIL for f in self.findings)
-
-    @property
-    def failures(self) -> tuple[Finding, ...]:
-        """The failed findings."""
-        return tuple(f for f in self.findings if f.status is Status.FAIL)
-
-
-@dataclass(frozen=True)
-class VerifyReport:
-    """The result of :func:`verify`: one :class:`FileResult` per path, in the order given."""
-
-    files: tuple[FileResult, ...]
-
-    @property
-    def ok(self) -> bool:
-        """True when every file passed."""
-        return all(f.ok for f in self.files)
-
-    @property
-    def passed(self) -> int:
-        """Files without a failed finding."""
-        return sum(1 for f in self.files if f.ok)
-
-    @property
-    def failed(self) -> int:
-        """Files with at least one failed finding."""
-        return len(self.files) - self.passed
-
-    @property
-    def warned(self) -> int:
-        """Passing files with at least one warning."""
-        return sum(
-            1 for f in self.files if f.ok and any(x.status is Status.WARN for x in f.findings)
-        )
-
-    def summary_line(self) -> str:
-        """``3 files: 2 passed, 1 failed`` (plus warnings when there are any)."""
-        n = len(self.files)
-        line = f"{n} file{'s' if n != 1 else ''}: {self.passed} passed, {self.failed} failed"
-        if self.warned:
-            line += f" ({self.warned} with warnings)"
-        return line
 
 
 # --- entry point --------------------------------------------------------------------------------
@@ -362,7 +249,6 @@ def _unsafe_from(exc: UnsafePickleError, opts: _Options) -> Finding:
 def _safe_pickle(safety: PickleSafety, opts: _Options) -> Finding:
     """The verdict as a finding: what was found, what it means, what to do."""
     safety = safety.allowing(opts.allow_globals)
-    details = safety.to_json()
     verdict = safety.verdict
     reached = [g for g in safety.globals if g.reached]
     if verdict is Verdict.UNSAFE:
@@ -377,7 +263,7 @@ def _safe_pickle(safety: PickleSafety, opts: _Options) -> Finding:
             f"unsafe: {what} in {where}: loading it with torch.load(weights_only=False) or pickle "
             "runs code",
             "do not load this file; ask its author for safetensors or a weights-only state_dict",
-            details=details,
+            safety=safety,
         )
     if verdict is Verdict.NEEDS_TRUST:
         untrusted = [g.name for g in safety.untrusted()]
@@ -399,7 +285,7 @@ def _safe_pickle(safety: PickleSafety, opts: _Options) -> Finding:
             f"needs trust: {what}; torch.load(weights_only=True) refuses it and "
             "weights_only=False would run that code",
             "; or ".join(fixes),
-            details=details,
+            safety=safety,
         )
     found = f"{_plural(len(reached), 'global')}, all on its allowlist" if reached else "no globals"
     unreached = safety.unreached_verdict
@@ -413,13 +299,13 @@ def _safe_pickle(safety: PickleSafety, opts: _Options) -> Finding:
             Status.WARN,
             f"safe for torch.load ({found}), but {', '.join(streams)} is {unreached.value}",
             "torch.load does not read it, other tools may: remove it or re-save the file",
-            details=details,
+            safety=safety,
         )
     return Finding(
         "safe-pickle",
         Status.OK,
         f"safe: torch.load(weights_only=True) loads it ({found})",
-        details=details,
+        safety=safety,
     )
 
 
@@ -634,9 +520,9 @@ def _expect(entries: list[TensorEntry], ref: str, specs: Specs | CkptError | Non
         hint = "see the Tensor Loading Summary"
         if first is not None and first.suggestion is not None:
             hint = f"missing {first.name!r}: did you mean {first.suggestion!r}? " + hint
-        return Finding("expect", Status.FAIL, text, hint, summary.to_dict(), summary=summary)
+        return Finding("expect", Status.FAIL, text, hint, summary=summary)
     status = Status.WARN if summary.unused else Status.OK
-    return Finding("expect", status, text, None, summary.to_dict(), summary=summary)
+    return Finding("expect", status, text, None, summary=summary)
 
 
 # --- no-nan -------------------------------------------------------------------------------------
@@ -724,7 +610,6 @@ def _optimizer(
 
 
 def _optimizer_finding(check: OptimizerCheck) -> Finding:
-    details = check.to_dict()
     rate = check.match_rate
     pct = "" if rate is None else f" ({rate:.1%})"
     growth = (
@@ -751,7 +636,7 @@ def _optimizer_finding(check: OptimizerCheck) -> Finding:
         )
         if check.repair and not check.rebindable:
             hint += " (some recorded paths or shapes do not match this model; check the result)"
-        return Finding("optimizer", Status.FAIL, message, hint, details, optimizer=check)
+        return Finding("optimizer", Status.FAIL, message, hint, optimizer=check)
     if check.verdict == "ok":
         if not check.states:
             message = "ok: the optimizer record holds no parameter states"
@@ -766,10 +651,9 @@ def _optimizer_finding(check: OptimizerCheck) -> Finding:
                 message + f"; {_plural(len(check.without_ids), 'trainable tensor')} carry no "
                 "param_id and get random ids on load",
                 None,
-                details,
                 optimizer=check,
             )
-        return Finding("optimizer", Status.OK, message, None, details, optimizer=check)
+        return Finding("optimizer", Status.OK, message, None, optimizer=check)
     if check.verdict == "lost":
         message = (
             f"lost: none of the {check.states:,} optimizer states attach (0.0%); resuming would "
@@ -797,4 +681,4 @@ def _optimizer_finding(check: OptimizerCheck) -> Finding:
             "states without a matching ParamId start from scratch; resume from the model file "
             "saved together with this record"
         )
-    return Finding("optimizer", Status.FAIL, message, hint, details, optimizer=check)
+    return Finding("optimizer", Status.FAIL, message, hint, optimizer=check)

@@ -1,213 +1,150 @@
-"""Text and JSON renderings of a ``diff`` report (``ckptctl.ops.diff.DiffReport``).
+"""What ``diff`` found: the options it ran with and every tensor's status (types only).
 
-Text: a header naming both files, a table of the tensors that differ (all with ``show_all``),
-the names found on one side only (first ten, with "Did you mean"), the suggested command and a
-one-line verdict. JSON: the schema in ``ckptctl.ops.diff``'s docstring, keys in a fixed order.
-Every string taken from a file (paths, tensor names) goes through ``report.sanitize`` and into
-rich as ``Text``.
+:func:`ckptctl.ops.diff.diff_checkpoints` computes it; ``report.render_diff`` prints it and
+``report.json`` gives its JSON.
 """
 
 from __future__ import annotations
 
-import math
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rich.text import Text
-
-from ckptctl.report.model import SCHEMA_VERSION
-from ckptctl.report.sanitize import sanitize
-from ckptctl.report.text import PlainTable, print_table
+from ckptctl.model import StrEnum
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from collections.abc import Callable
 
-    from ckptctl.model import JSONValue
-    from ckptctl.ops.diff import DiffReport, OnlyIn, TensorDiff
-
-#: Names listed per one-side-only list (as Burn's summary does).
-DISPLAY_LIMIT = 10
+DEFAULT_RTOL = 1e-5
+DEFAULT_ATOL = 1e-8
 
 
-def _number(value: float | None) -> JSONValue:
-    """A JSON number, ``"inf"`` for infinity (JSON has none), or null."""
-    if value is None:
-        return None
-    if math.isinf(value):
-        return "inf"
-    return value
+class DiffStatus(StrEnum):
+    """How one common tensor compares (see ``ckptctl.ops.diff``)."""
+
+    IDENTICAL = "identical"
+    EQUAL = "equal"
+    CLOSE = "close"
+    DTYPE = "dtype"
+    DIFFERENT = "different"
+    TRANSPOSED = "transposed"
+    SHAPE = "shape"
 
 
-def _only(rows: tuple[OnlyIn, ...]) -> list[JSONValue]:
-    return [{"name": r.name, "suggestion": r.suggestion} for r in rows]
+#: Every status, in the order counts and tables list them.
+STATUSES: tuple[DiffStatus, ...] = tuple(DiffStatus)
+#: Statuses that leave two checkpoints identical.
+PASSING: frozenset[DiffStatus] = frozenset(
+    {DiffStatus.IDENTICAL, DiffStatus.EQUAL, DiffStatus.CLOSE}
+)
+DEFAULT_RTOL = 1e-5
+DEFAULT_ATOL = 1e-8
 
 
-def _tensor(row: TensorDiff) -> dict[str, JSONValue]:
-    return {
-        "name": row.name,
-        "status": row.status,
-        "dtype_a": row.dtype_a,
-        "dtype_b": row.dtype_b,
-        "shape_a": list(row.shape_a),
-        "shape_b": list(row.shape_b),
-        "numel": row.numel,
-        "max_abs": _number(row.max_abs),
-        "max_rel": _number(row.max_rel),
-        "mismatched": row.mismatched,
-        "nan_mismatched": row.nan_mismatched,
-    }
+@dataclass(frozen=True)
+class DiffOptions:
+    """What to do to A before comparing, and how close values must be.
 
-
-def diff_json(report: DiffReport) -> dict[str, JSONValue]:
-    """The JSON object of a diff report (schema in ``ckptctl.ops.diff``)."""
-    opts = report.options
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "a": report.a,
-        "b": report.b,
-        "format_a": report.format_a,
-        "format_b": report.format_b,
-        "identical": report.identical,
-        "options": {
-            "state_key": opts.state_key,
-            "state_key_b": opts.state_key_b,
-            "remap": list(opts.remap),
-            "adapters": list(opts.adapters),
-            "module_types": list(opts.module_types),
-            "rtol": opts.rtol,
-            "atol": opts.atol,
-            "values_only": opts.values_only,
-        },
-        "counts": dict(report.counts()),
-        "only_in_a": _only(report.only_in_a),
-        "only_in_b": _only(report.only_in_b),
-        "tensors": [_tensor(t) for t in report.tensors],
-        "fixes": list(report.fixes),
-        "suggested_command": report.suggested_command,
-        "warnings": list(report.warnings),
-    }
-
-
-def _shape(shape: tuple[int, ...]) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
-def _pair(a: str, b: str) -> str:
-    return a if a == b else f"{a} → {b}"
-
-
-def _float(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return "inf" if math.isinf(value) else f"{value:.3g}"
-
-
-def _mismatch(row: TensorDiff) -> str:
-    if row.mismatched is None:
-        return "-"
-    text = f"{row.mismatched:,} / {row.numel:,}"
-    if row.nan_mismatched:
-        text += f" ({row.nan_mismatched:,} NaN)"
-    return text
-
-
-def _table(rows: list[TensorDiff]) -> PlainTable:
-    table = PlainTable()
-    table.add_column("name")
-    table.add_column("status")
-    table.add_column("dtype")
-    table.add_column("shape")
-    table.add_column("max abs", justify="right")
-    table.add_column("max rel", justify="right")
-    table.add_column("mismatched", justify="right")
-    for row in rows:
-        table.add_row(
-            sanitize(row.name),
-            row.status,
-            _pair(row.dtype_a, row.dtype_b),
-            _pair(_shape(row.shape_a), _shape(row.shape_b)),
-            _float(row.max_abs),
-            _float(row.max_rel),
-            _mismatch(row),
-        )
-    return table
-
-
-def _only_lines(title: str, rows: tuple[OnlyIn, ...]) -> list[Text]:
-    lines = [Text(f"{title} ({len(rows):,}):")]
-    for row in rows[:DISPLAY_LIMIT]:
-        lines.append(Text(f"  • {sanitize(row.name)}"))
-        if row.suggestion is not None:
-            lines.append(Text(f"      Did you mean: '{sanitize(row.suggestion)}'?"))
-    if len(rows) > DISPLAY_LIMIT:
-        lines.append(Text(f"  ... and {len(rows) - DISPLAY_LIMIT:,} more"))
-    return lines
-
-
-def verdict(report: DiffReport) -> str:
-    """The one-line conclusion, e.g. ``identical: 3 tensors ...`` or ``different: ...``."""
-    opts = report.options
-    tolerance = f"rtol={opts.rtol:g}, atol={opts.atol:g}"
-    n = len(report.tensors)
-    if report.identical:
-        what = (
-            "names, shapes and values" if opts.values_only else "names, dtypes, shapes and values"
-        )
-        noun = "tensor" if n == 1 else "tensors"
-        return f"identical: {n:,} {noun}, same {what} ({tolerance})"
-    parts = []
-    differing = len(report.differing)
-    if differing:
-        parts.append(f"{differing:,} of {n:,} common tensors differ ({tolerance})")
-    if report.only_in_a:
-        parts.append(f"{len(report.only_in_a):,} only in A")
-    if report.only_in_b:
-        parts.append(f"{len(report.only_in_b):,} only in B")
-    return "different: " + "; ".join(parts)
-
-
-def render_diff(report: DiffReport, console: Console, *, show_all: bool = False) -> None:
-    """Print a diff report for people.
-
-    Args:
-        report: the report.
-        console: where to print (stdout's console).
-        show_all: list every common tensor, not only those that differ.
+    Attributes:
+        state_key: descend into this dotted key of A.
+        state_key_b: descend into this dotted key of B.
+        remap: ordered ``PATTERN=REPLACEMENT`` rules applied to A's names (as ``convert``).
+        adapters: adapter names applied to A after the rules (as ``convert``).
+        module_types: ``REGEX=Type`` rules for the layout adapters (as ``convert``).
+        rtol: relative tolerance (of B's value).
+        atol: absolute tolerance.
+        values_only: a tensor whose dtype differs but whose values are close passes.
+        progress: called with A's byte count of each tensor once it is compared.
     """
-    console.print(
-        Text(f"A: {sanitize(report.a)} ({report.format_a}, {report.tensors_a:,} tensors)")
-    )
-    console.print(
-        Text(f"B: {sanitize(report.b)} ({report.format_b}, {report.tensors_b:,} tensors)")
-    )
-    opts = report.options
-    steps = [f"--state-key {o}" for o in [opts.state_key] if o is not None]
-    steps += [f"--remap {r}" for r in opts.remap] + [f"--adapter {a}" for a in opts.adapters]
-    if steps:
-        console.print(Text("A read with " + " ".join(sanitize(s) for s in steps)))
-    if opts.state_key_b is not None:
-        console.print(Text(f"B read with --state-key-b {sanitize(opts.state_key_b)}"))
-    rows = list(report.tensors) if show_all else list(report.differing)
-    if rows:
-        console.print()
-        print_table(console, _table(rows))
-    hidden = len(report.tensors) - len(rows)
-    if hidden:
-        counts = report.counts()
-        detail = ", ".join(
-            f"{counts[s]:,} {s}" for s in ("identical", "equal", "close", "dtype") if counts[s]
+
+    state_key: str | None = None
+    state_key_b: str | None = None
+    remap: tuple[str, ...] = ()
+    adapters: tuple[str, ...] = ()
+    module_types: tuple[str, ...] = ()
+    rtol: float = DEFAULT_RTOL
+    atol: float = DEFAULT_ATOL
+    values_only: bool = False
+    progress: Callable[[int], None] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class TensorDiff:
+    """One tensor present on both sides.
+
+    ``max_abs``, ``max_rel``, ``mismatched`` and ``nan_mismatched`` are None when the values
+    were not compared (status ``shape``).
+    """
+
+    name: str
+    status: DiffStatus
+    dtype_a: str
+    dtype_b: str
+    shape_a: tuple[int, ...]
+    shape_b: tuple[int, ...]
+    numel: int
+    max_abs: float | None = None
+    max_rel: float | None = None
+    mismatched: int | None = None
+    nan_mismatched: int | None = None
+
+
+@dataclass(frozen=True)
+class OnlyIn:
+    """A tensor name on one side only, with the most similar name only on the other side."""
+
+    name: str
+    suggestion: str | None = None
+
+
+@dataclass(frozen=True)
+class DiffReport:
+    """What ``ckptctl diff`` found; ``report.render_diff`` prints it."""
+
+    a: str
+    b: str
+    format_a: str
+    format_b: str
+    tensors_a: int
+    tensors_b: int
+    tensors: tuple[TensorDiff, ...]
+    only_in_a: tuple[OnlyIn, ...]
+    only_in_b: tuple[OnlyIn, ...]
+    options: DiffOptions
+    fixes: tuple[str, ...] = ()
+    suggested_command: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    def passes(self, row: TensorDiff) -> bool:
+        """True when ``row`` does not make the checkpoints differ."""
+        return row.status in PASSING or (
+            self.options.values_only and row.status is DiffStatus.DTYPE
         )
-        console.print()
-        noun = "tensor matches" if hidden == 1 else "tensors match"
-        console.print(Text(f"{hidden:,} {noun} ({detail}); --all lists them"))
-    for title, only in (("only in A", report.only_in_a), ("only in B", report.only_in_b)):
-        if only:
-            console.print()
-            for line in _only_lines(title, only):
-                console.print(line)
-    if report.suggested_command is not None:
-        console.print()
-        console.print(Text("to reconcile the names and layouts, try:"))
-        # never wrapped: the line is meant to be copied and pasted
-        console.print(Text(f"  {sanitize(report.suggested_command)}"), soft_wrap=True)
-    console.print()
-    console.print(Text(verdict(report)))
+
+    @property
+    def identical(self) -> bool:
+        """Same names and every common tensor passes (see the module docstring)."""
+        return not self.only_in_a and not self.only_in_b and all(map(self.passes, self.tensors))
+
+    @property
+    def ok(self) -> bool:
+        """Alias of :attr:`identical` (the CLI exits 1 when false)."""
+        return self.identical
+
+    @property
+    def differing(self) -> tuple[TensorDiff, ...]:
+        """The common tensors that do not pass."""
+        return tuple(t for t in self.tensors if not self.passes(t))
+
+    def counts(self) -> dict[str, int]:
+        """Tensor counts, per side and per status, in a fixed key order."""
+        by_status = Counter(t.status for t in self.tensors)
+        out = {
+            "tensors_a": self.tensors_a,
+            "tensors_b": self.tensors_b,
+            "common": len(self.tensors),
+            "only_in_a": len(self.only_in_a),
+            "only_in_b": len(self.only_in_b),
+        }
+        out.update({status: by_status[status] for status in STATUSES})
+        return out

@@ -1,12 +1,23 @@
-"""Stable JSON renderings of reports (``--json``): deterministic keys, ``schema_version``."""
+"""The one JSON path of every report (``--json``): deterministic keys, ``schema_version``.
+
+:func:`to_json` dispatches on the report type; nested parts (the Tensor Loading Summary, the
+Optimizer State Check, a pickle verdict) use the same function, so each has one JSON form.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from functools import singledispatch
 from typing import TYPE_CHECKING
 
+from ckptctl.report.diff import DiffReport, OnlyIn, TensorDiff
 from ckptctl.report.model import SCHEMA_VERSION, ConvertReport, HeaderReport, LsReport
+from ckptctl.report.optimizer import OptimizerCheck, Orphan
+from ckptctl.report.render_summary import error_line
+from ckptctl.report.summary import LoadingSummary
+from ckptctl.report.verify import FileResult, Finding, VerifyReport
+from ckptctl.safety import PickleSafety
 
 if TYPE_CHECKING:
     from ckptctl.model import JSONValue
@@ -60,7 +71,7 @@ def _ls(report: LsReport) -> dict[str, JSONValue]:
     if report.state_key is not None:
         out["state_key"] = report.state_key
     if report.safety is not None:
-        out["pickle"] = report.safety.to_json()
+        out["pickle"] = to_json(report.safety)
     return out
 
 
@@ -116,6 +127,217 @@ def _convert(report: ConvertReport) -> dict[str, JSONValue]:
             for row in report.plan
         ],
         "warnings": list(report.warnings),
-        "summary": report.summary,
+        "summary": None if report.summary is None else to_json(report.summary),
         "fixes": list(report.fixes),
+    }
+
+
+# --- diff ---------------------------------------------------------------------------------------
+
+
+def _number(value: float | None) -> JSONValue:
+    """A JSON number, ``"inf"`` for infinity (JSON has none), or null."""
+    if value is None:
+        return None
+    if math.isinf(value):
+        return "inf"
+    return value
+
+
+def _only(rows: tuple[OnlyIn, ...]) -> list[JSONValue]:
+    return [{"name": r.name, "suggestion": r.suggestion} for r in rows]
+
+
+def _tensor(row: TensorDiff) -> dict[str, JSONValue]:
+    return {
+        "name": row.name,
+        "status": row.status,
+        "dtype_a": row.dtype_a,
+        "dtype_b": row.dtype_b,
+        "shape_a": list(row.shape_a),
+        "shape_b": list(row.shape_b),
+        "numel": row.numel,
+        "max_abs": _number(row.max_abs),
+        "max_rel": _number(row.max_rel),
+        "mismatched": row.mismatched,
+        "nan_mismatched": row.nan_mismatched,
+    }
+
+
+@to_json.register(DiffReport)
+def _diff(report: DiffReport) -> dict[str, JSONValue]:
+    opts = report.options
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "a": report.a,
+        "b": report.b,
+        "format_a": report.format_a,
+        "format_b": report.format_b,
+        "identical": report.identical,
+        "options": {
+            "state_key": opts.state_key,
+            "state_key_b": opts.state_key_b,
+            "remap": list(opts.remap),
+            "adapters": list(opts.adapters),
+            "module_types": list(opts.module_types),
+            "rtol": opts.rtol,
+            "atol": opts.atol,
+            "values_only": opts.values_only,
+        },
+        "counts": dict(report.counts()),
+        "only_in_a": _only(report.only_in_a),
+        "only_in_b": _only(report.only_in_b),
+        "tensors": [_tensor(t) for t in report.tensors],
+        "fixes": list(report.fixes),
+        "suggested_command": report.suggested_command,
+        "warnings": list(report.warnings),
+    }
+
+
+# --- verify -------------------------------------------------------------------------------------
+
+
+def _details(finding: Finding) -> JSONValue:
+    """A finding's machine-readable facts; the summary, check or verdict it carries when any."""
+    if finding.summary is not None:
+        return to_json(finding.summary)
+    if finding.optimizer is not None:
+        return to_json(finding.optimizer)
+    if finding.safety is not None:
+        return to_json(finding.safety)
+    return dict(finding.details)
+
+
+def _finding_json(finding: Finding) -> dict[str, JSONValue]:
+    return {
+        "check": finding.check,
+        "status": finding.status.value,
+        "message": finding.message,
+        "hint": finding.hint,
+        "details": _details(finding),
+    }
+
+
+def _file_json(result: FileResult) -> dict[str, JSONValue]:
+    return {
+        "path": result.path,
+        "format": result.format,
+        "kind": result.kind,
+        "ok": result.ok,
+        "tensors": result.tensors,
+        "findings": [_finding_json(f) for f in result.findings],
+    }
+
+
+@to_json.register(VerifyReport)
+def _verify(report: VerifyReport) -> dict[str, JSONValue]:
+    """The ``--json`` object of a verify report (serialise with ``report.json.dumps``).
+
+    Shape: ``{"schema_version": 1, "ok": bool, "files": [{"path", "format", "kind", "ok",
+    "tensors", "findings": [{"check", "status", "message", "hint", "details"}]}],
+    "summary": {"files", "passed", "failed", "warned"}}``.
+    """
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "ok": report.ok,
+        "files": [_file_json(f) for f in report.files],
+        "summary": {
+            "files": len(report.files),
+            "passed": report.passed,
+            "failed": report.failed,
+            "warned": report.warned,
+        },
+    }
+
+
+@to_json.register(LoadingSummary)
+def _summary(summary: LoadingSummary) -> dict[str, JSONValue]:
+    return {
+        "ok": summary.ok,
+        "counts": {
+            "applied": len(summary.applied),
+            "skipped": len(summary.skipped),
+            "missing": len(summary.missing),
+            "unused": len(summary.unused),
+            "errors": len(summary.errors),
+        },
+        "applied": list(summary.applied),
+        "skipped": list(summary.skipped),
+        "missing": [
+            {"name": m.name, "container": m.container, "suggestion": m.suggestion}
+            for m in summary.missing
+        ],
+        "unused": list(summary.unused),
+        "errors": [
+            {
+                "name": e.name,
+                "kind": e.kind,
+                "expected": None if e.expected is None else list(e.expected),
+                "found": None if e.found is None else list(e.found),
+                "message": error_line(e),
+            }
+            for e in summary.errors
+        ],
+        "dtype_notes": [
+            {"name": n.name, "expected": n.expected.value, "found": n.found.value}
+            for n in summary.dtype_notes
+        ],
+        "fixes": list(summary.fixes),
+        "enum_paths": summary.enum_paths,
+    }
+
+
+@to_json.register(OptimizerCheck)
+def _optimizer(check: OptimizerCheck) -> dict[str, JSONValue]:
+    def orphan(o: Orphan) -> dict[str, JSONValue]:
+        return {"param_id": o.param_id, "path": o.path, "model_id": o.model_id}
+
+    return {
+        "verdict": check.verdict,
+        "model": check.model,
+        "optimizer": check.optimizer,
+        "model_format": check.model_format,
+        "model_has_ids": check.model_has_ids,
+        "states": check.states,
+        "matched": check.matched,
+        "match_rate": check.match_rate,
+        "trainable": check.trainable,
+        "trainable_with_state": check.trainable_with_state,
+        "coverage": check.coverage,
+        "running_stats": check.running_stats,
+        "without_ids": list(check.without_ids),
+        "path_disagreements": [
+            {"param_id": i, "recorded": p, "model": m} for i, p, m in check.path_disagreements
+        ],
+        "shape_disagreements": list(check.shape_disagreements),
+        "orphans": {
+            "reinitialized": [orphan(o) for o in check.reinitialized],
+            "foreign": [orphan(o) for o in check.foreign],
+        },
+        "cohorts": check.cohorts,
+        "cohort_times": [
+            None if t is None else {"min": t[0], "max": t[1]} for t in check.cohort_times
+        ],
+        "rebindable": check.rebindable,
+        "repair": check.repair,
+    }
+
+
+@to_json.register(PickleSafety)
+def _safety(safety: PickleSafety) -> dict[str, JSONValue]:
+    unreached = safety.unreached_verdict
+    return {
+        "verdict": safety.verdict.value,
+        "globals": [
+            {"name": g.name, "class": g.verdict.value, "where": g.where}
+            | ({"reason": g.reason} if g.reason else {})
+            | ({"reached": False} if not g.reached else {})
+            for g in safety.globals
+        ],
+        "problems": [
+            {"message": p.message, "class": p.verdict.value, "where": p.where}
+            | ({"reached": False} if not p.reached else {})
+            for p in safety.problems
+        ],
+        "unreached_verdict": None if unreached is None else unreached.value,
     }

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ckptctl.formats import HeaderLayout
-    from ckptctl.model import JSONValue
+    from ckptctl.model import HeaderLayout, JSONValue
+    from ckptctl.report.summary import LoadingSummary
     from ckptctl.safety import PickleSafety
 
 SCHEMA_VERSION = 1
@@ -114,7 +114,6 @@ class ConvertReport:
     dry_run: bool
     bytes_written: int = 0
     warnings: tuple[str, ...] = ()
-    summary: JSONValue = None
-    summary_text: str | None = None
+    summary: LoadingSummary | None = None
     fixes: tuple[str, ...] = ()
     ok: bool = True

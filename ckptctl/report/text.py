@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
+from ckptctl.report.render_summary import render_summary
 from ckptctl.report.sanitize import sanitize
 
 if TYPE_CHECKING:
@@ -127,7 +128,8 @@ def human_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
-def _shape(shape: tuple[int, ...]) -> str:
+def format_shape(shape: tuple[int, ...]) -> str:
+    """``[2, 3]``: a shape as the tables show it."""
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
@@ -159,7 +161,7 @@ def render_ls(report: LsReport, console: Console) -> None:
         cells = [
             sanitize(row.name),
             row.dtype,
-            _shape(row.shape),
+            format_shape(row.shape),
             f"{row.numel:,}",
             f"{row.nbytes:,}",
         ]
@@ -306,9 +308,9 @@ def render_convert(report: ConvertReport, console: Console) -> None:
             dtype = row.dtype_before
             if row.dtype_after is not None and row.dtype_after != row.dtype_before:
                 dtype += f" → {row.dtype_after}"
-            shape = _shape(row.shape_before)
+            shape = format_shape(row.shape_before)
             if row.shape_after is not None and row.shape_after != row.shape_before:
-                shape += f" → {_shape(row.shape_after)}"
+                shape += f" → {format_shape(row.shape_after)}"
             if row.target is None:
                 head = f"{sanitize(row.source)} (dropped)"
             elif row.target != row.source:
@@ -318,8 +320,8 @@ def render_convert(report: ConvertReport, console: Console) -> None:
             lines.append(f"{head}  {dtype} {shape}")
             lines.extend(f"    {sanitize(a)}" for a in row.actions or ("copy (bytes unchanged)",))
         print_lines(console, lines)
-    if report.summary_text:
-        console.print(Text(report.summary_text))
+    if report.summary is not None:
+        console.print(Text(render_summary(report.summary)))
     for fix in report.fixes:
         console.print(Text(f"  try: {sanitize(fix)}"))
     if report.written:

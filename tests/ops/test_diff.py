@@ -20,8 +20,9 @@ from ckptctl.errors import SelectionError
 from ckptctl.model import FileData
 from ckptctl.ops import _compare
 from ckptctl.ops._compare import compare_values
-from ckptctl.ops.diff import DiffOptions, compare_entries, diff_checkpoints
-from ckptctl.report.diff import diff_json
+from ckptctl.ops.diff import compare_entries, diff_checkpoints
+from ckptctl.report.diff import DiffOptions
+from ckptctl.report.json import to_json
 from tests.conftest import VALID
 from tests.strategies import array_entry, make_entry
 
@@ -359,7 +360,7 @@ def test_bad_tolerance_is_a_usage_error(tmp_path):
 def test_json_keys_are_in_a_fixed_order_and_infinity_is_a_string(tmp_path):
     a = _save(tmp_path / "a.safetensors", [array_entry("x", f32(1, 0))])
     b = _save(tmp_path / "b.safetensors", [array_entry("x", f32(1, float("inf")))])
-    out = diff_json(diff_checkpoints(a, b))
+    out = to_json(diff_checkpoints(a, b))
     assert list(out) == [
         "schema_version",
         "a",

@@ -15,7 +15,8 @@ from ckptctl.ops.summary import (
     suggest_fixes,
     summarize,
 )
-from ckptctl.report.summary_text import render_summary
+from ckptctl.report.json import to_json
+from ckptctl.report.render_summary import render_summary
 
 F32 = DType.F32
 
@@ -311,7 +312,7 @@ def test_errored_names_neither_missing_nor_unused_and_dtype_note() -> None:
 
 def test_to_dict() -> None:
     source, target, alt = example_a()
-    data = summarize(source, target, alternative=alt, burn_compat=True).to_dict()
+    data = to_json(summarize(source, target, alternative=alt, burn_compat=True))
     assert data["counts"] == {"applied": 4, "skipped": 0, "missing": 4, "unused": 7, "errors": 2}
     assert data["missing"][0] == {
         "name": "encoder.layers.0.bias",

@@ -21,6 +21,8 @@ from ckptctl.model import Checkpoint, CheckpointKind, ComputedData, Structure, T
 from ckptctl.ops import verify as verify_mod
 from ckptctl.ops.convert import ConvertOptions, convert
 from ckptctl.ops.verify import FileResult, Finding, Status, verify
+from ckptctl.report.json import to_json
+from ckptctl.report.render_summary import error_line
 from tests.conftest import CORPUS, FIXTURES, HOSTILE, REPO, VALID
 
 PT = VALID / "pytorch"
@@ -196,6 +198,7 @@ def test_mixed_top_level_and_nested_tensors_warn():
     assert selected == entries
 
 
+@pytest.mark.corpus
 def test_complex_structure_from_torch_suggests_its_top_key(corpus):
     flat = finding(one(corpus / "complex_structure.pt"), "flat-reader")
     assert flat.status is Status.FAIL
@@ -394,6 +397,7 @@ def test_no_nan_reads_in_bounded_chunks_without_the_memory_map(tmp_path, monkeyp
     assert reads[-63:] == [64] * 62 + [32]
 
 
+@pytest.mark.corpus
 def test_no_nan_in_pytorch_file_from_torch(corpus):
     # special_values.pt holds torch.tensor([nan, inf, -inf, 0.0, -0.0]) (burn's reader tests)
     nan = finding(one(CORPUS / "burn-pytorch-reader" / "special_values.pt", no_nan=True), "no-nan")
@@ -442,11 +446,11 @@ def test_expect_reports_missing_with_did_you_mean(tmp_path):
         "encoder.layers.1.bias": "encoder.layer.1.bias",
         "encoder.layers.1.weight": "encoder.layer.1.weight",
     }
-    assert [e.text() for e in expect.summary.errors] == [
+    assert [error_line(e) for e in expect.summary.errors] == [
         "Shape mismatch for 'head.weight': expected Shape { dims: [8, 5] }, "
         "found Shape { dims: [8, 3] }"
     ]
-    assert expect.details["counts"] == {
+    assert to_json(expect.summary)["counts"] == {
         "applied": 0,
         "skipped": 0,
         "missing": 4,
@@ -589,7 +593,8 @@ def test_safetensors_is_not_an_optimizer_record():
 
 def test_optimizer_details_are_json():
     _, found, _ = optim("model.bpk", "optim_partial.bpk")
-    data = json.loads(json.dumps(found.details))
+    assert found.optimizer is not None
+    data = json.loads(json.dumps(to_json(found.optimizer)))
     assert data["verdict"] == "partial"
     assert data["orphans"]["foreign"] == [
         {"param_id": MO.FOREIGN_ID, "path": MO.FOREIGN_PATH, "model_id": None}

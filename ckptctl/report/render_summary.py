@@ -12,12 +12,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ckptctl.report.sanitize import sanitize
+from ckptctl.report.summary import DISPLAY_LIMIT, SummaryErrorKind
 
 if TYPE_CHECKING:
-    from ckptctl.ops.summary import LoadingSummary
+    from ckptctl.report.summary import LoadingSummary, SummaryError
 
-#: Shown and suggested per list, as Burn does.
-DISPLAY_LIMIT = 10
 WARNING = "\u26a0\ufe0f"
 #: Printed after a blank line following the box when missing tensors fail a conversion.
 HINT_ALLOW_PARTIAL = (
@@ -40,6 +39,21 @@ _ENUM_BLOCK = (
     '│             .with_key_remapping(r"field\\.(\\w+)", "field.BaseConv.$1");',
     "│",
 )
+
+
+def burn_shape(shape: tuple[int, ...]) -> str:
+    """Rust debug form of a Burn shape: ``Shape { dims: [8, 5] }``."""
+    return "Shape { dims: [" + ", ".join(map(str, shape)) + "] }"
+
+
+def error_line(error: SummaryError) -> str:
+    """Burn's error line (§5.2)."""
+    if error.kind is SummaryErrorKind.SHAPE_MISMATCH:
+        return (
+            f"Shape mismatch for '{error.name}': expected {burn_shape(error.expected or ())}"
+            f", found {burn_shape(error.found or ())}"
+        )
+    return f"Load error for '{error.name}': Failed to load tensor data: {error.message}"
 
 
 def _more(lines: list[str], total: int) -> None:
@@ -84,7 +98,9 @@ def render_summary(summary: LoadingSummary, *, extras: bool = True) -> str:
         _more(lines, len(summary.unused))
     if summary.errors:
         lines += ["│", "├─ Errors", "│"]
-        lines += [f"│  {WARNING}  {sanitize(e.text())}" for e in summary.errors[:DISPLAY_LIMIT]]
+        lines += [
+            f"│  {WARNING}  {sanitize(error_line(e))}" for e in summary.errors[:DISPLAY_LIMIT]
+        ]
         _more(lines, len(summary.errors))
     if extras and summary.dtype_notes:
         lines += ["│", "├─ Dtype Differences (applied; Burn does not check dtypes)", "│"]

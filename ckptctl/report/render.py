@@ -1,0 +1,58 @@
+"""The one text path of every report: :func:`render` dispatches on the report type.
+
+Each report type has its renderer (``report.text`` for ls, header and convert,
+``report.render_diff``, ``report.render_verify``); options that only one renderer knows
+(``all_regions``, ``show_all``, ``quiet``) are passed through by name.
+"""
+
+from __future__ import annotations
+
+from functools import singledispatch
+from typing import TYPE_CHECKING
+
+from ckptctl.report.diff import DiffReport
+from ckptctl.report.model import ConvertReport, HeaderReport, LsReport
+from ckptctl.report.render_diff import render_diff
+from ckptctl.report.render_verify import render_verify
+from ckptctl.report.text import render_convert, render_header, render_ls
+from ckptctl.report.verify import VerifyReport
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["render"]
+
+
+@singledispatch
+def render(report: object, console: Console, **options: bool) -> None:
+    """Print ``report`` as text on ``console``.
+
+    Raises:
+        TypeError: no renderer for this type.
+    """
+    raise TypeError(f"no text rendering for {type(report).__name__}")
+
+
+@render.register(LsReport)
+def _ls(report: LsReport, console: Console, **options: bool) -> None:
+    render_ls(report, console)
+
+
+@render.register(HeaderReport)
+def _header(report: HeaderReport, console: Console, **options: bool) -> None:
+    render_header(report, console, all_regions=options.get("all_regions", False))
+
+
+@render.register(ConvertReport)
+def _convert(report: ConvertReport, console: Console, **options: bool) -> None:
+    render_convert(report, console)
+
+
+@render.register(DiffReport)
+def _diff(report: DiffReport, console: Console, **options: bool) -> None:
+    render_diff(report, console, show_all=options.get("show_all", False))
+
+
+@render.register(VerifyReport)
+def _verify(report: VerifyReport, console: Console, **options: bool) -> None:
+    render_verify(report, console, quiet=options.get("quiet", False))

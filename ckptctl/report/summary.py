@@ -1,0 +1,93 @@
+"""The Tensor Loading Summary: Burn's ``ApplyResult`` and ckptctl's extras (burn-store spec §5).
+
+Types only: :func:`ckptctl.ops.summary.summarize` computes it, ``report.render_summary`` draws
+Burn's box and ``report.json`` gives its JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ckptctl.model import StrEnum
+
+if TYPE_CHECKING:
+    from ckptctl.dtypes import DType
+
+Shape = tuple[int, ...]
+
+#: Burn shows (and suggests for) the first ten names of each list; so do ckptctl's listings.
+DISPLAY_LIMIT = 10
+
+
+class SummaryErrorKind(StrEnum):
+    """Why a found tensor cannot be applied."""
+
+    SHAPE_MISMATCH = "shape_mismatch"
+    LOAD_ERROR = "load_error"
+
+
+@dataclass(frozen=True)
+class MissingTensor:
+    """A target name not found in the source.
+
+    Attributes:
+        name: the target tensor name.
+        container: Burn's dotted container stack, when a module map gives it.
+        suggestion: the "Did you mean" candidate (first ten missing tensors only).
+    """
+
+    name: str
+    container: str | None = None
+    suggestion: str | None = None
+
+
+@dataclass(frozen=True)
+class SummaryError:
+    """A tensor that was found but cannot be applied.
+
+    Attributes:
+        name: the target tensor name.
+        kind: a shape mismatch or a load error.
+        expected: the target's shape (shape mismatch).
+        found: the source's shape (shape mismatch).
+        message: the load error text (load error).
+    """
+
+    name: str
+    kind: SummaryErrorKind
+    expected: Shape | None = None
+    found: Shape | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class DTypeNote:
+    """An applied tensor whose dtype differs from the target's (not an error in Burn)."""
+
+    name: str
+    expected: DType
+    found: DType
+
+
+@dataclass(frozen=True)
+class LoadingSummary:
+    """Burn's ``ApplyResult`` plus ckptctl extras; render with ``report.render_summary``.
+
+    ``enum_paths`` counts missing names that contain an enum variant (from container stacks
+    when known, else by Burn's CamelCase test); it triggers the enum hint block.
+    """
+
+    applied: tuple[str, ...]
+    skipped: tuple[str, ...]
+    missing: tuple[MissingTensor, ...]
+    unused: tuple[str, ...]
+    errors: tuple[SummaryError, ...]
+    dtype_notes: tuple[DTypeNote, ...] = ()
+    fixes: tuple[str, ...] = ()
+    enum_paths: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is missing and nothing failed (unused never fails a load)."""
+        return not self.missing and not self.errors
