@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 #: Metadata values taken from files (JSON-like, validated by each reader).
 JSONValue: TypeAlias = Any
+#: Progress callbacks: ``progress(nbytes, total)`` once per tensor, with the bytes of that tensor
+#: and, when known, the bytes of every tensor the operation goes through.
+Progress: TypeAlias = Callable[[int, "int | None"], None]
 
 
 class StrEnum(str, Enum):

@@ -10,6 +10,7 @@ instead, and so does a run that selects no test of a listed tier (see ``.ci/run`
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Generator
 from pathlib import Path
 
@@ -22,6 +23,15 @@ HOSTILE = FIXTURES / "hostile"
 GOLDEN = FIXTURES / "golden"
 SHARED = REPO.parent / "shared"
 CORPUS = SHARED / "corpus"
+
+# Tests never write into the checkout. Hypothesis keeps its example database and caches in
+# ./.hypothesis unless told otherwise; keep them (failing examples included, so reruns replay
+# them) in a per-user directory under the system temp dir instead. Read lazily, so setting it
+# here, before any test runs, is in time.
+os.environ.setdefault(
+    "HYPOTHESIS_STORAGE_DIRECTORY",
+    os.path.join(tempfile.gettempdir(), f"ckptctl-hypothesis-{os.getuid()}"),
+)
 
 
 TIERS = ("torch", "corpus")

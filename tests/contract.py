@@ -8,10 +8,16 @@ Subclass it in ``tests/formats/test_<fmt>.py`` as ``TestXContract(FormatContract
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import faulthandler
+import json
+import mmap
 import os
+import signal
+import traceback
 import warnings
 from pathlib import Path
-from typing import ClassVar
+from typing import IO, Any, ClassVar
 
 import numpy as np
 import pytest
@@ -30,6 +36,7 @@ from ckptctl import (
 )
 from ckptctl._io import ByteSource
 from ckptctl.formats import get_format
+from ckptctl.formats._base import SNIFF_BYTES
 from ckptctl.model import TensorEntry
 from tests.strategies import array_entry, checkpoints, make_entry, metadata_maps
 
@@ -114,22 +121,26 @@ class FormatContract:
         with open_checkpoint(renamed) as ckpt:
             assert sorted(ckpt) == ["fc.bias", "fc.weight"]
 
-    def test_header_only_listing(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Opening and listing never touches tensor bytes."""
-        path = self.write(tmp_path, sample_entries())
-        touched: list[tuple[int, int]] = []
-        original = ByteSource.view
+    def write_listing_file(self, tmp_path: Path) -> Path:
+        """A file for the header-only test: every tensor's bytes lie past ``SNIFF_BYTES``.
 
-        def spy(self: ByteSource, offset: int, length: int) -> memoryview:
-            touched.append((offset, length))
-            return original(self, offset, length)
+        Format detection reads a fixed ``SNIFF_BYTES`` prefix, which in a tiny file would cover
+        tensor bytes; a long metadata value pushes the data section past it. A format without
+        metadata overrides this. ``big`` spans whole pages, so the memory-map guard covers it.
+        """
+        entries = [*sample_entries(), array_entry("big", np.arange(4096, dtype="<f4"))]
+        metadata = {"padding": "x" * SNIFF_BYTES} if self.keeps_metadata else None
+        return self.write(tmp_path, entries, metadata=metadata)
 
-        monkeypatch.setattr(ByteSource, "view", spy)
-        with open_checkpoint(path) as ckpt:
-            listed = [(e.name, e.dtype, e.shape, e.nbytes) for e in ckpt.values()]
-            data_ranges = {(e.offset, e.nbytes) for e in ckpt.values() if e.offset is not None}
-        assert len(listed) == 4
-        assert not data_ranges & set(touched), "listing read tensor bytes"
+    def test_header_only_listing(self, tmp_path: Path) -> None:
+        """Opening and listing never touches tensor bytes, by any path (see ``list_spied``)."""
+        path = self.write_listing_file(tmp_path)
+        listing = list_spied(path)
+        assert sorted(name for name, _, _ in listing.entries) == sorted(
+            [*(e.name for e in sample_entries()), "big"]
+        )
+        assert_past_sniff(listing)
+        assert_header_only(listing)
 
     def test_metadata_kept(self, tmp_path: Path) -> None:
         if not self.keeps_metadata:
@@ -194,3 +205,203 @@ class FormatContract:
             bad.write_bytes(bytes(blob))
             with contextlib.suppress(CkptError):
                 read_everything(bad)
+
+
+# --- header-only listing: a spy on every way to read bytes from a ByteSource -------------------
+
+#: ByteSource's public members and how the spy covers each. A new member fails
+#: ``test_spy_knows_every_byte_source_member`` until it is added here (and spied on if it reads).
+BYTE_SOURCE_MEMBERS = {
+    "read": "recorded: (offset, length)",
+    "view": "recorded: (offset, length)",
+    "buffer": "a memory map with tensor pages PROT_NONE: touching them kills the spied child",
+    "fileno": "os.pread/os.read on any descriptor of the file are recorded; mmap.mmap is guarded",
+    "check_range": "reads nothing",
+    "close": "reads nothing",
+}
+
+_PROT_NONE = 0
+
+
+class Listing:
+    """What one spied listing saw: the entries and every byte range read outside the spy."""
+
+    def __init__(self, path: Path, entries: list[list[Any]], accesses: list[list[Any]]) -> None:
+        self.path = path
+        #: (name, offset, nbytes); offset is None for entries not backed by a byte range.
+        self.entries: list[tuple[str, int | None, int]] = [(n, o, b) for n, o, b in entries]
+        #: (how, offset, length) of every read: ByteSource.read/view, os.pread/os.read, _file.
+        self.accesses: list[tuple[str, int, int]] = [(h, o, n) for h, o, n in accesses]
+
+    def tensor_ranges(self) -> dict[str, tuple[int, int]]:
+        """name -> [start, end) of each entry's bytes in the file (empty tensors left out)."""
+        return {n: (o, o + b) for n, o, b in self.entries if o is not None and b > 0}
+
+
+def assert_header_only(listing: Listing) -> None:
+    """No recorded access overlaps the bytes of any tensor."""
+    ranges = listing.tensor_ranges()
+    assert ranges, "the listing file has no tensor backed by a byte range: nothing to check"
+    hits = [
+        f"{how}({offset}, {length}) overlaps {name!r} [{start}, {end})"
+        for how, offset, length in listing.accesses
+        for name, (start, end) in ranges.items()
+        if offset < end and start < offset + length
+    ]
+    assert not hits, f"listing {listing.path.name} read tensor bytes:\n" + "\n".join(hits)
+
+
+def assert_past_sniff(listing: Listing) -> None:
+    """Every tensor lies past the fixed ``SNIFF_BYTES`` prefix that format detection reads."""
+    starts = {name: start for name, (start, _) in listing.tensor_ranges().items()}
+    early = {name: start for name, start in starts.items() if start < SNIFF_BYTES}
+    assert not early, f"make the header longer: these tensors start within SNIFF_BYTES: {early}"
+
+
+def list_spied(path: Path, *, dump_traceback: bool = True) -> Listing:
+    """Open and list ``path`` in a forked child with every byte-reading path spied on.
+
+    ``ByteSource.read``/``view`` and ``os.pread``/``os.read`` on any descriptor of the file
+    record ``(offset, length)``; the file object behind a ``ByteSource`` is wrapped to record its
+    reads; ``ByteSource.buffer`` and ``mmap.mmap`` of the file return maps whose whole pages of
+    tensor data are ``PROT_NONE``, so reading them through the map kills the child (SIGSEGV/
+    SIGBUS), which fails the test. Only recording and guarding happen; nothing is banned.
+    A first, unspied open gives the tensor ranges to guard. ``dump_traceback=False`` keeps the
+    dying child from printing its traceback (for tests that expect it to die).
+    """
+    with open_checkpoint(path) as ckpt:
+        guard = [(e.offset, e.offset + e.nbytes) for e in ckpt.values() if e.offset is not None]
+    st = os.stat(path)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe and never returns
+        status = 1
+        try:
+            os.close(read_fd)
+            if not dump_traceback:
+                faulthandler.disable()
+            payload = json.dumps(_spied_listing(path, (st.st_dev, st.st_ino), guard))
+            status = 0
+        except BaseException:
+            payload = json.dumps({"error": traceback.format_exc()})
+        with os.fdopen(write_fd, "w") as out:
+            out.write(payload)
+        os._exit(status)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        sig = signal.Signals(os.WTERMSIG(status)).name
+        pytest.fail(
+            f"listing {path.name} touched tensor bytes through the memory map (the child died of "
+            f"{sig} on a guarded page; faulthandler printed its traceback to stderr)"
+        )
+    result = json.loads(data)
+    if "error" in result:
+        pytest.fail(f"listing {path.name} failed in the spied child:\n{result['error']}")
+    return Listing(path, result["entries"], result["accesses"])
+
+
+def _spied_listing(
+    path: Path, file_id: tuple[int, int], guard: list[tuple[int, int]]
+) -> dict[str, list[list[Any]]]:
+    """In the forked child: patch freely (the process is thrown away), list, return the log."""
+    accesses: list[list[Any]] = []
+    depth = [0]  # > 0 inside a spied ByteSource method: its own inner reads are not recorded again
+    page = mmap.PAGESIZE
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    real_mmap, real_pread, real_read = mmap.mmap, os.pread, os.read
+
+    def ours(fd: int) -> bool:
+        with contextlib.suppress(OSError):
+            st = os.fstat(fd)
+            return (st.st_dev, st.st_ino) == file_id
+        return False
+
+    def record(how: str, offset: int, length: int) -> None:
+        if depth[0] == 0:
+            accesses.append([how, offset, length])
+
+    def guarded_mmap(fd: int, length: int, *args: Any, **kwargs: Any) -> mmap.mmap:
+        mapped = real_mmap(fd, length, *args, **kwargs)
+        if ours(fd) and len(mapped):
+            base = int(kwargs.get("offset", args[4] if len(args) > 4 else 0))
+            address = np.frombuffer(mapped, dtype=np.uint8).ctypes.data
+            for start, end in guard:
+                lo = max(-(-(start - base) // page) * page, 0)
+                hi = min((end - base) // page * page, len(mapped) // page * page)
+                if hi > lo and libc.mprotect(address + lo, hi - lo, _PROT_NONE) != 0:
+                    raise OSError(ctypes.get_errno(), "mprotect failed")
+        return mapped
+
+    def pread(fd: int, length: int, offset: int) -> bytes:
+        if ours(fd):
+            record("os.pread", offset, length)
+        return real_pread(fd, length, offset)
+
+    def read(fd: int, length: int) -> bytes:
+        if ours(fd):
+            record("os.read", os.lseek(fd, 0, os.SEEK_CUR), length)
+        return real_read(fd, length)
+
+    def method(how: str, real: Any) -> Any:
+        def spy(self: ByteSource, offset: int, length: int) -> Any:
+            record(f"ByteSource.{how}", offset, length)
+            depth[0] += 1
+            try:
+                return real(self, offset, length)
+            finally:
+                depth[0] -= 1
+
+        return spy
+
+    maps: dict[int, mmap.mmap] = {}
+
+    def buffer(self: ByteSource) -> memoryview:
+        if self.size == 0:
+            return memoryview(b"")
+        if id(self) not in maps:
+            maps[id(self)] = guarded_mmap(self.fileno(), 0, access=mmap.ACCESS_READ)
+        return memoryview(maps[id(self)])
+
+    real_init = ByteSource.__init__
+
+    def init(self: ByteSource, source_path: str | os.PathLike[str]) -> None:
+        real_init(self, source_path)
+        self._file = _RecordingFile(self._file, record)  # type: ignore[assignment]  # a proxy
+
+    mmap.mmap = guarded_mmap  # type: ignore[misc,assignment]  # the child is thrown away
+    os.pread, os.read = pread, read
+    ByteSource.read = method("read", ByteSource.read)  # type: ignore[method-assign]
+    ByteSource.view = method("view", ByteSource.view)  # type: ignore[method-assign]
+    ByteSource.buffer = property(buffer)  # type: ignore[method-assign,assignment]
+    ByteSource.__init__ = init  # type: ignore[method-assign,assignment]  # the child is thrown away
+    with open_checkpoint(path) as ckpt:
+        entries = [[e.name, e.offset, e.nbytes] for e in ckpt.values()]
+    return {"entries": entries, "accesses": accesses}
+
+
+class _RecordingFile:
+    """The file object of a ByteSource, recording reads made through it directly."""
+
+    def __init__(self, inner: IO[bytes], record: Any) -> None:
+        self._inner = inner
+        self._record = record
+
+    def _log(self, length: int) -> None:
+        self._record("file.read", self._inner.tell(), length)
+
+    def read(self, size: int = -1) -> bytes:
+        self._log(size if size >= 0 else os.fstat(self._inner.fileno()).st_size)
+        return self._inner.read(size)
+
+    def readinto(self, buffer: Any) -> int | None:
+        self._log(len(memoryview(buffer)))
+        return self._inner.readinto(buffer)  # type: ignore[attr-defined,no-any-return]  # BufferedReader
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("read") or name == "peek":
+            self._log(os.fstat(self._inner.fileno()).st_size)  # readline & co.: assume the rest
+        return getattr(self._inner, name)

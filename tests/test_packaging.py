@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -10,9 +11,25 @@ import pytest
 
 from tests.conftest import REPO
 
+#: What a build must not see or write back: VCS data, caches, earlier build output, bench inputs.
+NOT_SOURCE = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "__pycache__",
+    ".*_cache",
+    ".hypothesis",
+    "build",
+    "dist",
+    "*.egg-info",
+    "_work",
+)
+
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
+    # setuptools builds in the source tree (build/, *.egg-info): build a copy, not the checkout.
+    source = tmp_path_factory.mktemp("source") / "ckptctl"
+    shutil.copytree(REPO, source, ignore=NOT_SOURCE, symlinks=True)
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
         [
@@ -24,7 +41,7 @@ def wheel(tmp_path_factory):
             "--quiet",
             "--wheel-dir",
             str(out),
-            str(REPO),
+            str(source),
         ],
         check=True,
         capture_output=True,

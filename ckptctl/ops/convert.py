@@ -13,14 +13,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from ckptctl.adapters import AdapterContext, Chain, PlanItem, chain, parse_adapter, plan
-from ckptctl.adapters.modules import (
-    decide_module_types,
-    module_rules_from_mapping,
-    parse_module_rules,
-)
-from ckptctl.adapters.rename import Rename
-from ckptctl.adapters.select import Select
+from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
 from ckptctl.errors import SelectionError
 from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint, save_sharded
 from ckptctl.model import TensorData
@@ -33,15 +26,14 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from ckptctl._io import ByteSource
+    from ckptctl.adapters import PlanItem
     from ckptctl.dtypes import DType
-    from ckptctl.model import Checkpoint, TensorEntry
+    from ckptctl.model import Checkpoint, Progress, TensorEntry
 
     Specs = Mapping[str, tuple[DType, tuple[int, ...]]]
 
 #: Formats whose metadata map is free-form user metadata (and so worth carrying over).
 _USER_METADATA_FORMATS = frozenset({"safetensors", "burnpack"})
-#: Adapters that need module-type decisions.
-_NEEDS_DECISIONS = ("pytorch-to-burn", "burn-to-pytorch", "half")
 
 
 @dataclass(frozen=True)
@@ -65,6 +57,8 @@ class ConvertOptions:
         dry_run: plan only, write nothing.
         progress: called as ``progress(nbytes, total)`` when each tensor is written, with the
             tensor's size and the total bytes of all output tensors.
+
+    ``pipeline`` gives the part shared with ``diff``.
     """
 
     state_key: str | None = None
@@ -81,7 +75,20 @@ class ConvertOptions:
     force: bool = False
     fsync: bool = True
     dry_run: bool = False
-    progress: Callable[[int, int], None] | None = field(default=None, compare=False)
+    progress: Progress | None = field(default=None, compare=False)
+
+    @property
+    def pipeline(self) -> PipelineOptions:
+        """The selection, rename and adapter part (``module_types_file`` read here)."""
+        module_map = _read_json_map(self.module_types_file) if self.module_types_file else {}
+        return PipelineOptions(
+            include=self.include,
+            exclude=self.exclude,
+            remap=self.remap,
+            adapters=self.adapters,
+            module_types=self.module_types,
+            module_map=module_map,
+        )
 
 
 def convert(
@@ -118,7 +125,7 @@ def convert(
     target_specs = _read_specs(opts.target) if opts.target else None
     with open_checkpoint(src) as ckpt:
         entries = select_state_key(ckpt.entries(), opts.state_key, ckpt)
-        items, warnings = build_plan(entries, opts, target_specs)
+        items, warnings = run_pipeline(entries, opts.pipeline, target_specs)
         outputs = [item.entry for item in items if item.entry is not None]
         if opts.param_ids_from:
             outputs, note = _attach_param_ids(outputs, opts.param_ids_from)
@@ -191,70 +198,6 @@ def convert(
             fsync=opts.fsync,
         )
     return replace(report, written=True, bytes_written=os.path.getsize(dst))
-
-
-def build_plan(
-    entries: list[TensorEntry],
-    opts: ConvertOptions,
-    target: Specs | None,
-) -> tuple[list[PlanItem], list[str]]:
-    """Select and rename, decide module types on the new names, then run the adapters.
-
-    Args:
-        entries: the input entries (after ``--state-key``).
-        opts: include/exclude, remap rules, adapters and module-type rules to apply.
-        target: names and shapes the output must fit, used as evidence for module types.
-
-    Returns:
-        One plan item per input entry (output entry or None, and the actions taken), and
-        warnings about module types decided on weak evidence.
-
-    Raises:
-        SelectionError: a bad rule or adapter, or two tensors mapped to one name.
-    """
-    first = chain(Select(opts.include, opts.exclude), Rename.parse(opts.remap))
-    stage1 = plan(entries, first)
-    renamed = [item.entry for item in stage1 if item.entry is not None]
-    warnings: list[str] = []
-    adapters: Chain = chain()
-    if opts.adapters:
-        context = AdapterContext()
-        if any(a.strip().lower() in _NEEDS_DECISIONS for a in opts.adapters):
-            rules = parse_module_rules(opts.module_types)
-            if opts.module_types_file:
-                rules += module_rules_from_mapping(_read_json_map(opts.module_types_file))
-            decisions = decide_module_types(
-                renamed,
-                target=target,
-                rules=rules,
-            )
-            context = AdapterContext(decisions=decisions)
-            warnings += [
-                f"{d.name}: {d.module_type or 'no module type'} decided by {d.evidence} only;"
-                " check it (a square weight cannot be told from its shape)"
-                for d in decisions.values()
-                if d.flagged
-            ]
-        adapters = chain(*(parse_adapter(a, context) for a in opts.adapters))
-    stage2 = {item.source: item for item in plan(renamed, adapters)}
-    merged: list[PlanItem] = []
-    for item in stage1:
-        if item.entry is None:
-            merged.append(item)
-            continue
-        second = stage2[item.entry.name]
-        merged.append(PlanItem(item.source, second.entry, item.actions + second.actions))
-    names = [i.entry.name for i in merged if i.entry is not None]
-    if len(set(names)) != len(names):
-        seen: dict[str, str] = {}
-        for i in merged:
-            if i.entry is not None and seen.setdefault(i.entry.name, i.source) != i.source:
-                raise SelectionError(
-                    f"tensors {seen[i.entry.name]!r} and {i.source!r} would both be named "
-                    f"{i.entry.name!r}",
-                    hint="change the --remap rules or adapters so that names stay unique",
-                )
-    return merged, warnings
 
 
 def _plan_row(item: PlanItem, before: TensorEntry) -> PlanRow:

@@ -49,12 +49,13 @@ import shlex
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
 from ckptctl.errors import SelectionError
 from ckptctl.formats import open_checkpoint
 from ckptctl.ops._compare import compare_values
-from ckptctl.ops.convert import ConvertOptions, build_plan
 from ckptctl.ops.inspect import select_state_key
-from ckptctl.ops.summary import did_you_mean, specs_of, suggest_fixes
+from ckptctl.ops.matching import did_you_mean, suggest_fixes
+from ckptctl.ops.summary import specs_of
 from ckptctl.report.diff import (
     DEFAULT_ATOL,
     DEFAULT_RTOL,
@@ -110,12 +111,13 @@ def diff_checkpoints(
         entries_b = select_state_key(ckpt_b.entries(), opts.state_key_b, ckpt_b)
         specs_b = specs_of(entries_b)
         entries_a = select_state_key(ckpt_a.entries(), opts.state_key, ckpt_a)
-        plan_options = ConvertOptions(
+        pipeline = PipelineOptions(
             remap=opts.remap, adapters=opts.adapters, module_types=opts.module_types
         )
-        items, warnings = build_plan(entries_a, plan_options, specs_b)
+        items, warnings = run_pipeline(entries_a, pipeline, specs_b)
         outputs = [item.entry for item in items if item.entry is not None]
         by_name_b = {e.name: e for e in entries_b}
+        total = sum(e.nbytes for e in outputs if e.name in by_name_b)
         rows: list[TensorDiff] = []
         for entry in outputs:
             other = by_name_b.get(entry.name)
@@ -123,7 +125,7 @@ def diff_checkpoints(
                 continue
             rows.append(compare_entries(entry, other, rtol=opts.rtol, atol=opts.atol))
             if opts.progress is not None:
-                opts.progress(entry.nbytes)
+                opts.progress(entry.nbytes, total)
         format_a, format_b = ckpt_a.format, ckpt_b.format
     names_a = [e.name for e in outputs]
     set_a = set(names_a)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ckptctl.model import StrEnum
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from ckptctl.model import Progress
 
 DEFAULT_RTOL = 1e-5
 DEFAULT_ATOL = 1e-8
@@ -54,7 +54,8 @@ class DiffOptions:
         rtol: relative tolerance (of B's value).
         atol: absolute tolerance.
         values_only: a tensor whose dtype differs but whose values are close passes.
-        progress: called with A's byte count of each tensor once it is compared.
+        progress: called as ``progress(nbytes, total)`` once each tensor is compared, with A's
+            byte count of it and of every tensor to compare.
     """
 
     state_key: str | None = None
@@ -65,7 +66,7 @@ class DiffOptions:
     rtol: float = DEFAULT_RTOL
     atol: float = DEFAULT_ATOL
     values_only: bool = False
-    progress: Callable[[int], None] | None = field(default=None, compare=False)
+    progress: Progress | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -340,7 +340,7 @@ def test_bad_shard_size_is_usage_error(run_cli, tmp_path):
 def test_progress_reports_every_tensor_once_with_the_total(tmp_path):
     from ckptctl import ConvertOptions, convert
 
-    calls: list[tuple[int, int]] = []
+    calls: list[tuple[int, int | None]] = []
     convert(
         NET,
         tmp_path / "p.safetensors",

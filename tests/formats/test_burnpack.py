@@ -805,6 +805,7 @@ def test_param_id_rejects_out_of_range() -> None:
 MNIST_SHA256 = "b63e660152b3865b1b630c97af6df1fcbc04206648d3a03b3636fcc795ecc472"
 
 
+@pytest.mark.corpus
 def test_upstream_mnist_file(tmp_path: Path) -> None:
     """burn's examples/mnist-inference-web/model.bpk (spec §11), when the corpus carries it."""
     candidates = [p for p in CORPUS.rglob("*.bpk") if p.stat().st_size == 1_044_776]

@@ -114,6 +114,7 @@ VALUES: dict[tuple[str, str], list[float]] = {
 }
 
 
+@pytest.mark.corpus
 @needs_corpus
 @pytest.mark.parametrize("name", sorted(LISTINGS))
 def test_corpus_listing(name: str) -> None:
@@ -126,6 +127,7 @@ def test_corpus_listing(name: str) -> None:
             assert entry.load().shape == entry.shape  # every tensor loads
 
 
+@pytest.mark.corpus
 @needs_corpus
 @pytest.mark.parametrize(("name", "tensor"), sorted(VALUES))
 def test_corpus_values(name: str, tensor: str) -> None:
@@ -137,6 +139,7 @@ def test_corpus_values(name: str, tensor: str) -> None:
         )
 
 
+@pytest.mark.corpus
 @needs_corpus
 def test_corpus_bf16_and_special_values() -> None:
     with open_checkpoint(CORPUS / "bfloat16.pt") as ckpt:
@@ -147,6 +150,7 @@ def test_corpus_bf16_and_special_values() -> None:
         assert values[1:3].tolist() == [np.inf, -np.inf]
 
 
+@pytest.mark.corpus
 @needs_corpus
 def test_corpus_nested_facts() -> None:
     with open_checkpoint(CORPUS / "checkpoint.pt") as ckpt:
@@ -162,6 +166,7 @@ def test_corpus_nested_facts() -> None:
         ]
 
 
+@pytest.mark.corpus
 @needs_corpus
 def test_corpus_broken_file() -> None:
     with pytest.raises(InputError):

@@ -53,6 +53,7 @@ def test_regions_tile_every_fixture(path: Path) -> None:
     assert not [r for r in layout.regions if r.kind == "other" and "no structure" in (r.note or "")]
 
 
+@pytest.mark.corpus
 @pytest.mark.skipif(not CORPUS_FILES, reason="the shared corpus is absent")
 @pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.name)
 def test_regions_tile_every_corpus_file(path: Path) -> None:
@@ -196,6 +197,7 @@ def test_legacy_stream_counts_and_storages() -> None:
     assert blob[: regions[0].end] == bytes.fromhex("80028a0a6cfc9c46f9206aa850192e")
 
 
+@pytest.mark.corpus
 @pytest.mark.skipif(not CORPUS_FILES, reason="the shared corpus is absent")
 def test_tar_blocks_and_padding() -> None:
     path = CORPUS / "tar_weight_bias.tar"

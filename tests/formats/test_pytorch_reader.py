@@ -19,8 +19,10 @@ import pytest
 
 from ckptctl.dtypes import DType
 from ckptctl.errors import CorruptCheckpointError, InputError, UnsupportedError
-from ckptctl.formats import open_checkpoint
+from ckptctl.formats import open_checkpoint, save_checkpoint
 from ckptctl.model import ComputedData, FileData, Structure
+from tests.contract import assert_header_only, assert_past_sniff, list_spied, sample_entries
+from tests.strategies import array_entry
 
 # --- a tiny protocol-2 pickle assembler ----------------------------------------------------
 
@@ -495,6 +497,28 @@ def test_memo_index_and_nesting_bombs_are_refused(tmp_path: Path) -> None:
     path.write_bytes(b"\x80\x04\x8e" + struct.pack("<Q", 1 << 40) + b".")  # BINBYTES8 of 1 TiB
     with pytest.raises(CorruptCheckpointError, match="past the end"):
         open_checkpoint(path)
+
+
+def test_header_only_listing(tmp_path: Path) -> None:
+    """Listing a zip .pt reads no tensor bytes by any path (the format contract's spy).
+
+    Sixty long tensor names make data.pkl long enough that every tensor lies past the fixed
+    prefix format detection reads; ``big`` spans whole pages, which the memory-map guard covers.
+    The legacy container is not checked: its reader scans each pickle through a bounded 64 KiB
+    read-ahead window, which in a small file reaches into the storages after it.
+    """
+    names = [f"encoder.layers.{i}.self_attention.query_key_value.weight" for i in range(60)]
+    entries = [
+        *sample_entries(),
+        array_entry("big", np.arange(4096, dtype="<f4")),
+        *(array_entry(name, np.zeros(2, dtype="<f4")) for name in names),
+    ]
+    path = tmp_path / "model.pt"
+    save_checkpoint(path, entries)
+    listing = list_spied(path)
+    assert len(listing.entries) == len(entries)
+    assert_past_sniff(listing)
+    assert_header_only(listing)
 
 
 def test_listing_20000_tensors_is_fast(tmp_path: Path) -> None:

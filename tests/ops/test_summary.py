@@ -8,13 +8,8 @@ import pytest
 
 from ckptctl.adapters.rename import parse_rules, remap_name
 from ckptctl.dtypes import DType
-from ckptctl.ops.summary import (
-    did_you_mean,
-    jaro,
-    strip_enum_variant,
-    suggest_fixes,
-    summarize,
-)
+from ckptctl.ops.matching import did_you_mean, jaro, strip_enum_variant, suggest_fixes
+from ckptctl.ops.summary import summarize
 from ckptctl.report.json import to_json
 from ckptctl.report.render_summary import render_summary
 

@@ -1,0 +1,196 @@
+"""Imports point one way only (STYLE.md, "Package layout"; ARCHITECTURE.md).
+
+Every module under ``ckptctl/`` is parsed with :mod:`ast` -- nothing is imported -- and every
+import it makes of another ``ckptctl`` module is checked against the layer table below: imports at
+module level, inside functions, under ``if TYPE_CHECKING:``, relative imports, and modules named
+by a string constant (``importlib.import_module("ckptctl.x")``, lazy-import tables).
+
+    cli  ->  ops  ->  adapters  ->  formats  ->  base (model, _io, dtypes, errors, safety, _version)
+             ops  ->  report types;  report  ->  base;  only cli (and nothing below it) renders.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.conftest import REPO
+
+PACKAGE = REPO / "ckptctl"
+
+#: The bottom layer: the data model and what it needs. Imports only itself.
+BASE = frozenset(
+    {
+        "ckptctl.model",
+        "ckptctl._io",
+        "ckptctl.dtypes",
+        "ckptctl.errors",
+        "ckptctl.safety",
+        "ckptctl._version",
+    }
+)
+
+#: Report modules that turn reports into text or JSON. ``ops`` must not import them; ``cli`` does.
+#: Any ``ckptctl.report`` module whose name starts with ``render`` is a renderer too.
+RENDERER_MODULES = frozenset({"ckptctl.report.text", "ckptctl.report.json"})
+
+#: layer -> the layers its modules may import ("*" = anything). ``report-types`` are the report
+#: modules that are not renderers; ``api`` is ``ckptctl/__init__.py``, which imports everything.
+ALLOWED: dict[str, frozenset[str]] = {
+    "base": frozenset({"base"}),
+    "formats": frozenset({"base", "formats"}),
+    "adapters": frozenset({"base", "formats", "adapters"}),
+    "report-types": frozenset({"base", "report-types"}),
+    "renderers": frozenset({"base", "report-types", "renderers"}),
+    "ops": frozenset({"base", "formats", "adapters", "report-types", "ops"}),
+    "cli": frozenset({"*"}),
+    "api": frozenset({"base", "formats", "adapters", "report-types", "renderers", "ops", "api"}),
+}
+
+
+def is_renderer(module: str) -> bool:
+    """True for the report modules that render (see ``RENDERER_MODULES``)."""
+    if module in RENDERER_MODULES:
+        return True
+    parts = module.split(".")
+    return parts[:2] == ["ckptctl", "report"] and len(parts) > 2 and parts[-1].startswith("render")
+
+
+def layer_of(module: str) -> str | None:
+    """The layer ``module`` belongs to, or None when the table above does not place it."""
+    if module in BASE:
+        return "base"
+    if module == "ckptctl":
+        return "api"
+    if module == "ckptctl.__main__":
+        return "cli"
+    top = module.split(".")[1]
+    if top == "report":
+        return "renderers" if is_renderer(module) else "report-types"
+    if top in ("formats", "adapters", "ops", "cli"):
+        return top
+    return None
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+PACKAGES = {module_name(p) for p in PACKAGE.rglob("__init__.py")}
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import of a ckptctl module: what was written and the module it loads."""
+
+    line: int
+    written: str
+    target: str
+
+
+def resolve(name: str) -> str:
+    """The ckptctl module ``name`` loads: itself if it is a module, else its longest module prefix
+    (``ckptctl.formats.HeaderLayout`` -> ``ckptctl.formats``)."""
+    parts = name.split(".")
+    while parts and ".".join(parts) not in MODULES:
+        parts.pop()
+    return ".".join(parts) or name
+
+
+def imports_of(module: str, path: Path) -> list[Import]:
+    """Every import of a ckptctl module in ``path``, at any depth of the syntax tree."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module if module in PACKAGES else module.rpartition(".")[0]
+    found: list[Import] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend(Import(node.lineno, a.name, resolve(a.name)) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                source = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                written = f"{source}.{alias.name}" if alias.name != "*" else source
+                found.append(Import(node.lineno, written, resolve(written)))
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith("ckptctl.")
+            and node.value in MODULES
+            and node.value != module
+        ):
+            # A module named by a string: importlib.import_module(...) or a lazy-import table.
+            found.append(Import(node.lineno, f"{node.value!r} (by name)", node.value))
+    return [i for i in found if i.target == "ckptctl" or i.target.startswith("ckptctl.")]
+
+
+def violations() -> list[str]:
+    """Every import that breaks the layer table, as ``path:line: ...`` lines."""
+    problems: list[str] = []
+    for module, path in MODULES.items():
+        layer = layer_of(module)
+        where = path.relative_to(REPO)
+        if layer is None:
+            problems.append(
+                f"{where}:1: {module} is in no layer; add it to tests/test_architecture"
+            )
+            continue
+        allowed = ALLOWED[layer]
+        if "*" in allowed:
+            continue
+        for imp in imports_of(module, path):
+            target_layer = layer_of(imp.target) or "?"
+            if target_layer not in allowed:
+                problems.append(
+                    f"{where}:{imp.line}: {module} ({layer}) imports {imp.written} "
+                    f"({target_layer}); {layer} may import only {', '.join(sorted(allowed))}"
+                )
+    return problems
+
+
+def test_imports_point_one_way() -> None:
+    problems = violations()
+    assert not problems, f"{len(problems)} import(s) against the layering:\n" + "\n".join(problems)
+
+
+def test_every_module_is_in_a_layer_and_the_walk_sees_them() -> None:
+    assert len(MODULES) > 40
+    assert {"ckptctl", "ckptctl.model", "ckptctl.cli", "ckptctl.formats.safetensors"} <= set(
+        MODULES
+    )
+    assert "ckptctl.report.text" in MODULES
+
+
+def test_the_checker_sees_every_kind_of_import(tmp_path: Path) -> None:
+    """Function-level, TYPE_CHECKING, relative and by-name imports are all found."""
+    code = (
+        "from __future__ import annotations\n"
+        "import importlib\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from ckptctl.ops.convert import convert\n"
+        "def f():\n"
+        "    import ckptctl.cli\n"
+        "    from ..report import text\n"
+        "    from . import _base\n"
+        "    return importlib.import_module('ckptctl.report.json')\n"
+    )
+    path = tmp_path / "x.py"
+    path.write_text(code, encoding="utf-8")
+    found = {(i.line, i.target) for i in imports_of("ckptctl.formats.x", path)}
+    assert found == {
+        (5, "ckptctl.ops.convert"),
+        (7, "ckptctl.cli"),
+        (8, "ckptctl.report.text"),
+        (9, "ckptctl.formats._base"),
+        (10, "ckptctl.report.json"),
+    }
+    assert layer_of("ckptctl.report.render_diff") == "renderers"
+    assert layer_of("ckptctl.report.model") == "report-types"
