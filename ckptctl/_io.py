@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING
 from ckptctl.errors import CorruptCheckpointError, InputError, OutputError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
 #: Chunk size for streamed copies and chunked comparisons.
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -204,3 +204,21 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def refuse_sources(
+    targets: Sequence[str | os.PathLike[str]], sources: Sequence[str | os.PathLike[str]]
+) -> None:
+    """Refuse to write any of ``targets`` when it is one of the input files (or a link to one).
+
+    Raises:
+        OutputError: a target is a source; writing it would destroy the data being read.
+    """
+    for target in targets:
+        for src in sources:
+            if same_file(src, target):
+                raise OutputError(
+                    "is also an input; writing it would destroy the data being read",
+                    path=os.fspath(target),
+                    hint="write to a new file, then rename it",
+                )

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
 
 from ckptctl.errors import SelectionError
+from ckptctl.model import StrEnum
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -28,18 +29,29 @@ if TYPE_CHECKING:
     from ckptctl.model import TensorEntry
 
 
+class ActionKind(StrEnum):
+    """What an adapter did to a tensor."""
+
+    TRANSPOSE = "transpose"
+    RENAME = "rename"
+    CAST = "cast"
+    DROP = "drop"
+    KEEP = "keep"
+    CUSTOM = "custom"
+
+
 @dataclass(frozen=True)
 class Action:
     """One thing an adapter did (or deliberately did not do) to one tensor.
 
     Attributes:
-        kind: ``transpose``, ``rename``, ``cast``, ``drop``, ``keep`` or ``custom``.
+        kind: what was done (a ``keep`` records a deliberate non-change, with its reason).
         detail: what changed, e.g. ``[3, 4] -> [4, 3]`` or ``norm.weight -> norm.gamma``.
         reason: why, naming the evidence, e.g. ``Linear (class Linear from file)``.
         adapter: the ``describe()`` text of the adapter that acted.
     """
 
-    kind: str
+    kind: ActionKind
     detail: str
     reason: str
     adapter: str
@@ -47,15 +59,6 @@ class Action:
     def describe(self) -> str:
         """One line for a plan: ``transpose [3, 4] -> [4, 3]: Linear (pattern fc)``."""
         return f"{self.kind} {self.detail}: {self.reason}" if self.reason else self.kind
-
-    def to_dict(self) -> dict[str, str]:
-        """JSON form."""
-        return {
-            "kind": self.kind,
-            "detail": self.detail,
-            "reason": self.reason,
-            "adapter": self.adapter,
-        }
 
 
 #: What ``apply`` returns: the output entry (None = dropped) and the actions taken.
@@ -100,7 +103,7 @@ class FunctionAdapter(BaseAdapter):
         if out is entry:
             return entry, ()
         detail = "dropped" if out is None else f"{entry.name} -> {out.name}"
-        return out, (Action("custom", detail, "custom adapter", self.label),)
+        return out, (Action(ActionKind.CUSTOM, detail, "custom adapter", self.label),)
 
     def describe(self) -> str:
         return self.label

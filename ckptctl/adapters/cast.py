@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ckptctl.adapters import Action, Adapted, BaseAdapter
+from ckptctl.adapters import Action, ActionKind, Adapted, BaseAdapter
 from ckptctl.adapters.modules import Decision, resolve
 from ckptctl.dtypes import DType, from_float, to_float
 from ckptctl.errors import SelectionError
@@ -117,7 +117,7 @@ class Cast(BaseAdapter):
         if not entry.dtype.is_float or entry.dtype is self.to:
             return entry, ()
         detail = f"{entry.dtype.value} -> {self.to.value}"
-        action = Action("cast", detail, "every float tensor is cast", self.describe())
+        action = Action(ActionKind.CAST, detail, "every float tensor is cast", self.describe())
         return cast_entry(entry, self.to), (action,)
 
     def describe(self) -> str:
@@ -145,7 +145,9 @@ class HalfPrecision(BaseAdapter):
         target = DType.F16 if entry.dtype is DType.F32 else DType.F32
         detail = f"{entry.dtype.value} -> {target.value}"
         reason = f"{decision.module_type} is in the half-precision set ({decision.evidence})"
-        return cast_entry(entry, target), (Action("cast", detail, reason, self.describe()),)
+        return cast_entry(entry, target), (
+            Action(ActionKind.CAST, detail, reason, self.describe()),
+        )
 
     def describe(self) -> str:
         return "half"

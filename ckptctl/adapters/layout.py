@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ckptctl.adapters import Action, Adapted, BaseAdapter
+from ckptctl.adapters import Action, ActionKind, Adapted, BaseAdapter
 from ckptctl.adapters.modules import RENAMED_NORMS, Decision, resolve
 from ckptctl.model import ComputedData, iter_row_blocks
 
@@ -92,7 +92,7 @@ def _layout(
     if decision is None or decision.module_type is None:
         if rank2_weight:
             why = decision.evidence if decision else "module type unknown"
-            return entry, (Action("keep", _fmt(entry.shape), f"{why}; left as is", label),)
+            return entry, (Action(ActionKind.KEEP, _fmt(entry.shape), f"{why}; left as is", label),)
         return entry, ()
     module_type = decision.module_type
     is_linear = module_type == "Linear"
@@ -102,20 +102,25 @@ def _layout(
     if do_transpose:
         out = transposed(entry)
         detail = f"{_fmt(entry.shape)} -> {_fmt(out.shape)}"
-        return out, (Action("transpose", detail, f"{module_type} ({decision.evidence})", label),)
+        return out, (
+            Action(ActionKind.TRANSPOSE, detail, f"{module_type} ({decision.evidence})", label),
+        )
     new_param = renames.get(param)
     norm = module_type in RENAMED_NORMS and (rename_rmsnorm or module_type != "RmsNorm")
     do_rename = new_param is not None and (decision.rename if decision.rename is not None else norm)
     if do_rename and new_param is not None:
         new_name = f"{prefix}.{new_param}" if prefix else new_param
         action = Action(
-            "rename", f"{entry.name} -> {new_name}", f"{module_type} ({decision.evidence})", label
+            ActionKind.RENAME,
+            f"{entry.name} -> {new_name}",
+            f"{module_type} ({decision.evidence})",
+            label,
         )
         # carry the decided type so later adapters (half) still know it under the new name
         return replace(entry, name=new_name, module_type=module_type), (action,)
     if rank2_weight:
         reason = f"{module_type} ({decision.evidence}); not transposed"
-        return entry, (Action("keep", _fmt(entry.shape), reason, label),)
+        return entry, (Action(ActionKind.KEEP, _fmt(entry.shape), reason, label),)
     return entry, ()
 
 

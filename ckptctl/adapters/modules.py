@@ -179,15 +179,6 @@ class Decision:
     transpose: bool | None = None
     rename: bool | None = None
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON form."""
-        return {
-            "name": self.name,
-            "module_type": self.module_type,
-            "evidence": self.evidence,
-            "flagged": self.flagged,
-        }
-
 
 def _split(name: str) -> tuple[str, str]:
     prefix, _, param = name.rpartition(".")

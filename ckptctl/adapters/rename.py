@@ -33,7 +33,7 @@ import warnings
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from ckptctl.adapters import Action, Adapted, BaseAdapter
+from ckptctl.adapters import Action, ActionKind, Adapted, BaseAdapter
 from ckptctl.errors import SelectionError
 
 if TYPE_CHECKING:
@@ -414,7 +414,7 @@ class Rename(BaseAdapter):
         reason = ", ".join(rule.label for rule in fired)
         if "" in new.split("."):
             reason += " (warning: the new name has an empty segment)"
-        action = Action("rename", f"{entry.name} -> {new}", reason, self.describe())
+        action = Action(ActionKind.RENAME, f"{entry.name} -> {new}", reason, self.describe())
         return replace(entry, name=new), (action,)
 
     def describe(self) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ckptctl.adapters import Action, Adapted, BaseAdapter
+from ckptctl.adapters import Action, ActionKind, Adapted, BaseAdapter
 from ckptctl.adapters.rename import compile_pattern
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class Select(BaseAdapter):
         reason = self.reason_dropped(entry.name)
         if reason is None:
             return entry, ()
-        return None, (Action("drop", entry.name, reason, self.describe()),)
+        return None, (Action(ActionKind.DROP, entry.name, reason, self.describe()),)
 
     def describe(self) -> str:
         parts = [f"include {p}" for p in self.include] + [f"exclude {p}" for p in self.exclude]

@@ -34,10 +34,10 @@ class LazyGroup(click.Group):
     """A group whose subcommands are imported on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for name, (module, _) in COMMANDS.items() if _exists(module)]
+        return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name not in COMMANDS or not _exists(COMMANDS[cmd_name][0]):
+        if cmd_name not in COMMANDS:
             return None
         module = importlib.import_module(COMMANDS[cmd_name][0])
         command: click.Command = module.command
@@ -60,11 +60,6 @@ class LazyGroup(click.Group):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
-
-
-def _exists(module: str) -> bool:
-    path = os.path.join(os.path.dirname(__file__), module.rsplit(".", 1)[1] + ".py")
-    return os.path.exists(path)
 
 
 EPILOG = """\b

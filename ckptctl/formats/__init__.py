@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from ckptctl._io import ByteSource, atomic_write, same_file
+from ckptctl._io import ByteSource, atomic_write, refuse_sources
 from ckptctl.errors import (
     CkptError,
     SelectionError,
@@ -180,17 +180,9 @@ def save_checkpoint(
         SelectionError: unknown output extension.
         OutputError: destination exists (without ``force``), is a source, or cannot be written.
     """
-    from ckptctl.errors import OutputError
-
     spec = format_for_output(path)
     assert spec.write is not None
-    for src in sources:
-        if same_file(src, path):
-            raise OutputError(
-                "is also an input; writing it would destroy the data being read",
-                path=os.fspath(path),
-                hint="write to a new file, then rename it",
-            )
+    refuse_sources([path], sources)
     try:
         with atomic_write(path, force=force, fsync=fsync) as out:
             spec.write(out, entries, dict(metadata or {}), dict(scalars or {}))
@@ -211,9 +203,8 @@ def save_sharded(
     """Write ``entries`` as Hugging Face sharded safetensors next to ``path``.
 
     ``out/model.safetensors`` becomes ``out/model-00001-of-0000N.safetensors`` ... plus the index
-    ``out/model.safetensors.index.json``. Every shard and the index are written to temporary
-    files first and renamed into place only when all of them were written, so a failure leaves
-    no new file behind.
+    ``out/model.safetensors.index.json``, all or nothing (see
+    :func:`ckptctl.formats.sharded.write_sharded`).
 
     Returns:
         The paths written, shards first, the index last.
@@ -222,36 +213,17 @@ def save_sharded(
         SelectionError: ``path`` does not end in ``.safetensors``.
         OutputError: a destination exists (without ``force``), is a source, or cannot be written.
     """
-    import contextlib
+    from ckptctl.formats.sharded import write_sharded
 
-    from ckptctl.errors import OutputError
-    from ckptctl.formats import sharded
-
-    dest = os.fspath(path)
-    if not dest.lower().endswith(".safetensors"):
-        raise SelectionError(
-            "sharded output must be .safetensors", path=dest, hint="name DST model.safetensors"
-        )
-    spec = get_format("safetensors")
-    assert spec.write is not None
-    shards = sharded.plan_shards(entries, max_shard_bytes)
-    names, index_path = sharded.shard_paths(dest, len(shards))
-    targets = [*names, index_path]
-    for target in targets:
-        for src in sources:
-            if same_file(src, target):
-                raise OutputError("is also an input", path=target)
-    # Contexts close last-in first-out: entered first, the index is renamed into place last.
-    with contextlib.ExitStack() as stack:
-        out = stack.enter_context(atomic_write(index_path, force=force, fsync=fsync))
-        sharded.write_index(out, shards, names)
-        for shard, name in zip(shards, names, strict=True):
-            out = stack.enter_context(atomic_write(name, force=force, fsync=fsync))
-            try:
-                spec.write(out, shard, dict(metadata or {}), {})
-            except CkptError as exc:
-                raise exc.with_path(name) from None
-    return targets
+    return write_sharded(
+        path,
+        entries,
+        metadata,
+        max_shard_bytes=max_shard_bytes,
+        force=force,
+        sources=sources,
+        fsync=fsync,
+    )
 
 
 # --- diagnosis of files no format recognises -------------------------------------------------

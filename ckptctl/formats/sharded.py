@@ -23,16 +23,18 @@ list, a ``total_size`` that is not the sum of the tensor sizes) become ``Checkpo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
-from ckptctl._io import ByteSource
+from ckptctl._io import ByteSource, atomic_write, refuse_sources
 from ckptctl.errors import (
     CkptError,
     CorruptCheckpointError,
     InputError,
+    SelectionError,
     UnsupportedError,
 )
 from ckptctl.formats import register_format
@@ -50,7 +52,7 @@ from ckptctl.model import (
 from ckptctl.safety import PickleSafety
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from ckptctl.model import TensorEntry
 
@@ -404,3 +406,51 @@ def write_index(
     total = sum(e.nbytes for shard in shards for e in shard)
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     out.write((json.dumps(index, indent=2, sort_keys=True) + "\n").encode())
+
+
+def write_sharded(
+    path: str | os.PathLike[str],
+    entries: Sequence[TensorEntry],
+    metadata: Mapping[str, str] | None = None,
+    *,
+    max_shard_bytes: int,
+    force: bool = False,
+    sources: Sequence[str | os.PathLike[str]] = (),
+    fsync: bool = True,
+) -> list[str]:
+    """Write ``entries`` as Hugging Face sharded safetensors next to ``path``, all or nothing.
+
+    Every shard and the index are written to temporary files first and renamed into place only
+    when all of them were written, so a failure leaves no new file behind.
+
+    Returns:
+        The paths written, shards first, the index last.
+
+    Raises:
+        SelectionError: ``path`` does not end in ``.safetensors``.
+        OutputError: a destination exists (without ``force``), is a source, or cannot be written.
+    """
+    from ckptctl.formats import get_format
+
+    dest = os.fspath(path)
+    if not dest.lower().endswith(".safetensors"):
+        raise SelectionError(
+            "sharded output must be .safetensors", path=dest, hint="name DST model.safetensors"
+        )
+    spec = get_format("safetensors")
+    assert spec.write is not None
+    shards = plan_shards(entries, max_shard_bytes)
+    names, index_path = shard_paths(dest, len(shards))
+    targets = [*names, index_path]
+    refuse_sources(targets, sources)
+    # Contexts close last-in first-out: entered first, the index is renamed into place last.
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(atomic_write(index_path, force=force, fsync=fsync))
+        write_index(out, shards, names)
+        for shard, name in zip(shards, names, strict=True):
+            out = stack.enter_context(atomic_write(name, force=force, fsync=fsync))
+            try:
+                spec.write(out, shard, dict(metadata or {}), {})
+            except CkptError as exc:
+                raise exc.with_path(name) from None
+    return targets

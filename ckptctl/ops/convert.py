@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
 from ckptctl.errors import SelectionError
 from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint, save_sharded
-from ckptctl.model import TensorData
+from ckptctl.model import CheckpointKind, TensorData
 from ckptctl.ops.inspect import select_state_key, top_level_groups
 from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.model import ConvertReport, PlanRow
@@ -141,7 +141,7 @@ def convert(
         rows = tuple(_plan_row(item, by_name[item.source]) for item in items)
         metadata = dict(ckpt.metadata) if ckpt.format in _USER_METADATA_FORMATS else {}
         warnings += _lost_in_output(out_spec.name, outputs, metadata, ckpt.scalars)
-        if ckpt.kind == "nested" and opts.state_key is None:
+        if ckpt.kind is CheckpointKind.NESTED and opts.state_key is None:
             groups = list(top_level_groups(ckpt).items())[:4]
             where = ", ".join(f"'{k}' ({v})" for k, v in groups)
             warnings.append(

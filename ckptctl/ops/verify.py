@@ -36,6 +36,7 @@ from ckptctl._io import CHUNK_BYTES
 from ckptctl.dtypes import DType, to_float
 from ckptctl.errors import CkptError, SelectionError, UnsafePickleError
 from ckptctl.formats import detect_format, open_checkpoint
+from ckptctl.model import CheckpointKind
 from ckptctl.ops._optimizer import OptimizerRecord, check_optimizer, load_record
 from ckptctl.ops.inspect import select_state_key, top_level_groups
 from ckptctl.ops.summary import specs_of, summarize
@@ -379,7 +380,7 @@ def _flat_reader(
     kind = ckpt.kind
     cls = _short_class(ckpt)
     convert = f"ckptctl convert {shlex.quote(ckpt.path)} model.safetensors"
-    if kind == "module":
+    if kind is CheckpointKind.MODULE:
         return Finding(
             "flat-reader",
             Status.FAIL,
@@ -388,7 +389,7 @@ def _flat_reader(
             f"loading it needs {cls}'s code; {_FLAT_READERS} finds no tensors. "
             f"Without torch: {convert}",
         ), entries
-    if kind == "torchscript":
+    if kind is CheckpointKind.TORCHSCRIPT:
         return Finding(
             "flat-reader",
             Status.FAIL,
@@ -396,7 +397,7 @@ def _flat_reader(
             "torch.jit.load(f).state_dict() (or save safetensors)",
             f"{_FLAT_READERS} finds no tensors in it. Without torch: {convert}",
         ), entries
-    if kind == "tensor":
+    if kind is CheckpointKind.TENSOR:
         return Finding(
             "flat-reader",
             Status.FAIL,
@@ -421,9 +422,11 @@ def _flat_reader(
             f"the file holds no tensors{scalars}",
             "a weights file needs at least one tensor; was the wrong file saved?",
         ), entries
-    if kind == "nested":
+    if kind is CheckpointKind.NESTED:
         return _nested(ckpt, entries), entries
-    how = "a flat name → tensor map" if kind == "state_dict" else "flat by construction"
+    how = (
+        "a flat name → tensor map" if kind is CheckpointKind.STATE_DICT else "flat by construction"
+    )
     return Finding(
         "flat-reader", Status.OK, f"{_plural(len(entries), 'tensor')} at the top level ({how})"
     ), entries

@@ -167,8 +167,7 @@ def _write(
     metadata: Mapping[str, str],
     scalars: Mapping[str, JSONValue],
 ) -> None:
-    # Imported lazily: the writer lives in its own module, owned separately.
-    from ckptctl.formats.pytorch._writer import write_zip  # type: ignore[import-not-found,unused-ignore]  # may not exist yet
+    from ckptctl.formats.pytorch._writer import write_zip  # lazily: reading never needs it
 
     write_zip(out, entries, metadata, scalars)
 
