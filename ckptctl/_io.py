@@ -15,6 +15,7 @@ import tempfile
 from typing import IO, TYPE_CHECKING
 
 from ckptctl.errors import CorruptCheckpointError, InputError, OutputError
+from ckptctl.fix import Note, Option
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -172,7 +173,11 @@ def atomic_write(
     if os.path.isdir(dest):
         raise OutputError("is a directory", path=dest)
     if os.path.lexists(dest) and not force:
-        raise OutputError("already exists", path=dest, hint="pass --force to overwrite it")
+        raise OutputError(
+            "already exists",
+            path=dest,
+            hint=Note("pass {fix0} to overwrite it", (Option("force"),)),
+        )
     directory = os.path.dirname(os.path.abspath(dest))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".ckptctl-", suffix=".tmp", dir=directory)

@@ -11,6 +11,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ckptctl.fix import Note
     from ckptctl.safety import PickleSafety
 
 
@@ -33,7 +34,8 @@ class CkptError(Exception):
     Args:
         message: what went wrong, lower-case start, no trailing period.
         path: the file the error is about; shown before the message.
-        hint: what to do next, printed on a second line.
+        hint: what to do next, printed on a second line; a :class:`~ckptctl.fix.Note` when it
+            names an option (spelled as flags by the CLI).
         safety: for pickle-based inputs, the safety verdict of what was read before the error
             (``verify`` reports it even for a file it cannot read).
     """
@@ -45,7 +47,7 @@ class CkptError(Exception):
         message: str,
         *,
         path: str | os.PathLike[str] | None = None,
-        hint: str | None = None,
+        hint: str | Note | None = None,
         safety: PickleSafety | None = None,
     ) -> None:
         super().__init__(message)

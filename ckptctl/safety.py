@@ -124,7 +124,7 @@ class PickleSafety:
         return replace(
             self,
             globals=tuple(
-                replace(g, verdict=Verdict.SAFE, reason="allowed by --allow-global")
+                replace(g, verdict=Verdict.SAFE, reason="explicitly allowed")
                 if g.name in allowed and g.verdict is Verdict.NEEDS_TRUST
                 else g
                 for g in self.globals

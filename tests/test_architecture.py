@@ -27,6 +27,7 @@ BASE = frozenset(
         "ckptctl.dtypes",
         "ckptctl.errors",
         "ckptctl.safety",
+        "ckptctl.fix",
         "ckptctl._version",
     }
 )

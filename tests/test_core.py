@@ -163,7 +163,7 @@ def test_atomic_write_refuses_existing_without_force(tmp_path):
     dest.write_bytes(b"x")
     with pytest.raises(OutputError, match="already exists") as info, atomic_write(dest):
         pass
-    assert info.value.hint == "pass --force to overwrite it"
+    assert str(info.value.hint) == "pass force=True to overwrite it"  # the CLI spells --force
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
 
 from ckptctl.errors import SelectionError
+from ckptctl.fix import Note, Option
 from ckptctl.model import StrEnum
 
 if TYPE_CHECKING:
@@ -184,7 +185,10 @@ def plan(entries: Iterable[TensorEntry], adapter: Adapter) -> list[PlanItem]:
             if first != entry.name:
                 raise SelectionError(
                     f"tensors {first!r} and {entry.name!r} would both be named {out.name!r}",
-                    hint="change the --remap rules so that every tensor keeps a unique name",
+                    hint=Note(
+                        "change the {fix0} rules so that every tensor keeps a unique name",
+                        (Option("remap"),),
+                    ),
                 )
         items.append(PlanItem(entry.name, out, actions))
     return items

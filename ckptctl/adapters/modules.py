@@ -361,7 +361,7 @@ def _decide(
         and (chosen is None or chosen is pattern)
     )
     if square_guess and chosen is None:
-        evidence = "no evidence for this rank-2 weight; add a --module-type rule"
+        evidence = "no evidence for this rank-2 weight; declare its module type"
     elif square_guess and entry.shape[0] == entry.shape[1]:
         evidence += " (square: the shape cannot confirm it)"
     flagged = square_guess and (chosen is None or entry.shape[0] == entry.shape[1])

@@ -19,6 +19,7 @@ from ckptctl.adapters.modules import (
 from ckptctl.adapters.rename import Rename
 from ckptctl.adapters.select import Select
 from ckptctl.errors import SelectionError
+from ckptctl.fix import Note, Option
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -114,5 +115,8 @@ def _refuse_collisions(items: list[PlanItem]) -> None:
             raise SelectionError(
                 f"tensors {seen[item.entry.name]!r} and {item.source!r} would both be named "
                 f"{item.entry.name!r}",
-                hint="change the --remap rules or adapters so that names stay unique",
+                hint=Note(
+                    "change the {fix0} rules or adapters so that names stay unique",
+                    (Option("remap"),),
+                ),
             )

@@ -43,6 +43,16 @@ class LazyGroup(click.Group):
         command: click.Command = module.command
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:  # suggestions without a command name mean this one
+            from ckptctl.cli._spelling import CURRENT
+
+            CURRENT.set(command.name)
+        return name, command, rest
+
     def invoke(self, ctx: click.Context) -> object:
         """Run the subcommand; a reader that closed the pipe (``ckptctl ls x | head``) ends it.
 
@@ -93,17 +103,30 @@ def _debug_requested(args: Sequence[str]) -> bool:
     return "--debug" in args or os.environ.get("CKPTCTL_DEBUG", "") not in ("", "0")
 
 
-def _error(message: str, hint: str | None = None) -> None:
+def _error(message: str, hint: object = None) -> None:
     from ckptctl.report.sanitize import sanitize
 
     click.echo(f"ckptctl: error: {sanitize(message)}", err=True)
     if hint:
-        click.echo(f"hint: {sanitize(hint)}", err=True)
+        click.echo(f"hint: {sanitize(str(hint))}", err=True)
 
 
 def main(args: Sequence[str] | None = None) -> None:
     """Run the CLI and exit with the documented code; never show a traceback unless asked."""
-    argv = list(sys.argv[1:] if args is None else args)
+    from ckptctl.cli._spelling import CURRENT, spell_cli
+    from ckptctl.fix import SPELLER
+
+    # The library's suggestions are spelled as this CLI's flags while it runs.
+    speller, current = SPELLER.set(spell_cli), CURRENT.set(None)
+    try:
+        code = _run(list(sys.argv[1:] if args is None else args))
+    finally:
+        SPELLER.reset(speller)
+        CURRENT.reset(current)
+    sys.exit(int(code or 0))
+
+
+def _run(argv: list[str]) -> int:
     try:
         code = cli.main(args=argv, prog_name="ckptctl", standalone_mode=False)
     except click.ClickException as exc:
@@ -129,7 +152,7 @@ def main(args: Sequence[str] | None = None) -> None:
             "(run again with --debug for a traceback)",
         )
         code = ExitCode.INTERNAL
-    sys.exit(int(code or 0))
+    return int(code or 0)
 
 
 def _quiet_broken_pipe() -> None:

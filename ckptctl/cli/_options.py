@@ -167,14 +167,14 @@ def write_options(func: F) -> F:
     return func
 
 
-def print_warnings(console: Console, warnings: Iterable[str]) -> None:
+def print_warnings(console: Console, warnings: Iterable[object]) -> None:
     """One ``warning: ...`` line per warning, escaped."""
     from rich.text import Text
 
     from ckptctl.report.sanitize import sanitize
 
     for warning in warnings:
-        console.print(Text(f"warning: {sanitize(warning)}"))
+        console.print(Text(f"warning: {sanitize(str(warning))}"))
 
 
 def make_console(*, stderr: bool = False) -> Console:

@@ -43,13 +43,17 @@ from ckptctl.errors import ExitCode
 )
 @click.option(
     "--rtol",
-    type=float,
+    type=click.FloatRange(min=0),
     default=1e-5,
     show_default=True,
     help="Relative tolerance: |a - b| <= atol + rtol * |b| counts as equal.",
 )
 @click.option(
-    "--atol", type=float, default=1e-8, show_default=True, help="Absolute tolerance (see --rtol)."
+    "--atol",
+    type=click.FloatRange(min=0),
+    default=1e-8,
+    show_default=True,
+    help="Absolute tolerance (see --rtol).",
 )
 @click.option(
     "--values-only",

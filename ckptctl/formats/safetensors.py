@@ -42,6 +42,7 @@ from typing import IO, TYPE_CHECKING, NoReturn
 
 from ckptctl.dtypes import DType
 from ckptctl.errors import CorruptCheckpointError, OutputError, UnsupportedError
+from ckptctl.fix import Note, Option
 from ckptctl.formats import register_format
 from ckptctl.formats._base import FormatSpec, write_entry_bytes
 from ckptctl.model import (
@@ -517,8 +518,10 @@ def plan_header(entries: Sequence[TensorEntry], metadata: Mapping[str, str]) -> 
             raise UnsupportedError(
                 f"tensor {entry.name!r} has dtype {entry.dtype.value}, which safetensors "
                 "cannot store",
-                hint="write a .pt instead, or leave it out with "
-                f"--exclude '^{re.escape(entry.name)}$'",
+                hint=Note(
+                    "write a .pt instead, or leave it out with {fix0}",
+                    (Option("exclude", f"^{re.escape(entry.name)}$"),),
+                ),
             )
         expected = expected_nbytes(entry.dtype, entry.shape)
         if entry.nbytes != expected:

@@ -37,6 +37,7 @@ from ckptctl.errors import (
     SelectionError,
     UnsupportedError,
 )
+from ckptctl.fix import Command, Note
 from ckptctl.formats import register_format
 from ckptctl.formats import safetensors as st
 from ckptctl.formats._base import SNIFF_BYTES, FormatSpec
@@ -356,7 +357,10 @@ def layout_index(source: ByteSource) -> HeaderLayout:
         source.size,
         header,
         (region,) if source.size else (),
-        {"shards": len(shards), "hint": "run ckptctl header on a shard for its byte layout"},
+        {
+            "shards": len(shards),
+            "hint": Note("run {fix0} on a shard for its byte layout", (Command("header"),)),
+        },
     )
 
 

@@ -9,11 +9,11 @@ a model carries ParamIds only when it is a burnpack written by Burn (or by ``ckp
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ckptctl.errors import CkptError
+from ckptctl.fix import Command, Option
 from ckptctl.formats import open_checkpoint
 from ckptctl.report.optimizer import OptimizerCheck, OptimizerVerdict, Orphan
 
@@ -201,11 +201,10 @@ def check_optimizer(
         verdict = OptimizerVerdict.PARTIAL
     repair = None
     if verdict is not OptimizerVerdict.OK and (rebindable or (not has_ids and ids)):
-        key = f" --state-key {shlex.quote(state_key)}" if state_key is not None else ""
-        repair = (
-            f"ckptctl convert {shlex.quote(model_path)} fixed.bpk --param-ids-from "
-            f"{shlex.quote(record.path)}{key}"
-        )
+        options = [Option("param_ids_from", record.path)]
+        if state_key is not None:
+            options.append(Option("state_key", state_key))
+        repair = Command("convert", (model_path, "fixed.bpk"), tuple(options))
     return OptimizerCheck(
         verdict=verdict,
         model=model_path,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
 from ckptctl.errors import SelectionError
+from ckptctl.fix import Note, Option
 from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint, save_sharded
 from ckptctl.model import CheckpointKind, TensorData
 from ckptctl.ops.inspect import select_state_key, top_level_groups
@@ -125,13 +126,14 @@ def convert(
     target_specs = _read_specs(opts.target) if opts.target else None
     with open_checkpoint(src) as ckpt:
         entries = select_state_key(ckpt.entries(), opts.state_key, ckpt)
-        items, warnings = run_pipeline(entries, opts.pipeline, target_specs)
+        items, notes = run_pipeline(entries, opts.pipeline, target_specs)
+        warnings: list[str | Note] = list(notes)
         outputs = [item.entry for item in items if item.entry is not None]
         if opts.param_ids_from:
             outputs, note = _attach_param_ids(outputs, opts.param_ids_from)
             warnings.append(note)
         summary = None
-        fixes: tuple[str, ...] = ()
+        fixes: tuple[Option, ...] = ()
         ok = True
         if target_specs is not None:
             result = summarize(specs_of(outputs), target_specs)
@@ -145,8 +147,11 @@ def convert(
             groups = list(top_level_groups(ckpt).items())[:4]
             where = ", ".join(f"'{k}' ({v})" for k, v in groups)
             warnings.append(
-                "the source is a nested checkpoint: every tensor is written under its key path "
-                f"({where}); pass --state-key to write only one part, e.g. the model weights"
+                Note(
+                    "the source is a nested checkpoint: every tensor is written under its key "
+                    f"path ({where}); pass {{fix0}} to write only one part, e.g. the model weights",
+                    (Option("state_key"),),
+                )
             )
         if ckpt.safety is not None and ckpt.safety.verdict is not Verdict.SAFE:
             warnings.append(

@@ -45,12 +45,12 @@ from __future__ import annotations
 
 import math
 import os
-import shlex
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
 from ckptctl.errors import SelectionError
+from ckptctl.fix import Command, Note, Option
 from ckptctl.formats import open_checkpoint
 from ckptctl.ops._compare import compare_values
 from ckptctl.ops.inspect import select_state_key
@@ -104,9 +104,12 @@ def diff_checkpoints(
         True
     """
     opts = options or DiffOptions()
-    for option, value in (("--rtol", opts.rtol), ("--atol", opts.atol)):
+    for option, value in (("rtol", opts.rtol), ("atol", opts.atol)):
         if not (math.isfinite(value) and value >= 0):
-            raise SelectionError(f"{option} must be a finite number >= 0, not {value!r}")
+            raise SelectionError(
+                f"a tolerance must be a finite number >= 0, not {value!r}",
+                hint=Note("check {fix0}", (Option(option, repr(value)),)),
+            )
     with open_checkpoint(a) as ckpt_a, open_checkpoint(b) as ckpt_b:
         entries_b = select_state_key(ckpt_b.entries(), opts.state_key_b, ckpt_b)
         specs_b = specs_of(entries_b)
@@ -221,16 +224,16 @@ def _with_suggestions(names: Sequence[str], others: Sequence[str]) -> tuple[Only
 
 def _fixes(
     report: DiffReport, shapes_a: dict[str, tuple[int, ...]], shapes_b: dict[str, tuple[int, ...]]
-) -> list[str]:
+) -> list[Option]:
     """Options that would reconcile A with B, verified by ``suggest_fixes`` where it applies."""
     opts = report.options
-    fixes: list[str] = []
+    fixes: list[Option] = []
     turned = any(t.status is DiffStatus.TRANSPOSED for t in report.tensors)
     if report.only_in_a or report.only_in_b or turned:
         missing = [o.name for o in report.only_in_b]
         unused = [o.name for o in report.only_in_a]
         fixes = suggest_fixes(missing, unused, shapes_a, shapes_b)
-    given = {f"--adapter {name}" for name in opts.adapters}
+    given = {Option("adapters", name) for name in opts.adapters}
     fixes = [f for f in fixes if f not in given]
     if fixes:
         return fixes
@@ -238,30 +241,30 @@ def _fixes(
     if not opts.values_only and differing and all(t.status is DiffStatus.DTYPE for t in differing):
         if report.only_in_a or report.only_in_b:
             return []
-        return ["--values-only"]
+        return [Option("values_only")]
     return []
 
 
-def suggest_command(report: DiffReport, fixes: Sequence[str]) -> str:
-    """The ``ckptctl diff`` command line of ``report`` with ``fixes`` added.
+def suggest_command(report: DiffReport, fixes: Sequence[Option]) -> Command:
+    """The ``diff`` invocation of ``report`` with ``fixes`` added.
 
-    New ``--remap`` rules go after the ones given (rules apply in order, before adapters).
+    New ``remap`` rules go after the ones given (rules apply in order, before adapters).
     """
     opts = report.options
-    parts = ["ckptctl", "diff", shlex.quote(report.a), shlex.quote(report.b)]
+    parts: list[Option] = []
     if opts.state_key is not None:
-        parts += ["--state-key", shlex.quote(opts.state_key)]
+        parts.append(Option("state_key", opts.state_key))
     if opts.state_key_b is not None:
-        parts += ["--state-key-b", shlex.quote(opts.state_key_b)]
-    parts += [f"--remap {shlex.quote(rule)}" for rule in opts.remap]
-    parts += [f for f in fixes if f.startswith("--remap ")]
-    parts += [f"--module-type {shlex.quote(rule)}" for rule in opts.module_types]
-    parts += [f"--adapter {shlex.quote(name)}" for name in opts.adapters]
-    parts += [f for f in fixes if not f.startswith("--remap ")]
+        parts.append(Option("state_key_b", opts.state_key_b))
+    parts += [Option("remap", rule) for rule in opts.remap]
+    parts += [f for f in fixes if f.name == "remap"]
+    parts += [Option("module_types", rule) for rule in opts.module_types]
+    parts += [Option("adapters", name) for name in opts.adapters]
+    parts += [f for f in fixes if f.name != "remap"]
     if opts.rtol != DEFAULT_RTOL:
-        parts.append(f"--rtol {opts.rtol!r}")
+        parts.append(Option("rtol", repr(opts.rtol)))
     if opts.atol != DEFAULT_ATOL:
-        parts.append(f"--atol {opts.atol!r}")
-    if opts.values_only and "--values-only" not in fixes:
-        parts.append("--values-only")
-    return " ".join(parts)
+        parts.append(Option("atol", repr(opts.atol)))
+    if opts.values_only and Option("values_only") not in fixes:
+        parts.append(Option("values_only"))
+    return Command("diff", (report.a, report.b), tuple(parts))

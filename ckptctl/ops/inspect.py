@@ -7,6 +7,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ckptctl.errors import SelectionError
+from ckptctl.fix import Note, Option
 from ckptctl.formats import open_checkpoint, read_layout
 from ckptctl.report.model import HeaderReport, LsReport, TensorRow
 
@@ -98,7 +99,7 @@ def list_tensors(
         raise SelectionError(
             f"unknown sort key {sort!r}", hint="use one of " + ", ".join(SORT_KEYS)
         )
-    regex = compile_regex(pattern, "--filter") if pattern is not None else None
+    regex = compile_regex(pattern, "pattern") if pattern is not None else None
     with open_checkpoint(path) as ckpt:
         entries = select_state_key(ckpt.entries(), state_key, ckpt)
         total = len(entries)
@@ -138,8 +139,13 @@ def describe_header(path: str | os.PathLike[str]) -> HeaderReport:
 
 
 def compile_regex(pattern: str, option: str) -> re.Pattern[str]:
-    """Compile a user regex, turning ``re.error`` into a ``SelectionError`` naming the option."""
+    """Compile a user regex, turning ``re.error`` into a ``SelectionError`` naming the option.
+
+    ``option`` is the API parameter the pattern came from (``pattern``).
+    """
     try:
         return re.compile(pattern)
     except re.error as exc:
-        raise SelectionError(f"{option}: invalid regex {pattern!r}: {exc}") from None
+        raise SelectionError(
+            f"invalid regex {pattern!r}: {exc}", hint=Note("check {fix0}", (Option(option),))
+        ) from None

@@ -9,11 +9,11 @@ names fit the target, each rule verified on the real names before it is proposed
 from __future__ import annotations
 
 import re
-import shlex
 from collections import Counter
 from typing import TYPE_CHECKING
 
 from ckptctl.adapters.rename import RemapRule, parse_rules
+from ckptctl.fix import Option
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -172,8 +172,8 @@ def suggest_fixes(
     unused: Sequence[str],
     source: Mapping[str, Shape],
     target: Mapping[str, Shape],
-) -> list[str]:
-    """Ready-to-paste CLI options that would make more source tensors fit the target.
+) -> list[Option]:
+    """The ``remap`` rules and ``adapters`` that would make more source tensors fit the target.
 
     Detects a prefix added or removed (``module.``, ``_orig_mod.``, ``model.``), a consistent
     segment rename (``fc.`` -> ``fc1.``), norm ``weight``/``bias`` versus ``gamma``/``beta``, and
@@ -188,9 +188,10 @@ def suggest_fixes(
         target: target shapes by name.
 
     Returns:
-        Options such as ``--remap '^fc\\.=fc1.'`` and ``--adapter pytorch-to-burn``.
+        Options such as ``Option("remap", "^fc\\.=fc1.")`` and
+        ``Option("adapters", "pytorch-to-burn")`` (the CLI spells them ``--remap``, ``--adapter``).
     """
-    fixes: list[str] = []
+    fixes: list[Option] = []
     names = list(source)
     if missing and unused:
         for number in range(1, MAX_FIX_RULES + 1):
@@ -198,11 +199,11 @@ def suggest_fixes(
             if found is None:
                 break
             rule, names = found
-            fixes.append("--remap " + shlex.quote(f"{rule.pattern}={rule.replacement}"))
+            fixes.append(Option("remap", f"{rule.pattern}={rule.replacement}"))
     renamed = dict(zip(names, source.values(), strict=True))
     adapter = _adapter_hint(renamed, target)
     if adapter is not None:
-        fixes.append(f"--adapter {adapter}")
+        fixes.append(Option("adapters", adapter))
     return fixes
 
 

@@ -10,10 +10,10 @@
 * ``errors`` -- shape mismatches (target order); an errored name is neither missing nor unused.
 
 ckptctl extras: ``dtype_notes`` (source and target dtypes differ; Burn never checks dtypes)
-and ``fixes`` -- ready-to-paste CLI options from :func:`suggest_fixes`. With an ``alternative``
-lookup (Burn's norm ``gamma`` -> ``weight`` fallback, §1.3) the source name found through the
-alternative counts as used, unless ``burn_compat`` reproduces Burn's quirk of listing it as
-unused.
+and ``fixes`` -- the options (remap rules, adapters) from :func:`suggest_fixes`. With an
+``alternative`` lookup (Burn's norm ``gamma`` -> ``weight`` fallback, §1.3) the source name found
+through the alternative counts as used, unless ``burn_compat`` reproduces Burn's quirk of listing
+it as unused.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
     from ckptctl.dtypes import DType
+    from ckptctl.fix import Option
     from ckptctl.model import TensorEntry
 
 
@@ -120,7 +121,7 @@ def summarize(
         enum_paths = sum(1 for m in missing_entries if "Enum:" in (m.container or ""))
     else:  # no container stacks: the CamelCase test is a heuristic stand-in (spec §5.6)
         enum_paths = sum(1 for m in missing if strip_enum_variant(m) is not None)
-    fixes: tuple[str, ...] = ()
+    fixes: tuple[Option, ...] = ()
     if with_fixes and (missing or errors):
         fixes = tuple(
             suggest_fixes(

@@ -25,7 +25,6 @@ otherwise. ``checks``/``skip`` choose which findings are reported (``readable`` 
 from __future__ import annotations
 
 import os
-import shlex
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -35,6 +34,7 @@ import numpy as np
 from ckptctl._io import CHUNK_BYTES
 from ckptctl.dtypes import DType, to_float
 from ckptctl.errors import CkptError, SelectionError, UnsafePickleError
+from ckptctl.fix import Command, Note, Option
 from ckptctl.formats import detect_format, open_checkpoint
 from ckptctl.model import CheckpointKind
 from ckptctl.ops._optimizer import OptimizerRecord, check_optimizer, load_record
@@ -274,18 +274,20 @@ def _safe_pickle(safety: PickleSafety, opts: _Options) -> Finding:
             if (untrusted)
             else problems[0]
         )
-        fixes = ["re-save a state_dict with torch.save (or save safetensors)"]
+        hint: str | Note = "re-save a state_dict with torch.save (or save safetensors)"
         if untrusted and not problems:
-            fixes.append(
-                "if you trust its source: "
-                + " ".join(f"--allow-global {n}" for n in dict.fromkeys(untrusted[:GLOBALS_SHOWN]))
+            allow = Command(
+                options=tuple(
+                    Option("allow_globals", n) for n in dict.fromkeys(untrusted[:GLOBALS_SHOWN])
+                )
             )
+            hint = Note(f"{hint}; or if you trust its source: {{fix0}}", (allow,))
         return Finding(
             "safe-pickle",
             Status.WARN if opts.trust else Status.FAIL,
             f"needs trust: {what}; torch.load(weights_only=True) refuses it and "
             "weights_only=False would run that code",
-            "; or ".join(fixes),
+            hint,
             safety=safety,
         )
     found = f"{_plural(len(reached), 'global')}, all on its allowlist" if reached else "no globals"
@@ -379,15 +381,18 @@ def _flat_reader(
     entries = ckpt.entries()
     kind = ckpt.kind
     cls = _short_class(ckpt)
-    convert = f"ckptctl convert {shlex.quote(ckpt.path)} model.safetensors"
+    convert = Command("convert", (ckpt.path, "model.safetensors"))
     if kind is CheckpointKind.MODULE:
         return Finding(
             "flat-reader",
             Status.FAIL,
             f"a pickled {cls} object, not a state_dict: re-save model.state_dict() "
             "(or save safetensors)",
-            f"loading it needs {cls}'s code; {_FLAT_READERS} finds no tensors. "
-            f"Without torch: {convert}",
+            Note(
+                f"loading it needs {cls}'s code; {_FLAT_READERS} finds no tensors. "
+                "Without torch: {fix0}",
+                (convert,),
+            ),
         ), entries
     if kind is CheckpointKind.TORCHSCRIPT:
         return Finding(
@@ -395,7 +400,7 @@ def _flat_reader(
             Status.FAIL,
             f"a TorchScript archive of {cls}, not a state_dict: re-save "
             "torch.jit.load(f).state_dict() (or save safetensors)",
-            f"{_FLAT_READERS} finds no tensors in it. Without torch: {convert}",
+            Note(f"{_FLAT_READERS} finds no tensors in it. Without torch: {{fix0}}", (convert,)),
         ), entries
     if kind is CheckpointKind.TENSOR:
         return Finding(
@@ -445,16 +450,16 @@ def _nested(ckpt: Checkpoint, entries: list[TensorEntry]) -> Finding:
             Status.FAIL,
             "an optimizer state_dict (state, param_groups), not model weights: "
             f"{_FLAT_READERS} finds no tensors at the top level",
-            "to gate optimizer files on safety and readability alone: ckptctl verify "
-            f"{shlex.quote(ckpt.path)} --check safe-pickle",
+            Note(
+                "to gate optimizer files on safety and readability alone: {fix0}",
+                (Command("verify", (ckpt.path,), (Option("checks", "safe-pickle"),)),),
+            ),
             details={"top_level_tensors": top, "groups": groups, "state_key": None},
         )
     key = _best_key(groups) if groups else None
-    fix = (
-        f"pass --state-key {shlex.quote(key)}, or re-save model.state_dict()"
-        if key
-        else "re-save model.state_dict()"
-    )
+    fix: str | Note = "re-save model.state_dict()"
+    if key:
+        fix = Note("pass {fix0}, or re-save model.state_dict()", (Option("state_key", key),))
     details: dict[str, JSONValue] = {"top_level_tensors": top, "groups": groups, "state_key": key}
     if top:
         nested = len(entries) - top
@@ -466,16 +471,15 @@ def _nested(ckpt: Checkpoint, entries: list[TensorEntry]) -> Finding:
             fix,
             details=details,
         )
-    convert = (
-        f"ckptctl convert {shlex.quote(ckpt.path)} model.safetensors --state-key {shlex.quote(key)}"
-        if key
-        else None
-    )
+    head = f"{_FLAT_READERS} finds no tensors at the top level: tensors are under {where}: "
+    if not key:
+        return Finding("flat-reader", Status.FAIL, head + str(fix), None, details=details)
+    convert = Command("convert", (ckpt.path, "model.safetensors"), (Option("state_key", key),))
     return Finding(
         "flat-reader",
         Status.FAIL,
-        f"{_FLAT_READERS} finds no tensors at the top level: tensors are under {where}: {fix}",
-        f"a flat copy without torch: {convert}" if convert else None,
+        Note(head + "pass {fix0}, or re-save model.state_dict()", (Option("state_key", key),)),
+        Note("a flat copy without torch: {fix0}", (convert,)),
         details=details,
     )
 
@@ -631,14 +635,18 @@ def _optimizer_finding(check: OptimizerCheck) -> Finding:
             f"no-ids: {what}; resuming from it starts all {check.states:,} optimizer states "
             "from scratch (Adam moments reset, time = 1)"
         )
-        hint = (
-            f"write a model with the optimizer's ParamIds: {check.repair}"
-            if check.repair
-            else "resume from a burnpack written by ModuleRecord or BurnpackStore (it carries "
-            "ParamIds)"
+        hint: str | Note = (
+            "resume from a burnpack written by ModuleRecord or BurnpackStore (it carries ParamIds)"
         )
-        if check.repair and not check.rebindable:
-            hint += " (some recorded paths or shapes do not match this model; check the result)"
+        if check.repair:
+            caveat = (
+                ""
+                if check.rebindable
+                else " (some recorded paths or shapes do not match this model; check the result)"
+            )
+            hint = Note(
+                "write a model with the optimizer's ParamIds: {fix0}" + caveat, (check.repair,)
+            )
         return Finding("optimizer", Status.FAIL, message, hint, optimizer=check)
     if check.verdict == "ok":
         if not check.states:
@@ -670,7 +678,9 @@ def _optimizer_finding(check: OptimizerCheck) -> Finding:
             parts.append(f"{_plural(len(check.shape_disagreements), 'shape disagreement')}")
         message = "partial: " + ", ".join(parts) + growth
     if check.repair:
-        hint = f"all {check.states:,} states can be re-keyed by path: {check.repair}"
+        hint = Note(
+            f"all {check.states:,} states can be re-keyed by path: {{fix0}}", (check.repair,)
+        )
     elif check.shape_disagreements or check.path_disagreements:
         hint = "the record was taken from another model (other paths or shapes); is this the pair?"
     elif check.coverage == 1.0:

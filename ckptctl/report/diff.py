@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ckptctl.model import StrEnum
 
 if TYPE_CHECKING:
+    from ckptctl.fix import Command, Option
     from ckptctl.model import Progress
 
 DEFAULT_RTOL = 1e-5
@@ -112,8 +113,8 @@ class DiffReport:
     only_in_a: tuple[OnlyIn, ...]
     only_in_b: tuple[OnlyIn, ...]
     options: DiffOptions
-    fixes: tuple[str, ...] = ()
-    suggested_command: str | None = None
+    fixes: tuple[Option, ...] = ()
+    suggested_command: Command | None = None
     warnings: tuple[str, ...] = ()
 
     def passes(self, row: TensorDiff) -> bool:

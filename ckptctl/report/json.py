@@ -11,6 +11,7 @@ import math
 from functools import singledispatch
 from typing import TYPE_CHECKING
 
+from ckptctl.fix import spell
 from ckptctl.report.diff import DiffReport, OnlyIn, TensorDiff
 from ckptctl.report.model import SCHEMA_VERSION, ConvertReport, HeaderReport, LsReport
 from ckptctl.report.optimizer import OptimizerCheck, Orphan
@@ -126,9 +127,9 @@ def _convert(report: ConvertReport) -> dict[str, JSONValue]:
             }
             for row in report.plan
         ],
-        "warnings": list(report.warnings),
+        "warnings": [str(w) for w in report.warnings],
         "summary": None if report.summary is None else to_json(report.summary),
-        "fixes": list(report.fixes),
+        "fixes": [spell(f) for f in report.fixes],
     }
 
 
@@ -188,9 +189,11 @@ def _diff(report: DiffReport) -> dict[str, JSONValue]:
         "only_in_a": _only(report.only_in_a),
         "only_in_b": _only(report.only_in_b),
         "tensors": [_tensor(t) for t in report.tensors],
-        "fixes": list(report.fixes),
-        "suggested_command": report.suggested_command,
-        "warnings": list(report.warnings),
+        "fixes": [spell(f) for f in report.fixes],
+        "suggested_command": None
+        if report.suggested_command is None
+        else spell(report.suggested_command),
+        "warnings": [str(w) for w in report.warnings],
     }
 
 
@@ -212,8 +215,8 @@ def _finding_json(finding: Finding) -> dict[str, JSONValue]:
     return {
         "check": finding.check,
         "status": finding.status.value,
-        "message": finding.message,
-        "hint": finding.hint,
+        "message": str(finding.message),
+        "hint": None if finding.hint is None else str(finding.hint),
         "details": _details(finding),
     }
 
@@ -282,7 +285,7 @@ def _summary(summary: LoadingSummary) -> dict[str, JSONValue]:
             {"name": n.name, "expected": n.expected.value, "found": n.found.value}
             for n in summary.dtype_notes
         ],
-        "fixes": list(summary.fixes),
+        "fixes": [spell(f) for f in summary.fixes],
         "enum_paths": summary.enum_paths,
     }
 
@@ -319,7 +322,7 @@ def _optimizer(check: OptimizerCheck) -> dict[str, JSONValue]:
             None if t is None else {"min": t[0], "max": t[1]} for t in check.cohort_times
         ],
         "rebindable": check.rebindable,
-        "repair": check.repair,
+        "repair": None if check.repair is None else spell(check.repair),
     }
 
 

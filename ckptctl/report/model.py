@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from ckptctl.fix import Note, Option
     from ckptctl.model import HeaderLayout, JSONValue
     from ckptctl.report.summary import LoadingSummary
     from ckptctl.safety import PickleSafety
@@ -113,7 +114,7 @@ class ConvertReport:
     written: bool
     dry_run: bool
     bytes_written: int = 0
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[str | Note, ...] = ()
     summary: LoadingSummary | None = None
-    fixes: tuple[str, ...] = ()
+    fixes: tuple[Option, ...] = ()
     ok: bool = True

@@ -7,8 +7,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ckptctl.model import StrEnum
+
+if TYPE_CHECKING:
+    from ckptctl.fix import Command
 
 
 class OptimizerVerdict(StrEnum):
@@ -80,7 +84,7 @@ class OptimizerCheck:
     cohorts: int = 0
     cohort_times: tuple[tuple[int, int] | None, ...] = ()
     rebindable: bool = False
-    repair: str | None = None
+    repair: Command | None = None
 
     @property
     def ok(self) -> bool:

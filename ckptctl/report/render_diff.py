@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
+from ckptctl.fix import Command, Option, spell
 from ckptctl.report.sanitize import sanitize
 from ckptctl.report.summary import DISPLAY_LIMIT
 from ckptctl.report.text import PlainTable, format_shape, print_table
@@ -113,12 +114,14 @@ def render_diff(report: DiffReport, console: Console, *, show_all: bool = False)
         Text(f"B: {sanitize(report.b)} ({report.format_b}, {report.tensors_b:,} tensors)")
     )
     opts = report.options
-    steps = [f"--state-key {o}" for o in [opts.state_key] if o is not None]
-    steps += [f"--remap {r}" for r in opts.remap] + [f"--adapter {a}" for a in opts.adapters]
+    steps = [Option("state_key", o) for o in [opts.state_key] if o is not None]
+    steps += [Option("remap", r) for r in opts.remap]
+    steps += [Option("adapters", a) for a in opts.adapters]
     if steps:
-        console.print(Text("A read with " + " ".join(sanitize(s) for s in steps)))
+        console.print(Text("A read with " + sanitize(spell(Command(options=tuple(steps))))))
     if opts.state_key_b is not None:
-        console.print(Text(f"B read with --state-key-b {sanitize(opts.state_key_b)}"))
+        b_key = spell(Option("state_key_b", opts.state_key_b))
+        console.print(Text(f"B read with {sanitize(b_key)}"))
     rows = list(report.tensors) if show_all else list(report.differing)
     if rows:
         console.print()
@@ -131,7 +134,7 @@ def render_diff(report: DiffReport, console: Console, *, show_all: bool = False)
         )
         console.print()
         noun = "tensor matches" if hidden == 1 else "tensors match"
-        console.print(Text(f"{hidden:,} {noun} ({detail}); --all lists them"))
+        console.print(Text(f"{hidden:,} {noun} ({detail}); {spell(Option('show_all'))} lists them"))
     for title, only in (("only in A", report.only_in_a), ("only in B", report.only_in_b)):
         if only:
             console.print()
@@ -141,6 +144,6 @@ def render_diff(report: DiffReport, console: Console, *, show_all: bool = False)
         console.print()
         console.print(Text("to reconcile the names and layouts, try:"))
         # never wrapped: the line is meant to be copied and pasted
-        console.print(Text(f"  {sanitize(report.suggested_command)}"), soft_wrap=True)
+        console.print(Text(f"  {sanitize(spell(report.suggested_command))}"), soft_wrap=True)
     console.print()
     console.print(Text(verdict(report)))

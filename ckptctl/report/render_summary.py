@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ckptctl.fix import spell
 from ckptctl.report.sanitize import sanitize
 from ckptctl.report.summary import DISPLAY_LIMIT, SummaryErrorKind
 
@@ -18,10 +19,6 @@ if TYPE_CHECKING:
     from ckptctl.report.summary import LoadingSummary, SummaryError
 
 WARNING = "\u26a0\ufe0f"
-#: Printed after a blank line following the box when missing tensors fail a conversion.
-HINT_ALLOW_PARTIAL = (
-    "Hint: use --allow-partial to write the output anyway; missing tensors are then left out."
-)
 
 _ENUM_BLOCK = (
     f"│  {WARNING}  {{count}} paths contain enum variants (detected from container stack)",
@@ -111,6 +108,6 @@ def render_summary(summary: LoadingSummary, *, extras: bool = True) -> str:
         _more(lines, len(summary.dtype_notes))
     if extras and summary.fixes:
         lines += ["│", "├─ Suggested Fixes (add to the command line)", "│"]
-        lines += [f"│    {sanitize(fix)}" for fix in summary.fixes]
+        lines += [f"│    {sanitize(spell(fix))}" for fix in summary.fixes]
     lines += ["│", "└" + "─" * 51]
     return "\n".join(lines)

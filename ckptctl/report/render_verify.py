@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
+from ckptctl.fix import spell
 from ckptctl.report.render_summary import render_summary
 from ckptctl.report.sanitize import sanitize
 from ckptctl.report.summary import DISPLAY_LIMIT
@@ -70,10 +71,10 @@ def _print_findings(console: Console, result: FileResult) -> None:
         _hanging(
             console,
             f"{_MARK[finding.status.value]} {finding.check}",
-            Text(sanitize(finding.message)),
+            Text(sanitize(str(finding.message))),
         )
         if finding.hint:
-            _hanging(console, "", Text(f"hint: {sanitize(finding.hint)}"))
+            _hanging(console, "", Text(f"hint: {sanitize(str(finding.hint))}"))
 
 
 def render_verify(report: VerifyReport, console: Console, *, quiet: bool = False) -> None:
@@ -219,7 +220,7 @@ def render_optimizer_box(check: OptimizerCheck) -> str:
             if check.rebindable
             else "write a model burnpack with the optimizer's ParamIds"
         )
-        lines.append(f"│  💡 {how}: {sanitize(check.repair)}")
+        lines.append(f"│  💡 {how}: {sanitize(spell(check.repair))}")
     elif check.verdict == "no-ids":
         lines.append("│  💡 resume from a burnpack written by ModuleRecord or BurnpackStore")
     lines += ["│", "└" + "─" * 51]

@@ -13,6 +13,7 @@ from ckptctl.model import StrEnum
 
 if TYPE_CHECKING:
     from ckptctl.dtypes import DType
+    from ckptctl.fix import Option
 
 Shape = tuple[int, ...]
 
@@ -84,7 +85,7 @@ class LoadingSummary:
     unused: tuple[str, ...]
     errors: tuple[SummaryError, ...]
     dtype_notes: tuple[DTypeNote, ...] = ()
-    fixes: tuple[str, ...] = ()
+    fixes: tuple[Option, ...] = ()
     enum_paths: int = 0
 
     @property

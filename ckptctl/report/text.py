@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
+from ckptctl.fix import Option, spell
 from ckptctl.report.render_summary import render_summary
 from ckptctl.report.sanitize import sanitize
 
@@ -231,7 +232,8 @@ def render_header(report: HeaderReport, console: Console, *, all_regions: bool =
         regions = regions[: MAX_REGION_ROWS // 2] + regions[-MAX_REGION_ROWS // 2 :]
     for i, region in enumerate(regions):
         if skipped and i == MAX_REGION_ROWS // 2:
-            table.add_row("…", "…", "…", "", f"{skipped:,} more regions (--all shows them)")
+            shows = spell(Option("all_regions"))
+            table.add_row("…", "…", "…", "", f"{skipped:,} more regions ({shows} shows them)")
         what = region.name if region.kind == "tensor" else region.note
         table.add_row(
             f"{region.start:,}",
@@ -262,8 +264,9 @@ def render_header(report: HeaderReport, console: Console, *, all_regions: bool =
             reasons[key] = reasons.get(key, 0) + region.size
     for reason, size in reasons.items():
         console.print(Text(f"  padding {size:,} bytes: {sanitize(reason)}"))
-    if isinstance(layout.facts.get("hint"), str):
-        console.print(Text(f"hint: {sanitize(layout.facts['hint'])}"))
+    hint = layout.facts.get("hint")
+    if hint is not None:
+        console.print(Text(f"hint: {sanitize(str(hint))}"))
     why = _WHY_PADDING.get(layout.format)
     if why and sum(reasons.values()) > tensor_bytes:
         console.print(Text(f"why: {why}"))
@@ -300,7 +303,7 @@ def render_convert(report: ConvertReport, console: Console) -> None:
             Text(
                 f"plan: {sanitize(report.source)} ({report.source_format}) → "
                 f"{sanitize(report.destination)} ({report.destination_format}), "
-                f"{len(report.plan)} tensors, nothing written (--dry-run)"
+                f"{len(report.plan)} tensors, nothing written ({spell(Option('dry_run'))})"
             )
         )
         lines: list[str] = []
@@ -323,7 +326,7 @@ def render_convert(report: ConvertReport, console: Console) -> None:
     if report.summary is not None:
         console.print(Text(render_summary(report.summary)))
     for fix in report.fixes:
-        console.print(Text(f"  try: {sanitize(fix)}"))
+        console.print(Text(f"  try: {sanitize(spell(fix))}"))
     if report.written:
         console.print(
             Text(

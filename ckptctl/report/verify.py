@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from ckptctl.fix import Note
     from ckptctl.model import CheckpointKind, JSONValue
     from ckptctl.report.optimizer import OptimizerCheck
     from ckptctl.report.summary import LoadingSummary
@@ -46,7 +47,8 @@ class Finding:
     Attributes:
         check: the check id (one of :data:`CHECKS`).
         status: ok, warn or fail.
-        message: what was found (strings from files are raw; renderers escape them).
+        message: what was found (strings from files are raw; renderers escape them); a
+            :class:`~ckptctl.fix.Note` when it names an option.
         hint: what to do next, when there is something to do.
         details: machine-readable facts for ``--json`` (NaN counts, index problems ...).
         summary: the Tensor Loading Summary (``expect``).
@@ -56,8 +58,8 @@ class Finding:
 
     check: str
     status: Status
-    message: str
-    hint: str | None = None
+    message: str | Note
+    hint: str | Note | None = None
     details: Mapping[str, JSONValue] = field(default_factory=dict)
     summary: LoadingSummary | None = None
     optimizer: OptimizerCheck | None = None

@@ -82,7 +82,7 @@ def test_unknown_adapter_lists_valid_names() -> None:
     assert "pytorch2burn" in str(info.value)
     assert info.value.hint is not None
     for name in ADAPTER_NAMES:
-        assert name in info.value.hint
+        assert name in str(info.value.hint)
     assert info.value.exit_code == 2
 
 

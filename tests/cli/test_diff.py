@@ -239,7 +239,12 @@ def test_bf16_against_f32_compares_values(run_cli, tmp_path):
 def test_bad_options_and_inputs(run_cli, tmp_path):
     bad_tol = run_cli("diff", TINY, TINY, "--rtol", "-1")
     assert bad_tol.code == 2
-    assert bad_tol.stderr.startswith("ckptctl: error: --rtol must be a finite number")
+    assert "Invalid value for '--rtol'" in bad_tol.stderr
+    nan_tol = run_cli("diff", TINY, TINY, "--atol", "nan")
+    assert nan_tol.code == 2
+    assert nan_tol.stderr == (
+        "ckptctl: error: a tolerance must be a finite number >= 0, not nan\nhint: check --atol nan\n"
+    )
     assert run_cli("diff", TINY, tmp_path / "missing.bpk").code == 3
     assert run_cli("diff", TINY, TINY, "--state-key", "nope").code == 2
     assert run_cli("diff", TINY, TINY, "--adapter", "nope").code == 2

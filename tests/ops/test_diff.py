@@ -17,6 +17,7 @@ from ckptctl import open_checkpoint, save_checkpoint
 from ckptctl._io import ByteSource
 from ckptctl.dtypes import DType
 from ckptctl.errors import SelectionError
+from ckptctl.fix import Command, Option
 from ckptctl.model import FileData
 from ckptctl.ops import _compare
 from ckptctl.ops._compare import compare_values
@@ -324,7 +325,8 @@ def test_report_names_only_in_each_side_with_suggestions(tmp_path):
     ]
     assert [o.name for o in report.only_in_b] == ["encoder.layers.0.weight"]
     assert report.suggested_command is not None
-    assert r"--remap '\.layer\.=.layers.'" in report.suggested_command
+    assert report.suggested_command is not None
+    assert Option("remap", r"\.layer\.=.layers.") in report.suggested_command.options
     fixed = diff_checkpoints(a, b, DiffOptions(remap=(r"\.layer\.=.layers.",)))
     assert fixed.identical
 
@@ -334,8 +336,8 @@ def test_module_prefix_rule_is_suggested_and_fixes_the_diff(tmp_path):
     b = _save(tmp_path / "b.safetensors", entries)
     a = _save(tmp_path / "a.safetensors", [e.renamed("module." + e.name) for e in entries])
     report = diff_checkpoints(a, b)
-    assert report.fixes == (r"--remap '^module\.='",)
-    assert report.suggested_command == f"ckptctl diff {a} {b} --remap '^module\\.='"
+    assert report.fixes == (Option("remap", r"^module\.="),)
+    assert report.suggested_command == Command("diff", (str(a), str(b)), report.fixes)
     assert diff_checkpoints(a, b, DiffOptions(remap=(r"^module\.=",))).identical
 
 
@@ -345,15 +347,16 @@ def test_values_only_lets_dtype_differences_pass(tmp_path):
     strict = diff_checkpoints(a, b)
     assert not strict.identical
     assert strict.tensors[0].status == "dtype"
-    assert strict.fixes == ("--values-only",)
+    assert strict.fixes == (Option("values_only"),)
     assert diff_checkpoints(a, b, DiffOptions(values_only=True)).identical
 
 
 def test_bad_tolerance_is_a_usage_error(tmp_path):
     a = _save(tmp_path / "a.safetensors", [array_entry("x", f32(1))])
-    with pytest.raises(SelectionError, match="--rtol must be a finite number"):
+    with pytest.raises(SelectionError, match="tolerance must be a finite number") as info:
         diff_checkpoints(a, a, DiffOptions(rtol=-1))
-    with pytest.raises(SelectionError, match="--atol"):
+    assert str(info.value.hint) == "check rtol='-1'"
+    with pytest.raises(SelectionError, match="not nan"):
         diff_checkpoints(a, a, DiffOptions(atol=float("nan")))
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import shlex
-
 import pytest
 
 from ckptctl.adapters.rename import parse_rules, remap_name
 from ckptctl.dtypes import DType
+from ckptctl.fix import Option
 from ckptctl.ops.matching import did_you_mean, jaro, strip_enum_variant, suggest_fixes
 from ckptctl.ops.summary import summarize
 from ckptctl.report.json import to_json
@@ -214,7 +213,7 @@ def test_example_a_default_counts_alternative_hits_as_used() -> None:
     assert "norm.num_batches_tracked" in summary.unused
     assert not summary.ok
     # the consistent layer -> layers rename is found and verified
-    assert "--remap " + shlex.quote(r"\.layer\.=.layers.") in summary.fixes
+    assert Option("remap", r"\.layer\.=.layers.") in summary.fixes
 
 
 def test_example_b_enum_golden() -> None:
@@ -297,7 +296,7 @@ def test_errored_names_neither_missing_nor_unused_and_dtype_note() -> None:
     assert summary.missing == ()
     assert summary.unused == ()
     assert [(n.name, n.found, n.expected) for n in summary.dtype_notes] == [("x", DType.F16, F32)]
-    assert "--adapter pytorch-to-burn" in summary.fixes
+    assert Option("adapters", "pytorch-to-burn") in summary.fixes
     text = render_summary(summary)
     warning = "│  \u26a0\ufe0f  "
     assert f"{warning}Shape mismatch for 'fc.weight': expected Shape {{ dims: [3, 2] }}" in text
@@ -337,9 +336,10 @@ def test_acceptance_fc_to_fc1() -> None:
     text = render_summary(summary)
     assert "Did you mean: 'fc.bias'?" in text
     assert "Did you mean: 'fc.weight'?" in text
-    assert summary.fixes == ("--remap '^fc\\.=fc1.'",)
-    # paste the fix: every tensor applies
-    rule_text = shlex.split(summary.fixes[0])[1]
+    assert summary.fixes == (Option("remap", "^fc\\.=fc1."),)
+    # apply the fix: every tensor applies
+    rule_text = summary.fixes[0].value
+    assert rule_text is not None
     rules = parse_rules([rule_text])
     fixed = {remap_name(name, rules)[0]: spec for name, spec in source.items()}
     after = summarize(fixed, target)
@@ -355,26 +355,26 @@ def test_suggest_prefix_removed(prefix: str) -> None:
     target = {"a.weight": (2, 2), "b.weight": (2, 2)}
     fixes = suggest_fixes(list(target), list(source), source, target)
     escaped = prefix[:-1].replace(".", "\\.")
-    assert fixes == ["--remap " + shlex.quote(f"^{escaped}\\.=")]
+    assert fixes == [Option("remap", f"^{escaped}\\.=")]
 
 
 def test_suggest_prefix_added_and_norm_adapter() -> None:
     source = {"norm.weight": (4,), "norm.bias": (4,), "fc.weight": (4, 4)}
     target = {"model.norm.gamma": (4,), "model.norm.beta": (4,), "model.fc.weight": (4, 4)}
     fixes = suggest_fixes(list(target), list(source), source, target)
-    assert fixes == ["--remap '^=model.'", "--adapter pytorch-to-burn"]
+    assert fixes == [Option("remap", "^=model."), Option("adapters", "pytorch-to-burn")]
 
 
 def test_suggest_burn_to_pytorch() -> None:
     source = {"ln.gamma": (4,), "ln.beta": (4,)}
     target = {"ln.weight": (4,), "ln.bias": (4,)}
     assert suggest_fixes(list(target), list(source), source, target) == [
-        "--adapter burn-to-pytorch"
+        Option("adapters", "burn-to-pytorch")
     ]
 
 
 def test_suggest_nothing_when_nothing_fits() -> None:
     source = {"a": (1,)}
     target = {"zzzz": (1,)}
-    assert suggest_fixes(["zzzz"], ["a"], source, target) == ["--remap '^a$=zzzz'"]
+    assert suggest_fixes(["zzzz"], ["a"], source, target) == [Option("remap", "^a$=zzzz")]
     assert suggest_fixes([], [], {"x": (2,)}, {"x": (2,)}) == []

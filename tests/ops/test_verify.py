@@ -17,6 +17,7 @@ from safetensors.numpy import save_file
 
 from ckptctl._io import ByteSource
 from ckptctl.dtypes import DType
+from ckptctl.fix import Command, Option
 from ckptctl.model import Checkpoint, CheckpointKind, ComputedData, Structure, TensorEntry
 from ckptctl.ops import verify as verify_mod
 from ckptctl.ops.convert import ConvertOptions, convert
@@ -73,9 +74,10 @@ def test_nested_checkpoint_fails_and_names_the_state_key():
     assert not result.ok
     flat = finding(result, "flat-reader")
     assert flat.status is Status.FAIL
-    assert "--state-key model" in flat.message
-    assert "'model' (4)" in flat.message
-    assert "'optimizer' (12)" in flat.message  # truth.json: Adam state of 4 params, 3 tensors each
+    assert "state_key='model'" in str(flat.message)  # the library spells options as keywords
+    assert "'model' (4)" in str(flat.message)
+    # truth.json: Adam state of 4 params, 3 tensors each
+    assert "'optimizer' (12)" in str(flat.message)
     assert flat.details["state_key"] == "model"
 
 
@@ -83,13 +85,13 @@ def test_nested_checkpoint_passes_with_state_key():
     result = one(PT / "nested.pt", state_key="model")
     assert result.ok
     assert result.tensors == 4
-    assert "below state key 'model'" in finding(result, "flat-reader").message
+    assert "below state key 'model'" in str(finding(result, "flat-reader").message)
 
 
 def test_lightning_needs_state_key_state_dict():
     failed = one(PT / "lightning.ckpt")
     assert not failed.ok
-    assert "--state-key state_dict" in finding(failed, "flat-reader").message
+    assert "state_key='state_dict'" in str(finding(failed, "flat-reader").message)
     assert one(PT / "lightning.ckpt", state_key="state_dict").ok
 
 
@@ -97,9 +99,9 @@ def test_wrong_state_key_fails_saying_where_tensors_are():
     result = one(PT / "nested.pt", state_key="net")
     flat = finding(result, "flat-reader")
     assert flat.status is Status.FAIL
-    assert "no tensors under state key 'net'" in flat.message
+    assert "no tensors under state key 'net'" in str(flat.message)
     assert flat.hint is not None
-    assert "'model'" in flat.hint
+    assert "'model'" in str(flat.hint)
 
 
 def test_whole_pickled_model_fails_without_importing_its_module():
@@ -112,7 +114,7 @@ def test_whole_pickled_model_fails_without_importing_its_module():
         "f = [x for x in r.findings if x.check == 'flat-reader'][0]\n"
         "bad = [n for n, m in list(sys.modules.items()) if '_fixture_models' in n\n"
         "       or hasattr(m, 'FixtureNet')]\n"
-        "print(json.dumps({'ok': r.ok, 'status': f.status.value, 'message': f.message,\n"
+        "print(json.dumps({'ok': r.ok, 'status': f.status.value, 'message': str(f.message),\n"
         "                  'imported': bad}))\n"
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(FIXTURES), str(REPO)]))
@@ -132,7 +134,7 @@ def test_torchscript_fails():
     result = one(PT / "torchscript.pt")
     flat = finding(result, "flat-reader")
     assert flat.status is Status.FAIL
-    assert flat.message.startswith("a TorchScript archive of FixtureNet, not a state_dict")
+    assert str(flat.message).startswith("a TorchScript archive of FixtureNet, not a state_dict")
 
 
 def test_torchscript_fails_even_with_a_state_key():
@@ -142,8 +144,8 @@ def test_torchscript_fails_even_with_a_state_key():
 def test_bare_tensor_fails_and_explains():
     flat = finding(one(PT / "bare_tensor.pt"), "flat-reader")
     assert flat.status is Status.FAIL
-    assert "single bare tensor" in flat.message
-    assert "no tensor names" in flat.message
+    assert "single bare tensor" in str(flat.message)
+    assert "no tensor names" in str(flat.message)
 
 
 @pytest.mark.parametrize(
@@ -157,7 +159,7 @@ def test_bare_tensor_fails_and_explains():
 def test_files_without_tensors_fail(path, fragment):
     result = one(path)
     assert finding(result, "readable").status is Status.OK
-    assert fragment in finding(result, "flat-reader").message
+    assert fragment in str(finding(result, "flat-reader").message)
     assert not result.ok
 
 
@@ -172,7 +174,7 @@ def test_files_without_tensors_fail(path, fragment):
 def test_safetensors_and_burnpack_are_flat_by_construction(path):
     result = one(path)
     assert result.ok, result.findings
-    assert "flat by construction" in finding(result, "flat-reader").message
+    assert "flat by construction" in str(finding(result, "flat-reader").message)
 
 
 def test_mixed_top_level_and_nested_tensors_warn():
@@ -191,7 +193,7 @@ def test_mixed_top_level_and_nested_tensors_warn():
     )
     flat, selected = verify_mod._flat_reader(ckpt, None)
     assert flat.status is Status.WARN
-    assert flat.message == (
+    assert str(flat.message) == (
         "1 tensor at the top level, but 1 more are nested under 'extra' (1); "
         "a flat reader skips those"
     )
@@ -202,7 +204,7 @@ def test_mixed_top_level_and_nested_tensors_warn():
 def test_complex_structure_from_torch_suggests_its_top_key(corpus):
     flat = finding(one(corpus / "complex_structure.pt"), "flat-reader")
     assert flat.status is Status.FAIL
-    assert "--state-key state" in flat.message
+    assert "state_key='state'" in str(flat.message)
 
 
 # --- unsafe, unreadable, not checkpoints --------------------------------------------------------
@@ -215,7 +217,7 @@ def test_unsafe_pickles_fail_as_safe_pickle(path, tmp_path):
     assert not result.ok
     unsafe = finding(result, "safe-pickle")
     assert unsafe.status is Status.FAIL
-    assert path.name.split("__")[0].replace("builtins.", "") in unsafe.message
+    assert path.name.split("__")[0].replace("builtins.", "") in str(unsafe.message)
     assert "readable" not in checks(result)
     assert not marker.exists()
 
@@ -236,7 +238,7 @@ def test_non_checkpoints_fail_as_readable(tmp_path, content, fragment):
     path.write_bytes(content)
     result = one(path)
     assert [f.check for f in result.findings] == ["readable"]
-    assert fragment in result.findings[0].message
+    assert fragment in str(result.findings[0].message)
     assert result.format is None
 
 
@@ -245,7 +247,7 @@ def test_lfs_pointer_carries_the_readers_hint(tmp_path):
     path.write_bytes(b"version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 9\n")
     readable = finding(one(path), "readable")
     assert readable.hint is not None
-    assert "git lfs pull" in readable.hint
+    assert "git lfs pull" in str(readable.hint)
 
 
 def test_truncated_safetensors_fails(tmp_path):
@@ -254,20 +256,20 @@ def test_truncated_safetensors_fails(tmp_path):
     path.write_bytes(src[:-10])
     readable = finding(one(path), "readable")
     assert readable.status is Status.FAIL
-    assert "truncated" in (readable.message + (readable.hint or ""))
+    assert "truncated" in (str(readable.message) + (str(readable.hint) or ""))
 
 
 def test_missing_file_and_directory_are_failures(tmp_path):
     report = verify([tmp_path / "nope.pt", tmp_path])
     assert not report.ok
-    assert "no such file" in report.files[0].findings[0].message
-    assert "directory" in report.files[1].findings[0].message
+    assert "no such file" in str(report.files[0].findings[0].message)
+    assert "directory" in str(report.files[1].findings[0].message)
 
 
 def test_unsupported_dtype_is_a_failure_not_an_exception():
     result = one(HOSTILE / "safetensors" / "unknown_dtype.safetensors")
     assert finding(result, "readable").status is Status.FAIL
-    assert "Q4_K" in finding(result, "readable").message
+    assert "Q4_K" in str(finding(result, "readable").message)
 
 
 @pytest.mark.parametrize(
@@ -298,7 +300,7 @@ def _copy_sharded(tmp_path: Path) -> Path:
 def test_consistent_index_passes():
     result = one(SHARDED / "model.safetensors.index.json")
     assert finding(result, "sharded-index").status is Status.OK
-    assert "2 shards" in finding(result, "readable").message
+    assert "2 shards" in str(finding(result, "readable").message)
 
 
 def test_index_with_missing_shard_fails(tmp_path):
@@ -308,7 +310,7 @@ def test_index_with_missing_shard_fails(tmp_path):
     assert finding(result, "readable").status is Status.FAIL
     sharded = finding(result, "sharded-index")
     assert sharded.status is Status.FAIL
-    assert "model-00002-of-00002.safetensors" in sharded.message
+    assert "model-00002-of-00002.safetensors" in str(sharded.message)
 
 
 def test_index_soft_problems_fail_only_sharded_index(tmp_path):
@@ -329,7 +331,7 @@ def test_index_soft_problems_fail_only_sharded_index(tmp_path):
 def test_escaping_index_is_one_readable_failure():
     result = one(HOSTILE / "safetensors" / "escape.safetensors.index.json")
     assert [f.check for f in result.findings] == ["readable"]
-    assert "leaves the index's directory" in result.findings[0].message
+    assert "leaves the index's directory" in str(result.findings[0].message)
 
 
 # --- no-nan ---------------------------------------------------------------------------------------
@@ -354,7 +356,7 @@ def test_no_nan_counts_nan_and_inf(tmp_path):
     assert nan.status is Status.FAIL
     assert nan.details["tensors"] == [{"name": "bad", "dtype": "F32", "nan": 2, "inf": 2}]
     assert nan.details["scanned"] == 2  # the I64 tensor is not scanned
-    assert "'bad' (2 NaN, 2 Inf)" in nan.message
+    assert "'bad' (2 NaN, 2 Inf)" in str(nan.message)
 
 
 def test_no_nan_finds_bf16_nan(tmp_path):
@@ -411,9 +413,9 @@ def test_min_tensors():
     assert finding(one(PT / "min_zip.pt", min_tensors=2), "min-tensors").status is Status.OK
     low = finding(one(PT / "min_zip.pt", min_tensors=3), "min-tensors")
     assert low.status is Status.FAIL
-    assert low.message == "2 tensors, fewer than the required 3"
+    assert str(low.message) == "2 tensors, fewer than the required 3"
     below = one(PT / "nested.pt", state_key="model", min_tensors=5)
-    assert "below state key 'model'" in finding(below, "min-tensors").message
+    assert "below state key 'model'" in str(finding(below, "min-tensors").message)
 
 
 def _example_a(tmp_path: Path) -> tuple[Path, Path]:
@@ -457,7 +459,7 @@ def test_expect_reports_missing_with_did_you_mean(tmp_path):
         "unused": 4,
         "errors": 1,
     }
-    assert "did you mean 'encoder.layer.0.bias'" in (expect.hint or "")
+    assert "did you mean 'encoder.layer.0.bias'" in (str(expect.hint) or "")
 
 
 def test_expect_same_file_passes():
@@ -470,7 +472,7 @@ def test_expect_extra_tensors_warn(tmp_path):
     save_file({"fc.weight": np.zeros((3, 4), "<f4")}, str(path))
     expect = finding(one(VALID / "safetensors" / "tiny.safetensors", expect=path), "expect")
     assert expect.status is Status.WARN
-    assert "3 not in the reference" in expect.message
+    assert "3 not in the reference" in str(expect.message)
 
 
 def test_unreadable_reference_fails_each_file(tmp_path):
@@ -480,8 +482,8 @@ def test_unreadable_reference_fails_each_file(tmp_path):
     for result in report.files:
         expect = finding(result, "expect")
         assert expect.status is Status.FAIL
-        assert "cannot be read" in expect.message
-        assert "HTML" in expect.message
+        assert "cannot be read" in str(expect.message)
+        assert "HTML" in str(expect.message)
 
 
 # --- optimizer (burn-store spec §7.5) -------------------------------------------------------------
@@ -510,10 +512,12 @@ def test_model_without_ids_is_no_ids(model):
     assert not result.ok
     assert check.verdict == "no-ids"
     assert check.match_rate is None
-    assert found.message.startswith("no-ids: ")
+    assert str(found.message).startswith("no-ids: ")
     assert check.rebindable
-    assert check.repair == (
-        f"ckptctl convert {OPTIM / model} fixed.bpk --param-ids-from {OPTIM / 'optim.bpk'}"
+    assert check.repair == Command(
+        "convert",
+        (str(OPTIM / model), "fixed.bpk"),
+        (Option("param_ids_from", str(OPTIM / "optim.bpk")),),
     )
 
 
@@ -526,7 +530,7 @@ def test_reinitialized_model_is_lost_and_rebindable():
         n: (MO.IDS[n], MO.REINIT_IDS[n]) for n in MO.TRAINABLE
     }
     assert check.foreign == ()
-    assert "re-keyed by path" in (found.hint or "")
+    assert "re-keyed by path" in (str(found.hint) or "")
 
 
 def test_partial_with_foreign_state():
@@ -537,7 +541,7 @@ def test_partial_with_foreign_state():
     assert [(o.param_id, o.path) for o in check.foreign] == [(MO.FOREIGN_ID, MO.FOREIGN_PATH)]
     assert sorted(o.path for o in check.reinitialized) == ["norm.beta", "norm.gamma"]
     assert not check.rebindable
-    assert found.message.startswith("partial: 3 of 6 optimizer states attach (50.0%)")
+    assert str(found.message).startswith("partial: 3 of 6 optimizer states attach (50.0%)")
 
 
 def test_grown_record_reports_cohorts():
@@ -545,7 +549,7 @@ def test_grown_record_reports_cohorts():
     assert (check.verdict, check.matched, check.states, check.cohorts) == ("partial", 5, 10, 2)
     assert check.cohort_times == ((MO.TIME, MO.TIME), (100, 100))
     assert check.coverage == 1.0
-    assert "2 cohorts" in found.message
+    assert "2 cohorts" in str(found.message)
 
 
 def test_shape_disagreement_is_not_ok():
@@ -582,13 +586,13 @@ def test_convert_with_param_ids_from_repairs(tmp_path, model):
 def test_a_model_is_not_an_optimizer_record():
     found = finding(one(OPTIM / "model.bpk", optimizer=OPTIM / "model.bpk"), "optimizer")
     assert found.status is Status.FAIL
-    assert "not a Burn optimizer record" in found.message
-    assert "'fc.weight'" in found.message
+    assert "not a Burn optimizer record" in str(found.message)
+    assert "'fc.weight'" in str(found.message)
 
 
 def test_safetensors_is_not_an_optimizer_record():
     found = finding(one(OPTIM / "model.bpk", optimizer=OPTIM / "model.safetensors"), "optimizer")
-    assert "is a safetensors file, not a Burn optimizer record" in found.message
+    assert "is a safetensors file, not a Burn optimizer record" in str(found.message)
 
 
 def test_optimizer_details_are_json():

@@ -11,6 +11,7 @@ from typing import IO, TYPE_CHECKING
 
 from ckptctl.dtypes import DType
 from ckptctl.errors import SelectionError, UnsupportedError
+from ckptctl.fix import Note, Option
 from ckptctl.formats._base import read_entry_bytes, write_entry_bytes
 from ckptctl.formats.burnpack._cbor import encode_cbor
 from ckptctl.formats.burnpack._schema import (
@@ -99,9 +100,12 @@ def _descriptor_dtype(entry: TensorEntry) -> tuple[JSONValue, list[int], int, bo
     if name is None:
         raise UnsupportedError(
             f"tensor {entry.name!r} has dtype {entry.dtype.value}, which burnpack cannot store",
-            hint="cast it first, e.g. --adapter cast:f32"
+            hint=Note("cast it first, e.g. {fix0}", (Option("adapters", "cast:f32"),))
             if entry.dtype.is_float
-            else f"write a .pt instead, or leave it out with --exclude '^{re.escape(entry.name)}$'",
+            else Note(
+                "write a .pt instead, or leave it out with {fix0}",
+                (Option("exclude", f"^{re.escape(entry.name)}$"),),
+            ),
         )
     return name, list(entry.shape), entry.nbytes, False
 

@@ -1,0 +1,72 @@
+"""Advice as data: which option to set to which value, spelled by whoever shows it.
+
+The library never writes a command-line flag into a message. A suggestion is an
+:class:`Option` (an API parameter name such as ``state_key`` or ``remap``, and its value) or a
+:class:`Command` (another ``ckptctl`` command with arguments and options); text that embeds
+suggestions is a :class:`Note` with ``{fix0}``, ``{fix1}`` ... placeholders. ``str()`` spells it
+with the current speller: Python keyword style by default (``state_key='model'``), and the
+command line's flags inside ``ckptctl`` (the CLI installs its speller with :data:`SPELLER`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable  # noqa: TC003  # the ContextVar's type, at runtime
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+__all__ = ["SPELLER", "Command", "Note", "Option", "spell"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: the API parameter's name (``state_key``) and a value (None: a flag)."""
+
+    name: str
+    value: str | None = None
+
+
+@dataclass(frozen=True)
+class Command:
+    """A suggested invocation: a command (None: the one being run), arguments and options."""
+
+    name: str | None = None
+    args: tuple[str, ...] = ()
+    options: tuple[Option, ...] = ()
+
+
+Fix = Option | Command
+
+
+def _python_spelling(fix: Fix) -> str:
+    if isinstance(fix, Option):
+        return f"{fix.name}=True" if fix.value is None else f"{fix.name}={fix.value!r}"
+    parts = [repr(a) for a in fix.args] + [_python_spelling(o) for o in fix.options]
+    return f"{fix.name}({', '.join(parts)})" if fix.name else ", ".join(parts)
+
+
+#: How suggestions are spelled right now (the CLI sets its own for the command it runs).
+SPELLER: ContextVar[Callable[[Fix], str]] = ContextVar("SPELLER", default=_python_spelling)
+
+
+def spell(fix: Fix) -> str:
+    """``fix`` as the current speller writes it (``--state-key model`` inside the CLI)."""
+    return SPELLER.get()(fix)
+
+
+@dataclass(frozen=True)
+class Note:
+    """Text naming options or commands: ``{fix0}`` ... stand for ``fixes[0]`` ...
+
+    Example:
+        >>> str(Note("pass {fix0}", (Option("state_key", "model"),)))
+        "pass state_key='model'"
+    """
+
+    text: str
+    fixes: tuple[Fix, ...] = ()
+
+    def __str__(self) -> str:
+        out = self.text
+        for i, fix in enumerate(self.fixes):
+            out = out.replace(f"{{fix{i}}}", spell(fix))
+        return out
