@@ -243,7 +243,8 @@ def test_bad_options_and_inputs(run_cli, tmp_path):
     nan_tol = run_cli("diff", TINY, TINY, "--atol", "nan")
     assert nan_tol.code == 2
     assert nan_tol.stderr == (
-        "ckptctl: error: a tolerance must be a finite number >= 0, not nan\nhint: check --atol nan\n"
+        "ckptctl: error: a tolerance must be a finite number >= 0, not nan\n"
+        "hint: check --atol nan\n"
     )
     assert run_cli("diff", TINY, tmp_path / "missing.bpk").code == 3
     assert run_cli("diff", TINY, TINY, "--state-key", "nope").code == 2
