@@ -61,7 +61,8 @@ def _hint(run_cli, *args: str | Path) -> str:
 def _run_printed(run_cli, line: str) -> int:
     argv = shlex.split(line)
     assert argv[0] == "ckptctl"
-    return run_cli(*argv[1:]).code
+    code: int = run_cli(*argv[1:]).code
+    return code
 
 
 def test_suggested_command_lines_run_as_printed(run_cli, tmp_path, monkeypatch) -> None:
@@ -74,5 +75,5 @@ def test_suggested_command_lines_run_as_printed(run_cli, tmp_path, monkeypatch) 
     allow = _hint(run_cli, "verify", PT / "module.pt", "--check", "safe-pickle")
     flags = re.search(r"(--allow-global \S+ ?)+", allow)
     assert flags is not None, allow
-    line = f"ckptctl verify {shlex.quote(str(PT / 'module.pt'))} --check safe-pickle {flags[0]}"
-    assert _run_printed(run_cli, line) == 0
+    again = f"ckptctl verify {shlex.quote(str(PT / 'module.pt'))} --check safe-pickle {flags[0]}"
+    assert _run_printed(run_cli, again) == 0
