@@ -24,6 +24,7 @@ from ckptctl.fix import Note, Option
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from ckptctl.adapters.modules import Decision
     from ckptctl.dtypes import DType
     from ckptctl.model import TensorEntry
 
@@ -34,6 +35,10 @@ __all__ = ["PipelineOptions", "run_pipeline"]
 
 #: Adapters that need module-type decisions.
 _NEEDS_DECISIONS = ("pytorch-to-burn", "burn-to-pytorch", "half")
+#: Adapters whose output depends on a weight's layout (transposes, norm renames).
+_LAYOUT = ("pytorch-to-burn", "burn-to-pytorch")
+#: Names shown in a grouped warning before "...".
+NAMES_SHOWN = 3
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ def run_pipeline(
     entries: list[TensorEntry],
     options: PipelineOptions,
     target: Specs | None = None,
-) -> tuple[list[PlanItem], list[str]]:
+) -> tuple[list[PlanItem], list[str | Note]]:
     """Select and rename, decide module types on the new names, then run the adapters.
 
     Args:
@@ -71,7 +76,7 @@ def run_pipeline(
 
     Returns:
         One plan item per input entry (output entry or None, and the actions taken), and
-        warnings about module types decided on weak evidence.
+        warnings, one per kind, about module types the layout adapters may get wrong.
 
     Raises:
         SelectionError: a bad rule or adapter, or two tensors mapped to one name.
@@ -79,7 +84,7 @@ def run_pipeline(
     first = chain(Select(options.include, options.exclude), Rename.parse(options.remap))
     stage1 = plan(entries, first)
     renamed = [item.entry for item in stage1 if item.entry is not None]
-    warnings: list[str] = []
+    warnings: list[str | Note] = []
     adapters: Chain = chain()
     if options.adapters:
         context = AdapterContext()
@@ -89,12 +94,8 @@ def run_pipeline(
                 rules += module_rules_from_mapping(options.module_map)
             decisions = decide_module_types(renamed, target=target, rules=rules)
             context = AdapterContext(decisions=decisions)
-            warnings += [
-                f"{d.name}: {d.module_type or 'no module type'} decided by {d.evidence} only;"
-                " check it (a square weight cannot be told from its shape)"
-                for d in decisions.values()
-                if d.flagged
-            ]
+            if any(a.strip().lower() in _LAYOUT for a in options.adapters):
+                warnings += _uncertain(renamed, decisions)
         adapters = chain(*(parse_adapter(a, context) for a in options.adapters))
     stage2 = {item.source: item for item in plan(renamed, adapters)}
     merged: list[PlanItem] = []
@@ -106,6 +107,61 @@ def run_pipeline(
         merged.append(PlanItem(item.source, second.entry, item.actions + second.actions))
     _refuse_collisions(merged)
     return merged, warnings
+
+
+def _short_names(entries: list[TensorEntry]) -> str:
+    """``q_proj, k_proj, v_proj, ...``: the owning modules' names, first few, each once."""
+    names = list(dict.fromkeys(e.name.rsplit(".", 2)[-2] if "." in e.name else e.name
+                               for e in entries))  # fmt: skip
+    return ", ".join(names[:NAMES_SHOWN]) + (", ..." if len(names) > NAMES_SHOWN else "")
+
+
+def _uncertain(entries: list[TensorEntry], decisions: Mapping[str, Decision]) -> list[str | Note]:
+    """One warning per kind of decision the layout adapters may get wrong, with a count."""
+    square, untyped, norms = [], [], []
+    for entry in entries:
+        decision = decisions.get(entry.name)
+        if decision is None:
+            continue
+        last = entry.name.rsplit(".", 1)[-1]
+        if decision.flagged and decision.module_type is not None:
+            square.append(entry)
+        elif decision.flagged or (
+            decision.module_type is None and last == "weight" and len(entry.shape) == 2
+        ):
+            untyped.append(entry)
+        elif decision.module_type is None and last == "weight" and len(entry.shape) == 1:
+            norms.append(entry)
+    declare = (Option("module_types"),)
+    out: list[str | Note] = []
+    if square:
+        n = len(square)
+        out.append(
+            Note(
+                f"{n} square weight{'s' if n != 1 else ''} typed by name only "
+                f"({_short_names(square)}): confirm with {{fix0}}",
+                declare,
+            )
+        )
+    if untyped:
+        n = len(untyped)
+        out.append(
+            Note(
+                f"{n} rank-2 weight{'s' if n != 1 else ''} with no module type left as is "
+                f"({_short_names(untyped)}): declare with {{fix0}}",
+                declare,
+            )
+        )
+    if norms:
+        n = len(norms)
+        out.append(
+            Note(
+                f"{n} 1-D weight{'s' if n != 1 else ''} with no module type kept as weight/bias, "
+                f"not renamed gamma/beta ({_short_names(norms)}): declare with {{fix0}}",
+                declare,
+            )
+        )
+    return out
 
 
 def _refuse_collisions(items: list[PlanItem]) -> None:

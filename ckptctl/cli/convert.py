@@ -56,7 +56,8 @@ def run_conversion(
 
         from ckptctl.report.sanitize import sanitize
 
-        print_warnings(err, report.warnings)
+        if not quiet:
+            print_warnings(err, report.warnings)
         if options.dry_run or not report.ok:
             emit(report, fmt)
         elif not quiet:

@@ -215,6 +215,7 @@ def _plan_row(item: PlanItem, before: TensorEntry) -> PlanRow:
         shape_before=before.shape,
         shape_after=None if after is None else after.shape,
         actions=tuple(a.describe() for a in item.actions),
+        kinds=tuple(str(a.kind) for a in item.actions),
     )
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ckptctl.model import StrEnum
 
 if TYPE_CHECKING:
-    from ckptctl.fix import Command, Option
+    from ckptctl.fix import Command, Note, Option
     from ckptctl.model import Progress
 
 DEFAULT_RTOL = 1e-5
@@ -115,7 +115,7 @@ class DiffReport:
     options: DiffOptions
     fixes: tuple[Option, ...] = ()
     suggested_command: Command | None = None
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[str | Note, ...] = ()
 
     def passes(self, row: TensorDiff) -> bool:
         """True when ``row`` does not make the checkpoints differ."""

@@ -100,6 +100,16 @@ class PlanRow:
     shape_before: tuple[int, ...]
     shape_after: tuple[int, ...] | None
     actions: tuple[str, ...] = ()
+    #: what each action did (``rename``, ``transpose``, ``cast``, ``keep`` ...), in order
+    kinds: tuple[str, ...] = ()
+
+    @property
+    def changes(self) -> tuple[str, ...]:
+        """What changed in name or bytes: ``rename``, ``transpose``, ``cast`` ... (no ``keep``)."""
+        out = [k for k in dict.fromkeys(self.kinds) if k not in ("keep", "drop")]
+        if self.target is not None and self.target != self.source and "rename" not in out:
+            out.insert(0, "rename")
+        return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,12 @@ _INDENT = 16
 
 def _hanging(console: Console, head: str, body: Text) -> None:
     """Print ``head`` then ``body`` wrapped with a hanging indent and no trailing spaces."""
+    if console.soft_wrap:  # not a terminal: one line, never wrapped
+        out = Text(head.ljust(_INDENT) if head else " " * _INDENT)
+        out.append_text(body)
+        out.rstrip()
+        console.print(out, no_wrap=True, overflow="ignore", crop=False)
+        return
     width = max(20, console.width - _INDENT)
     for i, line in enumerate(body.wrap(console, width, overflow="fold")):
         out = Text(head.ljust(_INDENT) if i == 0 else " " * _INDENT)

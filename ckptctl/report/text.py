@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -53,12 +54,22 @@ class PlainTable:
         """Add a row of escaped strings, one per column."""
         self.rows.append(list(cells))
 
-    def lines(self) -> list[str]:
-        """The header line followed by one line per row, without trailing spaces."""
+    def lines(self, max_width: int | None = None) -> list[str]:
+        """The header line followed by one line per row, without trailing spaces.
+
+        With ``max_width`` (a narrow terminal) the first column -- the names -- is shortened,
+        long names elided in the middle, so that numbers are never broken.
+        """
         from rich.cells import cell_len
 
         table = [self.headers, *self.rows]
         widths = [max(cell_len(row[i]) for row in table) for i in range(len(self.headers))]
+        total = sum(widths) + 2 * (len(widths) - 1)
+        if max_width is not None and total > max_width and widths and not self.right[0]:
+            first = max(MIN_NAME_WIDTH, widths[0] - (total - max_width))
+            if first < widths[0]:
+                widths[0] = first
+                table = [[_elide(row[0], first), *row[1:]] for row in table]
         out = []
         for row in table:
             cells = []
@@ -69,10 +80,28 @@ class PlainTable:
         return out
 
 
+#: Narrowest the name column of a table gets on a narrow terminal.
+MIN_NAME_WIDTH = 16
+
+
+def _elide(text: str, width: int) -> str:
+    """``model.layers.0…proj.weight``: the start and the end, when ``text`` is too long."""
+    from rich.cells import cell_len
+
+    if cell_len(text) <= width:
+        return text
+    tail = (width - 1) // 2
+    head = width - 1 - tail
+    return text[:head] + "…" + (text[-tail:] if tail else "")
+
+
 def print_table(console: Console, table: Table | PlainTable) -> None:
-    """Print a table without trailing spaces; the header row in bold on a terminal."""
+    """Print a table without trailing spaces; the header row in bold on a terminal.
+
+    Output that is not a terminal is never shortened; on a terminal the name column is.
+    """
     if isinstance(table, PlainTable):
-        header, *rows = table.lines()
+        header, *rows = table.lines(console.width if console.is_terminal else None)
         console.print(Text(header, style="bold"))
         print_lines(console, rows)
         return
@@ -291,13 +320,14 @@ def _reason_key(note: str | None) -> str:
     return note
 
 
+_PAST = {"rename": "renamed", "transpose": "transposed", "cast": "cast", "custom": "adapted"}
+
+
 def render_convert(report: ConvertReport, console: Console) -> None:
     """Print a conversion plan (``--dry-run``) or what was written."""
     dropped = sum(1 for r in report.plan if r.target is None)
     written = len(report.plan) - dropped
-    changed = [
-        r for r in report.plan if r.target is not None and (r.actions or r.target != r.source)
-    ]
+    changed = Counter(k for r in report.plan if r.target is not None for k in r.changes)
     if report.dry_run:
         console.print(
             Text(
@@ -333,7 +363,7 @@ def render_convert(report: ConvertReport, console: Console) -> None:
                 f"wrote {sanitize(report.destination)} ({report.destination_format}): "
                 f"{written} tensor{'' if written == 1 else 's'}, "
                 f"{human_bytes(report.bytes_written)}"
-                + (f", {len(changed)} changed" if changed else "")
+                + "".join(f", {n} {_PAST.get(kind, kind)}" for kind, n in changed.items())
                 + (f", {dropped} left out" if dropped else "")
             )
         )
