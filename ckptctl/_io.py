@@ -179,11 +179,13 @@ def atomic_write(
             hint=Note("pass {fix0} to overwrite it", (Option("force"),)),
         )
     directory = os.path.dirname(os.path.abspath(dest))
+    mode = _mode_for(dest)
     try:
         fd, tmp = tempfile.mkstemp(prefix=".ckptctl-", suffix=".tmp", dir=directory)
     except OSError as exc:
         raise OutputError(f"cannot write: {exc.strerror or exc}", path=dest) from None
     try:
+        os.fchmod(fd, mode)  # mkstemp makes 0600; teammates must read what we write
         with os.fdopen(fd, "wb") as out:
             yield out
             out.flush()
@@ -196,6 +198,16 @@ def atomic_write(
     except BaseException:
         _unlink_quietly(tmp)
         raise
+
+
+def _mode_for(dest: str) -> int:
+    """The mode a new file gets under the user's umask, or the mode of the file replaced."""
+    try:
+        return stat.S_IMODE(os.stat(dest).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def _unlink_quietly(path: str) -> None:

@@ -71,6 +71,8 @@ class DType(Enum):
             ValueError: the name is not a known dtype.
         """
         key = text.strip().upper()
+        for prefix in ("TORCH.", "NUMPY.", "NP.", "JNP."):  # torch.float16, np.float32
+            key = key.removeprefix(prefix)
         try:
             return cls(key)
         except ValueError:
@@ -109,6 +111,10 @@ _ALIASES = {
     "UINT64": DType.U64, "UINT32": DType.U32, "UINT16": DType.U16, "UINT8": DType.U8,
     "BOOL": DType.BOOL, "COMPLEX64": DType.C64, "COMPLEX128": DType.C128,
     "FLOAT8_E4M3FN": DType.F8_E4M3, "FLOAT8_E5M2": DType.F8_E5M2, "FLOAT8_E8M0FNU": DType.F8_E8M0,
+    "FP64": DType.F64, "FP32": DType.F32, "FP16": DType.F16, "BFLOAT": DType.BF16,
+    "FP8_E4M3": DType.F8_E4M3, "FP8_E5M2": DType.F8_E5M2, "FP8": DType.F8_E4M3,
+    "LONG": DType.I64, "INT": DType.I32, "SHORT": DType.I16, "BYTE": DType.U8,
+    "CFLOAT": DType.C64, "CDOUBLE": DType.C128,
 }  # fmt: skip
 
 #: torch dtype names (``torch.float32`` without the prefix) for each DType.

@@ -113,6 +113,22 @@ class Structure:
     module_class: str | None = None
     top_level_keys: tuple[str, ...] = ()
 
+    @property
+    def groups(self) -> dict[str, int]:
+        """Tensors per top-level key of a nested checkpoint (``{"model": 4, "optimizer": 12}``)."""
+        out: dict[str, int] = {}
+        for container, count in self.containers.items():
+            if container:
+                top = container.split(".", 1)[0]
+                out[top] = out.get(top, 0) + count
+        return out
+
+
+def describe_groups(groups: Mapping[str, int]) -> str:
+    """``'model' (4), 'optimizer' (12)``: how ``ls``, ``verify`` and every hint name the places
+    tensors hide in a nested checkpoint."""
+    return ", ".join(f"'{key}' ({count:,})" for key, count in groups.items())
+
 
 @dataclass(frozen=True)
 class Sharding:

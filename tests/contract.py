@@ -94,6 +94,8 @@ class FormatContract:
     ext: ClassVar[str]
     dtypes: ClassVar[tuple[DType, ...]] = tuple(DType)
     keeps_metadata: ClassVar[bool] = True
+    #: Tensor names the format cannot hold (its writer refuses them with OutputError).
+    reserved_names: ClassVar[frozenset[str]] = frozenset()
 
     def make_unknown_dtype_file(self, path: Path) -> None:
         """Write a file at ``path`` that is valid but for one tensor's unknown dtype."""
@@ -186,7 +188,7 @@ class FormatContract:
     def test_property_round_trip(
         self, tmp_path: Path, data: list[TensorEntry], metadata: dict[str, str]
     ) -> None:
-        entries = [e for e in data if e.dtype in self.dtypes]
+        entries = [e for e in data if e.dtype in self.dtypes and e.name not in self.reserved_names]
         path = self.write(tmp_path, entries, metadata=metadata if self.keeps_metadata else None)
         assert_same(entries, path)
         if self.keeps_metadata:

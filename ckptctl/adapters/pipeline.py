@@ -16,7 +16,7 @@ from ckptctl.adapters.modules import (
     module_rules_from_mapping,
     parse_module_rules,
 )
-from ckptctl.adapters.rename import Rename
+from ckptctl.adapters.rename import Rename, python_style_groups, unmatched_rules
 from ckptctl.adapters.select import Select
 from ckptctl.errors import SelectionError
 from ckptctl.fix import Note, Option
@@ -81,10 +81,19 @@ def run_pipeline(
     Raises:
         SelectionError: a bad rule or adapter, or two tensors mapped to one name.
     """
-    first = chain(Select(options.include, options.exclude), Rename.parse(options.remap))
-    stage1 = plan(entries, first)
+    select, rename = Select(options.include, options.exclude), Rename.parse(options.remap)
+    try:
+        stage1 = plan(entries, chain(select, rename))
+    except SelectionError as exc:
+        if any(python_style_groups(rule) for rule in rename.rules):
+            raise SelectionError(
+                exc.message, hint="groups are written $1 or ${name} in a replacement, not \\1"
+            ) from None
+        raise
     renamed = [item.entry for item in stage1 if item.entry is not None]
-    warnings: list[str | Note] = []
+    warnings: list[str | Note] = _rule_warnings(
+        [e.name for e in entries if select.matches(e.name)], rename
+    )
     adapters: Chain = chain()
     if options.adapters:
         context = AdapterContext()
@@ -161,6 +170,21 @@ def _uncertain(entries: list[TensorEntry], decisions: Mapping[str, Decision]) ->
                 declare,
             )
         )
+    return out
+
+
+def _rule_warnings(names: list[str], rename: Rename) -> list[str | Note]:
+    """A warning for each remap rule that renames nothing, and for Python-style groups."""
+    out: list[str | Note] = [
+        f"remap rule #{rule.number} writes a group as \\1, which is literal text; "
+        "groups are written $1 or ${name}"
+        for rule in rename.rules
+        if python_style_groups(rule)
+    ]
+    out += [
+        f"remap rule #{rule.number} '{rule.pattern}' matches no tensor name"
+        for rule in unmatched_rules(names, rename.rules)
+    ]
     return out
 
 

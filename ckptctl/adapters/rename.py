@@ -392,6 +392,23 @@ def remap_name(name: str, rules: Iterable[RemapRule]) -> tuple[str, tuple[RemapR
     return name, tuple(fired)
 
 
+def unmatched_rules(names: Sequence[str], rules: Sequence[RemapRule]) -> list[RemapRule]:
+    """The rules that match none of ``names`` at their turn (each rule sees the earlier ones'
+    output, as :func:`remap_name` applies them)."""
+    out = []
+    current = list(names)
+    for rule in rules:
+        if not any(rule.regex.search(n) for n in current):
+            out.append(rule)
+        current = [rule.apply(n) for n in current]
+    return out
+
+
+def python_style_groups(rule: RemapRule) -> bool:
+    """True when the replacement writes a group the Python way (``\\1``), which is literal text."""
+    return re.search(r"\\[1-9]|\\g<", rule.replacement) is not None
+
+
 @dataclass(frozen=True)
 class Rename(BaseAdapter):
     """Adapter renaming tensors with ordered remap rules (Burn's ``KeyRemapper``).

@@ -6,7 +6,9 @@ Commands live one per module and are imported only when run, so ``ckptctl --help
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import itertools
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -46,6 +48,12 @@ class LazyGroup(click.Group):
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] not in COMMANDS and not args[0].startswith("-"):
+            import difflib
+
+            close = difflib.get_close_matches(args[0], list(COMMANDS), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            ctx.fail(f"No such command {args[0]!r}.{hint}")
         name, command, rest = super().resolve_command(ctx, args)
         if command is not None:  # suggestions without a command name mean this one
             from ckptctl.cli._spelling import CURRENT
@@ -62,7 +70,9 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except BrokenPipeError:
-            _quiet_broken_pipe()
+            from ckptctl.cli._options import quiet_broken_pipe
+
+            quiet_broken_pipe()
             return ExitCode.OK
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -103,6 +113,37 @@ def _debug_requested(args: Sequence[str]) -> bool:
     return "--debug" in args or os.environ.get("CKPTCTL_DEBUG", "") not in ("", "0")
 
 
+def _wants_json(argv: Sequence[str]) -> bool:
+    if "--json" in argv or "--format=json" in argv:
+        return True
+    return any(a == "--format" and b == "json" for a, b in itertools.pairwise(argv))
+
+
+def _json_error(
+    argv: Sequence[str],
+    message: str,
+    hint: object,
+    code: int,
+    kind: str,
+    path: str | None = None,
+) -> None:
+    """Under ``--json`` an error is also one JSON object on stdout, so scripts always get JSON."""
+    if not _wants_json(argv):
+        return
+    from ckptctl.report.json import dumps
+    from ckptctl.report.model import SCHEMA_VERSION
+
+    error = {
+        "type": kind,
+        "message": message,
+        "path": path,
+        "hint": None if hint is None else str(hint),
+        "exit_code": int(code),
+    }
+    with contextlib.suppress(BrokenPipeError):
+        click.echo(dumps({"schema_version": SCHEMA_VERSION, "ok": False, "error": error}), nl=False)
+
+
 def _error(message: str, hint: object = None) -> None:
     from ckptctl.report.sanitize import sanitize
 
@@ -132,6 +173,7 @@ def _run(argv: list[str]) -> int:
     except click.ClickException as exc:
         exc.show()
         code = exc.exit_code
+        _json_error(argv, exc.format_message(), None, code, type(exc).__name__)
     except click.exceptions.Exit as exc:
         code = exc.exit_code
     except (click.Abort, KeyboardInterrupt):
@@ -140,8 +182,11 @@ def _run(argv: list[str]) -> int:
     except CkptError as exc:
         _error(str(exc), exc.hint)
         code = exc.exit_code
+        _json_error(argv, exc.message, exc.hint, code, type(exc).__name__, exc.path)
     except BrokenPipeError:
-        _quiet_broken_pipe()
+        from ckptctl.cli._options import quiet_broken_pipe
+
+        quiet_broken_pipe()
         code = ExitCode.OK
     except Exception as exc:
         if _debug_requested(argv):
@@ -153,12 +198,3 @@ def _run(argv: list[str]) -> int:
         )
         code = ExitCode.INTERNAL
     return int(code or 0)
-
-
-def _quiet_broken_pipe() -> None:
-    """`ckptctl ls big.pt | head`: the reader went away; exit without noise."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass

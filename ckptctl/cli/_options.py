@@ -17,6 +17,8 @@ from ckptctl.model import StrEnum
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ckptctl.errors import CkptError
+
 F = TypeVar("F", bound=Callable[..., object])
 
 
@@ -28,13 +30,24 @@ class OutputFormat(StrEnum):
 
 
 def output_options(func: F) -> F:
-    """``--format text|json`` and its shorthand ``--json``, passed on as one ``fmt``."""
+    """``--format text|json`` and its shorthand ``--json``, passed on as one ``fmt``; also
+    ``--no-color``, which works after the subcommand as well as before it."""
 
     @functools.wraps(func)
-    def wrapper(*args: object, as_json: bool, output_format: str, **kwargs: object) -> object:
+    def wrapper(
+        *args: object, as_json: bool, output_format: str, no_color: bool, **kwargs: object
+    ) -> object:
+        if no_color:
+            ctx = click.get_current_context()
+            ctx.find_root().ensure_object(dict)["no_color"] = True
         json_out = as_json or output_format == OutputFormat.JSON
         return func(*args, fmt=OutputFormat.JSON if json_out else OutputFormat.TEXT, **kwargs)
 
+    wrapper = click.option(
+        "--no-color",
+        is_flag=True,
+        help="Never use colour (NO_COLOR in the environment does the same).",
+    )(wrapper)
     wrapped = click.option(
         "--json",
         "as_json",
@@ -49,6 +62,77 @@ def output_options(func: F) -> F:
         show_default=True,
         help="Output format.",
     )(wrapped)
+
+
+def emit_each(
+    files: tuple[str, ...],
+    fmt: OutputFormat,
+    produce: Callable[[str], object],
+    **options: bool,
+) -> int:
+    """Emit ``produce(file)`` for each file in turn (a blank line between text reports, one
+    JSON object per line). One file's error is reported and the others still run; the exit code
+    is the first error's. With a single file its error is raised as usual.
+    """
+    from ckptctl.errors import CkptError, ExitCode
+
+    if len(files) == 1:
+        emit(produce(files[0]), fmt, None, **options)
+        return ExitCode.OK
+    code = ExitCode.OK
+    console = make_console()
+    for i, file in enumerate(files):
+        try:
+            report = produce(file)
+        except CkptError as exc:
+            print_error(exc, fmt)
+            code = code or exc.exit_code
+            continue
+        if i and fmt is OutputFormat.TEXT:
+            console.print()
+        emit(report, fmt, console, **options)
+    return code
+
+
+def print_error(exc: CkptError, fmt: OutputFormat) -> None:
+    """One error: a line on stderr (and a hint line), and under JSON an object on stdout."""
+    from ckptctl.report.json import dumps
+    from ckptctl.report.model import SCHEMA_VERSION
+    from ckptctl.report.sanitize import sanitize
+
+    click.echo(f"ckptctl: error: {sanitize(str(exc))}", err=True)
+    if exc.hint:
+        click.echo(f"hint: {sanitize(str(exc.hint))}", err=True)
+    if fmt is OutputFormat.JSON:
+        error = {
+            "type": type(exc).__name__,
+            "message": exc.message,
+            "path": exc.path,
+            "hint": None if exc.hint is None else str(exc.hint),
+            "exit_code": int(exc.exit_code),
+        }
+        click.echo(dumps({"schema_version": SCHEMA_VERSION, "ok": False, "error": error}), nl=False)
+
+
+def emit_verdict(
+    report: object, fmt: OutputFormat, code: int, console: Console | None = None, **options: bool
+) -> int:
+    """:func:`emit`, then ``code``; a reader that stops early (``verify ... | head``) never
+    turns a failing verdict into success: the output ends quietly and ``code`` stands."""
+    try:
+        emit(report, fmt, console, **options)
+    except BrokenPipeError:
+        quiet_broken_pipe()
+    return code
+
+
+def quiet_broken_pipe() -> None:
+    """The reader of stdout went away: send the rest to /dev/null and exit without noise."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def emit(
@@ -153,10 +237,22 @@ def quiet_option(help_text: str) -> Callable[[F], F]:
     return click.option("--quiet", "-q", is_flag=True, help=help_text)
 
 
+def to_option(func: F) -> F:
+    """``--to FORMAT``: the output format when DST's extension does not tell."""
+    return click.option(
+        "--to",
+        metavar="FORMAT",
+        help="Output format when DST's extension does not tell (.ckpt, no extension): "
+        "safetensors, burnpack (bpk) or pytorch (pt).",
+    )(func)
+
+
 def write_options(func: F) -> F:
-    """What every writing command takes: ``--force``, ``--no-fsync``, ``--dry-run``, ``--quiet``."""
+    """What every writing command takes: ``--to``, ``--force``, ``--no-fsync``, ``--dry-run``,
+    ``--quiet``."""
     for decorator in reversed(
         (
+            to_option,
             force_option,
             fsync_option,
             dry_run_option,
@@ -221,7 +317,7 @@ def byte_progress(console: Console, description: str) -> Iterator[Callable[..., 
     progress = Progress(
         TextColumn("{task.description}", markup=False),
         BarColumn(),
-        DownloadColumn(),
+        DownloadColumn(binary_units=True),
         TransferSpeedColumn(),
         TimeRemainingColumn(),
         console=console,

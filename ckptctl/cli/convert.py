@@ -62,13 +62,8 @@ def run_conversion(
             emit(report, fmt)
         elif not quiet:
             emit(report, fmt, err)
-        if not report.ok and not report.written:
-            err.print(
-                Text(
-                    f"ckptctl: nothing written to {sanitize(dst)}: the output does not fit "
-                    "--target; fix the names (see above) or pass --allow-partial"
-                )
-            )
+        if report.refused is not None and not report.written and not options.dry_run:
+            err.print(Text(f"ckptctl: nothing written to {sanitize(dst)}: {report.refused}"))
     return ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
 
 
@@ -116,6 +111,13 @@ def run_conversion(
     help="Give the output the ParamIds of a Burn model (.bpk) or optimizer record, by name.",
 )
 @click.option(
+    "--paths-from",
+    type=click.Path(dir_okay=False),
+    metavar="MODEL",
+    help="Converting an old Burn optimizer record (optim-N.mpk): write burn 0.22's ParamId -> "
+    "parameter path metadata, taken from the model record of the same checkpoint.",
+)
+@click.option(
     "--max-shard-size",
     metavar="SIZE",
     type=ByteSize(),
@@ -138,7 +140,9 @@ def command(
     target: str | None,
     allow_partial: bool,
     param_ids_from: str | None,
+    paths_from: str | None,
     max_shard_size: int | None,
+    to: str | None,
     force: bool,
     no_fsync: bool,
     dry_run: bool,
@@ -158,6 +162,9 @@ def command(
       ckptctl convert fixtures/valid/pytorch/nested.pt model.safetensors --state-key model
       ckptctl convert fixtures/valid/pytorch/module.pt module.bpk -a pytorch-to-burn -a cast:bf16
       ckptctl convert fixtures/valid/burnpack/net.bpk net.bpk --remap '^fc\\.=fc1.' --dry-run
+      ckptctl convert fixtures/valid/burn-records/model.mpk model.bpk
+      ckptctl convert fixtures/valid/burn-records/optim-adam.mpk optim.bpk \\
+          --paths-from fixtures/valid/burn-records/model.mpk
     """
     from ckptctl.ops.convert import ConvertOptions
 
@@ -172,7 +179,9 @@ def command(
         target=target,
         allow_partial=allow_partial,
         param_ids_from=param_ids_from,
+        paths_from=paths_from,
         max_shard_bytes=max_shard_size,
+        to=to,
         force=force,
         fsync=not no_fsync,
         dry_run=dry_run,

@@ -8,11 +8,12 @@ from ckptctl.cli._options import (
     OutputFormat,
     adapter_option,
     byte_progress,
-    emit,
+    emit_verdict,
     make_console,
     module_type_option,
     output_options,
     print_warnings,
+    quiet_option,
     remap_option,
     state_key_option,
 )
@@ -63,6 +64,7 @@ from ckptctl.errors import ExitCode
 @click.option(
     "--all", "show_all", is_flag=True, help="List every common tensor, not only those that differ."
 )
+@quiet_option("Print nothing; only the exit status says whether A and B differ.")
 @output_options
 def command(
     a: str,
@@ -76,6 +78,7 @@ def command(
     atol: float,
     values_only: bool,
     show_all: bool,
+    quiet: bool,
     fmt: OutputFormat,
 ) -> int:
     """Compare checkpoints A and B tensor by tensor, across formats (.pt, .safetensors, .bpk).
@@ -116,14 +119,16 @@ def command(
         values_only=values_only,
     )
     err = make_console(stderr=True)
-    if fmt is OutputFormat.JSON or not err.is_terminal:
+    if quiet or fmt is OutputFormat.JSON or not err.is_terminal:
         report = diff_checkpoints(a, b, options)
     else:
         from dataclasses import replace
 
         with byte_progress(err, "comparing") as advance:
             report = diff_checkpoints(a, b, replace(options, progress=advance))
+    code = ExitCode.OK if report.identical else ExitCode.CHECK_FAILED
+    if quiet:  # like diff -q / git diff --quiet: the exit code says it all
+        return code
     if fmt is OutputFormat.TEXT:
         print_warnings(err, report.warnings)
-    emit(report, fmt, show_all=show_all)
-    return ExitCode.OK if report.identical else ExitCode.CHECK_FAILED
+    return emit_verdict(report, fmt, code, show_all=show_all)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import click
 
-from ckptctl.cli._options import OutputFormat, emit, output_options, state_key_option
-from ckptctl.errors import ExitCode
+from ckptctl.cli._options import OutputFormat, emit_each, output_options, state_key_option
 
 
 @click.command("ls")
-@click.argument("file", type=click.Path(dir_okay=False, allow_dash=False))
+@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=False))
 @state_key_option
 @click.option("--filter", "pattern", metavar="REGEX", help="Only tensors whose name matches REGEX.")
 @click.option(
@@ -19,19 +18,25 @@ from ckptctl.errors import ExitCode
     show_default=True,
     help="Order of the rows (file: as stored).",
 )
+@click.option(
+    "--bytes", "exact_bytes", is_flag=True, help="Sizes as exact byte counts, not KiB/MiB/GiB."
+)
 @output_options
 def command(
-    file: str,
+    files: tuple[str, ...],
     state_key: str | None,
     pattern: str | None,
     sort: str,
+    exact_bytes: bool,
     fmt: OutputFormat,
 ) -> int:
-    """List the tensors in FILE (name, dtype, shape, parameters, bytes) with totals by dtype.
+    """List the tensors in each FILE (name, dtype, shape, parameters, bytes) with totals by dtype.
 
     Only the header is read. For PyTorch files, says what the file really is: a flat
     state_dict, a nested checkpoint (and where the tensors are), a whole pickled model or a
-    TorchScript archive.
+    TorchScript archive. A directory stands for the checkpoint in it (its *.index.json, or its
+    one checkpoint file); several files are listed one after the other (one JSON object per line
+    with --json).
 
     \b
     Examples:
@@ -41,5 +46,7 @@ def command(
     """
     from ckptctl.ops.inspect import list_tensors
 
-    emit(list_tensors(file, state_key=state_key, pattern=pattern, sort=sort), fmt)
-    return ExitCode.OK
+    def produce(file: str) -> object:
+        return list_tensors(file, state_key=state_key, pattern=pattern, sort=sort)
+
+    return emit_each(files, fmt, produce, exact_bytes=exact_bytes)

@@ -24,6 +24,9 @@ from ckptctl.cli._options import (
     "result. Groups are written $1 or ${name}, as in Burn's KeyRemapper.",
 )
 @state_key_option
+@click.option(
+    "--strict", is_flag=True, help="Fail (exit 1, nothing written) when a rule matches no tensor."
+)
 @write_options
 @output_options
 def command(
@@ -31,6 +34,8 @@ def command(
     dst: str,
     rules: tuple[str, ...],
     state_key: str | None,
+    strict: bool,
+    to: str | None,
     force: bool,
     no_fsync: bool,
     dry_run: bool,
@@ -52,6 +57,12 @@ def command(
     from ckptctl.ops.convert import ConvertOptions
 
     options = ConvertOptions(
-        state_key=state_key, remap=rules, force=force, fsync=not no_fsync, dry_run=dry_run
+        state_key=state_key,
+        remap=rules,
+        to=to,
+        strict=strict,
+        force=force,
+        fsync=not no_fsync,
+        dry_run=dry_run,
     )
     return run_conversion(src, dst, options, fmt=fmt, quiet=quiet)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from ckptctl.cli._options import OutputFormat, emit, output_options, quiet_option, state_key_option
+from ckptctl.cli._options import (
+    OutputFormat,
+    emit_verdict,
+    output_options,
+    quiet_option,
+    state_key_option,
+)
 from ckptctl.errors import ExitCode
 from ckptctl.report.verify import CHECKS
 
@@ -117,5 +123,5 @@ def command(
         allow_globals=allow_globals,
         trust=trust,
     )
-    emit(report, fmt, quiet=quiet)
-    return ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
+    code = ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
+    return emit_verdict(report, fmt, code, quiet=quiet)

@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING
 from ckptctl._io import ByteSource, atomic_write, refuse_sources
 from ckptctl.errors import (
     CkptError,
+    InputError,
     SelectionError,
     UnknownFormatError,
     UnsupportedError,
 )
+from ckptctl.fix import Note, Option
 from ckptctl.formats._base import SNIFF_BYTES, FormatSpec
 from ckptctl.model import HeaderLayout, Region
 
@@ -49,7 +51,7 @@ def _ensure_loaded() -> None:
         return
     _LOADED = True
     # Imported here so that `ckptctl --help` does not pay for numpy and cbor2.
-    from ckptctl.formats import burnpack, pytorch, safetensors, sharded  # noqa: F401
+    from ckptctl.formats import burnpack, burnrecord, pytorch, safetensors, sharded  # noqa: F401
 
 
 def get_format(name: str) -> FormatSpec:
@@ -73,6 +75,38 @@ def _sniff(source: ByteSource) -> FormatSpec:
     raise UnknownFormatError(_diagnose(head, source.size), path=source.path, hint=_hint(head))
 
 
+#: File names a directory's checkpoint may have (a model directory as Hugging Face tools see it).
+CHECKPOINT_SUFFIXES = (
+    ".safetensors", ".bpk", ".pt", ".pth", ".bin", ".ckpt", ".mpk", ".mpk.gz", ".pkl",
+)  # fmt: skip
+
+
+def resolve_path(path: str | os.PathLike[str]) -> str:
+    """``path``, or for a directory the checkpoint in it: its ``*.index.json``, else its one
+    checkpoint file.
+
+    Raises:
+        InputError: the directory holds no checkpoint, or several (named, to choose from).
+    """
+    name = os.fspath(path)
+    if not os.path.isdir(name):
+        return name
+    files = sorted(f for f in os.listdir(name) if os.path.isfile(os.path.join(name, f)))
+    found = [f for f in files if f.endswith(".index.json")]
+    if not found:
+        found = [f for f in files if f.lower().endswith(CHECKPOINT_SUFFIXES)]
+    if len(found) == 1:
+        return os.path.join(name, found[0])
+    if not found:
+        raise InputError("is a directory with no checkpoint in it", path=name)
+    shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+    raise InputError(
+        f"is a directory with {len(found)} checkpoints: {shown}",
+        path=name,
+        hint="name the file (shell globs work: several files are listed one after the other)",
+    )
+
+
 def detect_format(path: str | os.PathLike[str]) -> FormatSpec:
     """Detect a file's format from its content (never its extension).
 
@@ -81,7 +115,7 @@ def detect_format(path: str | os.PathLike[str]) -> FormatSpec:
         UnknownFormatError: no format recognises it; the message says what the file looks like.
     """
     _ensure_loaded()
-    with ByteSource(path) as source:
+    with ByteSource(resolve_path(path)) as source:
         return _sniff(source)
 
 
@@ -104,7 +138,7 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         ...     print(ckpt["fc.weight"].shape)
     """
     _ensure_loaded()
-    source = ByteSource(path)
+    source = ByteSource(resolve_path(path))
     try:
         spec = _sniff(source)
         return spec.open(source)
@@ -124,7 +158,7 @@ def read_layout(path: str | os.PathLike[str]) -> HeaderLayout:
         UnsupportedError: the format has no byte-level layout view.
     """
     _ensure_loaded()
-    with ByteSource(path) as source:
+    with ByteSource(resolve_path(path)) as source:
         spec = _sniff(source)
         if spec.layout is None:
             raise UnsupportedError(f"no header view for {spec.name} files", path=source.path)
@@ -134,13 +168,28 @@ def read_layout(path: str | os.PathLike[str]) -> HeaderLayout:
             raise exc.with_path(source.path) from None
 
 
-def format_for_output(path: str | os.PathLike[str]) -> FormatSpec:
-    """The writable format selected by ``path``'s extension.
+#: Names ``--to`` accepts besides the registry's own (``pytorch``, ``safetensors``, ``burnpack``).
+OUTPUT_ALIASES = {"pt": "pytorch", "pth": "pytorch", "bin": "pytorch", "torch": "pytorch",
+                  "bpk": "burnpack", "burn": "burnpack", "st": "safetensors"}  # fmt: skip
+
+
+def format_for_output(path: str | os.PathLike[str], to: str | None = None) -> FormatSpec:
+    """The writable format named by ``to``, else selected by ``path``'s extension.
 
     Raises:
-        SelectionError: the extension names no writable format.
+        SelectionError: ``to`` names no writable format, or (without ``to``) the extension does
+            not tell.
     """
     _ensure_loaded()
+    if to is not None:
+        name = OUTPUT_ALIASES.get(to.strip().lower().lstrip("."), to.strip().lower())
+        spec = _REGISTRY.get(name)
+        if spec is None or spec.write is None:
+            writable = sorted(s.name for s in _REGISTRY.values() if s.write)
+            raise SelectionError(
+                f"unknown output format {to!r}", hint="use one of " + ", ".join(writable)
+            )
+        return spec
     lower = os.fspath(path).lower()
     for spec in _REGISTRY.values():
         if spec.write is not None and lower.endswith(spec.extensions):
@@ -148,7 +197,7 @@ def format_for_output(path: str | os.PathLike[str]) -> FormatSpec:
     known = sorted(ext for s in _REGISTRY.values() if s.write for ext in s.extensions)
     raise SelectionError(
         f"cannot tell the output format from the extension of {os.fspath(path)!r}",
-        hint="use one of " + ", ".join(known),
+        hint=Note("use one of " + ", ".join(known) + ", or name it with {fix0}", (Option("to"),)),
     )
 
 
@@ -161,6 +210,7 @@ def save_checkpoint(
     force: bool = False,
     sources: Sequence[str | os.PathLike[str]] = (),
     fsync: bool = True,
+    to: str | None = None,
 ) -> None:
     """Write ``entries`` to ``path`` atomically, in the format its extension selects.
 
@@ -175,12 +225,14 @@ def save_checkpoint(
         force: overwrite an existing destination.
         sources: input paths; writing over one of them is refused.
         fsync: flush the file to disk before renaming it into place.
+        to: the output format by name (``safetensors``, ``burnpack``, ``pytorch``), when the
+            extension does not tell.
 
     Raises:
         SelectionError: unknown output extension.
         OutputError: destination exists (without ``force``), is a source, or cannot be written.
     """
-    spec = format_for_output(path)
+    spec = format_for_output(path, to)
     assert spec.write is not None
     refuse_sources([path], sources)
     try:
@@ -228,11 +280,18 @@ def save_sharded(
 
 # --- diagnosis of files no format recognises -------------------------------------------------
 
+#: What ckptctl reads, said after naming a file it does not.
+READS = "ckptctl reads PyTorch, safetensors and Burn files"
+
 _SIGNATURES: tuple[tuple[bytes, str], ...] = (
     (b"version https://git-lfs.github.com/spec/", "this is a git-lfs pointer, not the weights"),
-    (b"GGUF", "this is a GGUF file (llama.cpp), which ckptctl does not read"),
-    (b"\x93NUMPY", "this is a NumPy .npy array file, not a checkpoint"),
-    (b"\x89HDF\r\n\x1a\n", "this is an HDF5 file (Keras .h5), which ckptctl does not read"),
+    (b"GGUF", f"this is a GGUF model (llama.cpp); {READS}"),
+    (b"\x93NUMPY", f"this is a NumPy .npy array, not a checkpoint; {READS}"),
+    (b"\x89HDF\r\n\x1a\n", f"this is an HDF5 file (Keras .h5); {READS}"),
+    (
+        b"TFL3",
+        f"this is a TensorFlow Lite model; {READS}",
+    ),
     (b"\x1f\x8b", "this is a gzip-compressed file"),
     (b"PYTORCH1", "this is a 2018 TorchScript preview container, which even torch refuses"),
     (b"\x28\xb5\x2f\xfd", "this is a zstd-compressed file"),
@@ -247,6 +306,9 @@ def _diagnose(head: bytes, size: int) -> str:
     for magic, text in _SIGNATURES:
         if head.startswith(magic):
             return text
+    protobuf = _protobuf_model(head)
+    if protobuf is not None:
+        return f"this is {protobuf}; {READS}"
     lowered = head[:512].lstrip().lower()
     if lowered.startswith((b"<!doctype", b"<html", b"<?xml", b"<head")):
         return "this is an HTML/XML page (a failed download?), not a checkpoint"
@@ -255,6 +317,18 @@ def _diagnose(head: bytes, size: int) -> str:
     if size < 16:
         return f"the file has only {size} bytes, too short for any checkpoint format"
     return "not a checkpoint format ckptctl recognises (safetensors, burnpack, PyTorch)"
+
+
+def _protobuf_model(head: bytes) -> str | None:
+    """ONNX and TensorFlow models are protobufs: a varint field 1, then strings that say which."""
+    if head[:1] != b"\x08":
+        return None
+    lowered = head.lower()
+    if b"tensorflow" in lowered or b"serving_default" in lowered or b"saver_def" in lowered:
+        return "a TensorFlow SavedModel (saved_model.pb)"
+    if b"onnx" in lowered or b"pytorch" in lowered[:512]:
+        return "an ONNX model"
+    return None
 
 
 def _hint(head: bytes) -> str | None:

@@ -509,7 +509,7 @@ def plan_header(entries: Sequence[TensorEntry], metadata: Mapping[str, str]) -> 
         header[METADATA_KEY] = dict(metadata)
     offset = 0
     for entry in entries:
-        if entry.name in header:
+        if entry.name in header or entry.name == METADATA_KEY:
             raise OutputError(f"tensor name {entry.name!r} appears twice or is reserved")
         problem = check_tensor_name(entry.name)
         if problem:

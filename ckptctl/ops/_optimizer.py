@@ -61,7 +61,7 @@ def load_record(path: str | os.PathLike[str]) -> OptimizerRecord | CkptError:
 
 def _parse_record(ckpt: Checkpoint) -> OptimizerRecord:
     hint = "pass the optim-<epoch>.bpk file burn-train writes next to model-<epoch>.bpk"
-    if ckpt.format != "burnpack":
+    if ckpt.format != "burnpack" and not ckpt.format.startswith("burn-"):  # old Burn records
         raise CkptError(
             f"is a {ckpt.format} file, not a Burn optimizer record (a burnpack)", hint=hint
         )

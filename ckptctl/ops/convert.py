@@ -14,10 +14,12 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
+from ckptctl.adapters.rename import parse_rules, unmatched_rules
 from ckptctl.errors import SelectionError
 from ckptctl.fix import Note, Option
 from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint, save_sharded
-from ckptctl.model import CheckpointKind, TensorData
+from ckptctl.model import CheckpointKind, TensorData, describe_groups
+from ckptctl.ops._migrate import migration_plan
 from ckptctl.ops.inspect import select_state_key, top_level_groups
 from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.model import ConvertReport, PlanRow
@@ -52,7 +54,11 @@ class ConvertOptions:
         target: a checkpoint whose names and shapes the output must fit.
         allow_partial: write even when the target reports missing tensors or errors.
         param_ids_from: a burnpack model or Burn optimizer record to take ParamIds from.
+        paths_from: a model (Burn record or .bpk) whose ParamIds give an optimizer record's
+            id -> parameter path metadata (burn 0.22's optimizer record layout).
         max_shard_bytes: write Hugging Face sharded safetensors with shards of at most this size.
+        to: the output format by name, when ``dst``'s extension does not tell (``.ckpt``).
+        strict: a remap rule that matches no tensor name fails the conversion (nothing written).
         force: overwrite the destination.
         fsync: flush the output to disk before renaming it into place.
         dry_run: plan only, write nothing.
@@ -72,7 +78,10 @@ class ConvertOptions:
     target: str | None = None
     allow_partial: bool = False
     param_ids_from: str | None = None
+    paths_from: str | None = None
     max_shard_bytes: int | None = None
+    to: str | None = None
+    strict: bool = False
     force: bool = False
     fsync: bool = True
     dry_run: bool = False
@@ -122,7 +131,7 @@ def convert(
         ...         ConvertOptions(adapters=("pytorch-to-burn",)))  # doctest: +SKIP
     """
     opts = options or ConvertOptions()
-    out_spec = format_for_output(dst)
+    out_spec = format_for_output(dst, opts.to)
     target_specs = _read_specs(opts.target) if opts.target else None
     with open_checkpoint(src) as ckpt:
         entries = select_state_key(ckpt.entries(), opts.state_key, ckpt)
@@ -135,17 +144,36 @@ def convert(
         summary = None
         fixes: tuple[Option, ...] = ()
         ok = True
+        refused: str | Note | None = None
         if target_specs is not None:
             result = summarize(specs_of(outputs), target_specs)
             summary, fixes = result, result.fixes
             ok = result.ok
+            if not ok:
+                refused = Note(
+                    "the output does not fit {fix0}; fix the names (see above) or pass {fix1}",
+                    (Option("target"), Option("allow_partial")),
+                )
+        strict_failed = False
+        if opts.strict and ok:
+            unused = unmatched_rules([e.name for e in entries], parse_rules(opts.remap))
+            if unused:
+                ok, strict_failed = False, True
+                numbers = ", ".join(f"#{r.number}" for r in unused)
+                refused = Note(
+                    f"remap rule {numbers} matches no tensor name ({{fix0}})", (Option("strict"),)
+                )
+        if not outputs and not opts.dry_run:
+            warnings.append("no tensors to write: the output holds none")
         by_name = {e.name: e for e in entries}
         rows = tuple(_plan_row(item, by_name[item.source]) for item in items)
         metadata = dict(ckpt.metadata) if ckpt.format in _USER_METADATA_FORMATS else {}
+        paths, migration_notes = migration_plan(ckpt, out_spec.name, opts.paths_from)
+        metadata.update(paths)
+        warnings += migration_notes
         warnings += _lost_in_output(out_spec.name, outputs, metadata, ckpt.scalars)
         if ckpt.kind is CheckpointKind.NESTED and opts.state_key is None:
-            groups = list(top_level_groups(ckpt).items())[:4]
-            where = ", ".join(f"'{k}' ({v})" for k, v in groups)
+            where = describe_groups(dict(list(top_level_groups(ckpt).items())[:4]))
             warnings.append(
                 Note(
                     "the source is a nested checkpoint: every tensor is written under its key "
@@ -170,8 +198,9 @@ def convert(
             summary=summary,
             fixes=fixes,
             ok=ok,
+            refused=refused,
         )
-        if opts.dry_run or (not ok and not opts.allow_partial):
+        if opts.dry_run or (not ok and (not opts.allow_partial or strict_failed)):
             return report
         if opts.progress is not None:
             report_bytes, total = opts.progress, sum(e.nbytes for e in outputs)
@@ -201,6 +230,7 @@ def convert(
             force=opts.force,
             sources=_sources(src, ckpt),
             fsync=opts.fsync,
+            to=opts.to,
         )
     return replace(report, written=True, bytes_written=os.path.getsize(dst))
 

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import re
 from typing import TYPE_CHECKING
 
 from ckptctl.errors import SelectionError
 from ckptctl.fix import Note, Option
-from ckptctl.formats import open_checkpoint, read_layout
+from ckptctl.formats import open_checkpoint, read_layout, resolve_path
+from ckptctl.model import describe_groups
 from ckptctl.report.model import HeaderReport, LsReport, TensorRow
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Sequence
 
     from ckptctl.model import Checkpoint, TensorEntry
@@ -38,7 +39,7 @@ def select_state_key(
     tops = sorted({e.name.split(".", 1)[0] for e in entries if "." in e.name})
     where = ""
     if ckpt is not None and ckpt.structure is not None:
-        where = ", ".join(f"{k!r} ({v})" for k, v in ckpt.structure.containers.items())
+        where = describe_groups(ckpt.structure.groups)
     elif tops:
         where = ", ".join(repr(t) for t in tops[:10])
     raise SelectionError(
@@ -51,13 +52,7 @@ def select_state_key(
 def top_level_groups(ckpt: Checkpoint) -> dict[str, int]:
     """Tensors per top-level key of a nested checkpoint (``{"model": 4, "optimizer": 12}``),
     from its structure; empty for formats without containers."""
-    groups: dict[str, int] = {}
-    if ckpt.structure is not None:
-        for container, count in ckpt.structure.containers.items():
-            if container:
-                top = container.split(".", 1)[0]
-                groups[top] = groups.get(top, 0) + count
-    return groups
+    return ckpt.structure.groups if ckpt.structure is not None else {}
 
 
 def _row(entry: TensorEntry) -> TensorRow:
@@ -115,7 +110,7 @@ def list_tensors(
         elif sort == "shape":
             rows.sort(key=lambda r: (len(r.shape), r.shape, r.name))
         return LsReport(
-            path=os.fspath(path),
+            path=ckpt.path,  # a directory given: the checkpoint found in it
             format=ckpt.format,
             tensors=tuple(rows),
             metadata=dict(ckpt.metadata),
@@ -135,7 +130,7 @@ def describe_header(path: str | os.PathLike[str]) -> HeaderReport:
         InputError: unreadable, unknown or corrupt input.
         UnsupportedError: the format has no byte-level view.
     """
-    return HeaderReport(path=os.fspath(path), layout=read_layout(path))
+    return HeaderReport(path=resolve_path(path), layout=read_layout(path))
 
 
 def compile_regex(pattern: str, option: str) -> re.Pattern[str]:

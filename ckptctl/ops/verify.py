@@ -36,7 +36,7 @@ from ckptctl.dtypes import DType, to_float
 from ckptctl.errors import CkptError, SelectionError, UnsafePickleError
 from ckptctl.fix import Command, Note, Option
 from ckptctl.formats import detect_format, open_checkpoint
-from ckptctl.model import CheckpointKind
+from ckptctl.model import CheckpointKind, describe_groups
 from ckptctl.ops._optimizer import OptimizerRecord, check_optimizer, load_record
 from ckptctl.ops.inspect import select_state_key, top_level_groups
 from ckptctl.ops.summary import specs_of, summarize
@@ -382,6 +382,14 @@ def _flat_reader(
     kind = ckpt.kind
     cls = _short_class(ckpt)
     convert = Command("convert", (ckpt.path, "model.safetensors"))
+    if not entries and kind in (CheckpointKind.MODULE, CheckpointKind.TORCHSCRIPT):
+        what = "TorchScript archive" if kind is CheckpointKind.TORCHSCRIPT else "pickled object"
+        return Finding(
+            "flat-reader",
+            Status.FAIL,
+            f"a {what} of {cls} with no tensors: there are no weights to load",
+            "was the wrong file saved? (re-saving its state_dict() would be empty too)",
+        ), entries
     if kind is CheckpointKind.MODULE:
         return Finding(
             "flat-reader",
@@ -414,6 +422,18 @@ def _flat_reader(
             selected = select_state_key(entries, state_key, ckpt)
         except SelectionError as exc:
             return _fail_from("flat-reader", exc), None
+        deeper = _deeper_than(ckpt, state_key)
+        if deeper:
+            best = max(deeper, key=lambda k: deeper[k])
+            where = describe_groups(dict(list(deeper.items())[:MESSAGE_LIMIT]))
+            return Finding(
+                "flat-reader",
+                Status.FAIL,
+                f"no tensors directly under state key {state_key!r}: they are deeper, under "
+                f"{where}; a flat reader given {state_key!r} finds none",
+                Note("pass {fix0}", (Option("state_key", best),)),
+                details={"state_key": state_key, "deeper": deeper},
+            ), selected
         return Finding(
             "flat-reader",
             Status.OK,
@@ -437,12 +457,24 @@ def _flat_reader(
     ), entries
 
 
+def _deeper_than(ckpt: Checkpoint, state_key: str) -> dict[str, int]:
+    """Containers below ``state_key`` when no tensor sits directly in it (a flat reader given
+    the key would see only dicts); empty when some do, or the format has no containers."""
+    if ckpt.structure is None:
+        return {}
+    key = state_key.strip(".")
+    containers = ckpt.structure.containers
+    if containers.get(key):
+        return {}
+    return {c: n for c, n in containers.items() if c.startswith(key + ".")}
+
+
 def _nested(ckpt: Checkpoint, entries: list[TensorEntry]) -> Finding:
     groups = top_level_groups(ckpt)
     top = ckpt.structure.top_level_tensors if ckpt.structure is not None else 0
     if not groups:  # facts missing: fall back on the names
         groups = dict(Counter(e.name.split(".", 1)[0] for e in entries if "." in e.name))
-    where = ", ".join(f"{k!r} ({n:,})" for k, n in groups.items())
+    where = describe_groups(groups)
     keys = ckpt.structure.top_level_keys if ckpt.structure is not None else ()
     if {"state", "param_groups"} <= set(keys):
         return Finding(

@@ -128,3 +128,5 @@ class ConvertReport:
     summary: LoadingSummary | None = None
     fixes: tuple[Option, ...] = ()
     ok: bool = True
+    #: why nothing was written although asked (a target that does not fit, --strict), if so
+    refused: str | Note | None = None

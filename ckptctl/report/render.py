@@ -35,7 +35,7 @@ def render(report: object, console: Console, **options: bool) -> None:
 
 @render.register(LsReport)
 def _ls(report: LsReport, console: Console, **options: bool) -> None:
-    render_ls(report, console)
+    render_ls(report, console, exact_bytes=options.get("exact_bytes", False))
 
 
 @render.register(HeaderReport)

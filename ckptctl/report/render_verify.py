@@ -56,8 +56,11 @@ def _file_status(result: FileResult) -> str:
 _INDENT = 16
 
 
-def _hanging(console: Console, head: str, body: Text) -> None:
-    """Print ``head`` then ``body`` wrapped with a hanging indent and no trailing spaces."""
+def _hanging(console: Console, head: str, body: Text, style: str = "") -> None:
+    """Print ``head`` then ``body`` wrapped with a hanging indent and no trailing spaces.
+
+    ``style`` colours the first character of ``head`` (the ✓ / ! / ✗ mark) on a terminal.
+    """
     if console.soft_wrap:  # not a terminal: one line, never wrapped
         out = Text(head.ljust(_INDENT) if head else " " * _INDENT)
         out.append_text(body)
@@ -67,9 +70,15 @@ def _hanging(console: Console, head: str, body: Text) -> None:
     width = max(20, console.width - _INDENT)
     for i, line in enumerate(body.wrap(console, width, overflow="fold")):
         out = Text(head.ljust(_INDENT) if i == 0 else " " * _INDENT)
+        if i == 0 and head and style:
+            out.stylize(style, 0, 1)
         out.append_text(line)
         out.rstrip()
         console.print(out, no_wrap=True, overflow="ignore", crop=False)
+
+
+_STYLE = {"PASS": "bold green", "WARN": "bold yellow", "FAIL": "bold red"}
+_MARK_STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
 
 
 def _print_findings(console: Console, result: FileResult) -> None:
@@ -78,6 +87,7 @@ def _print_findings(console: Console, result: FileResult) -> None:
             console,
             f"{_MARK[finding.status.value]} {finding.check}",
             Text(sanitize(str(finding.message))),
+            style=_MARK_STYLE[finding.status.value],
         )
         if finding.hint:
             _hanging(console, "", Text(f"hint: {sanitize(str(finding.hint))}"))
@@ -102,7 +112,9 @@ def render_verify(report: VerifyReport, console: Console, *, quiet: bool = False
         what = [result.format or "unreadable"]
         if result.kind in _KIND:
             what.append(_KIND[result.kind])
-        console.print(Text(f"{status} {sanitize(result.path)} ({', '.join(what)})"))
+        line = Text(status, style=_STYLE[status])
+        line.append(f" {sanitize(result.path)} ({', '.join(what)})")
+        console.print(line)
         _print_findings(console, result)
         for finding in result.findings:
             if finding.summary is not None:
@@ -110,6 +122,9 @@ def render_verify(report: VerifyReport, console: Console, *, quiet: bool = False
             if finding.optimizer is not None:
                 _print_box(console, render_optimizer_box(finding.optimizer))
     console.print(Text(report.summary_line()))
+    failed = [r.path for r in report.files if not r.ok]
+    if failed and len(report.files) > 1:
+        console.print(Text("failed: " + ", ".join(sanitize(p) for p in failed)))
 
 
 def _print_box(console: Console, box: str) -> None:

@@ -163,8 +163,12 @@ def format_shape(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
-def render_ls(report: LsReport, console: Console) -> None:
-    """Print an ``ls`` report: a classification line, the tensor table and totals by dtype."""
+def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) -> None:
+    """Print an ``ls`` report: a classification line, the tensor table and totals by dtype.
+
+    Sizes are in binary units (``4.0 KiB``); ``exact_bytes`` prints the byte counts instead.
+    """
+    size = (lambda n: f"{n:,}") if exact_bytes else human_bytes
     what = f"{report.format}"
     if report.kind:
         what += f", {_KIND_TEXT.get(report.kind, report.kind)}"
@@ -193,7 +197,7 @@ def render_ls(report: LsReport, console: Console) -> None:
             row.dtype,
             format_shape(row.shape),
             f"{row.numel:,}",
-            f"{row.nbytes:,}",
+            size(row.nbytes),
         ]
         if show_modules:
             cells.append(sanitize(row.module_type or ""))
@@ -208,19 +212,19 @@ def render_ls(report: LsReport, console: Console) -> None:
     totals.add_column("parameters", justify="right")
     totals.add_column("bytes", justify="right")
     for t in report.totals:
-        totals.add_row(t.dtype, f"{t.tensors:,}", f"{t.numel:,}", human_bytes(t.nbytes))
+        totals.add_row(t.dtype, f"{t.tensors:,}", f"{t.numel:,}", size(t.nbytes))
     n = len(report.tensors)
     all_bytes = sum(t.nbytes for t in report.totals)
     all_numel = sum(t.numel for t in report.totals)
     if len(report.totals) > 1:
-        totals.add_row("total", f"{n:,}", f"{all_numel:,}", human_bytes(all_bytes))
+        totals.add_row("total", f"{n:,}", f"{all_numel:,}", size(all_bytes))
     if report.totals:
         console.print()
         print_table(console, totals)
     shown = f"{n:,} tensors" if n != 1 else "1 tensor"
     if report.total_tensors is not None and report.total_tensors != n:
         shown += f" (of {report.total_tensors:,})"
-    console.print(Text(f"{shown}, {all_numel:,} parameters, {human_bytes(all_bytes)}"))
+    console.print(Text(f"{shown}, {all_numel:,} parameters, {size(all_bytes)}"))
     if report.metadata:
         console.print()
         meta = PlainTable()

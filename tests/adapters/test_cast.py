@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ckptctl.adapters import ADAPTER_NAMES, Chain, chain, parse_adapter
@@ -38,6 +38,27 @@ def bf16_reference(value: float) -> int:
 finite_f32 = st.floats(allow_nan=False, allow_infinity=False, width=32)
 
 
+def f32_from_bits(bits: int) -> float:
+    return float(struct.unpack("<f", struct.pack("<I", bits))[0])
+
+
+#: Exact ties (the low 16 bits are 0x8000) are one f32 in 65,536: a property test almost never
+#: draws one, so they are pinned here. (bits, bf16 bits when rounding half to even)
+BF16_TIES = [
+    (0x3F808000, 0x3F80),  # 1.00390625: halfway between 1.0 (even) and 1.0078125 -> down
+    (0x3F818000, 0x3F82),  # 1.01171875: halfway between 0x3F81 (odd) and 0x3F82 -> up
+    (0xBF808000, 0xBF80),  # -1.00390625: ties are symmetric in sign
+    (0xBF818000, 0xBF82),
+    (0x00008000, 0x0000),  # the smallest subnormal tie rounds to +0
+    (0x80018000, 0x8002),  # a negative subnormal tie, odd below -> up
+    (0x7F7E8000, 0x7F7E),  # near the top, even below -> stays finite
+    (0x7F7F8000, 0x7F80),  # halfway between the largest bf16 (odd) and 2**128 -> inf
+    (0xFF7F8000, 0xFF80),  # ... and -inf
+]
+
+
+@example([f32_from_bits(bits) for bits, _ in BF16_TIES])
+@example([1.00390625])
 @given(st.lists(finite_f32, min_size=1, max_size=20))
 def test_cast_f32_to_bf16_matches_reference(values: list[float]) -> None:
     entry = array_entry("x", np.array(values, dtype=np.float32))
@@ -46,6 +67,54 @@ def test_cast_f32_to_bf16_matches_reference(values: list[float]) -> None:
     assert out.dtype is DType.BF16
     assert out.nbytes == 2 * len(values)
     assert out.load().tolist() == [bf16_reference(v) for v in values]
+
+
+@pytest.mark.parametrize(("bits", "expected"), BF16_TIES, ids=[f"{b:#010x}" for b, _ in BF16_TIES])
+def test_cast_bf16_exact_ties_round_half_to_even(bits: int, expected: int) -> None:
+    value = f32_from_bits(bits)
+    assert bf16_reference(value) == expected  # the reference agrees with the table
+    out = parse_adapter("cast:bf16")(array_entry("x", np.array([value], dtype=np.float32)))
+    assert out is not None
+    assert out.load().tolist() == [expected]
+
+
+def test_cast_bf16_of_1_00390625_is_1_0() -> None:
+    # the issue 17 case: half-up rounding would give 0x3F81
+    out = parse_adapter("cast:bf16")(array_entry("x", np.array([1.00390625], dtype=np.float32)))
+    assert out is not None
+    assert out.load().tobytes() == struct.pack("<H", 0x3F80)
+
+
+@given(st.integers(0, 0xFFFF), st.integers(0x7FFF, 0x8001))
+def test_cast_bf16_near_ties_match_reference(upper: int, lower: int) -> None:
+    # an exact tie and the values one ulp either side of it, for every upper half
+    bits = upper << 16 | lower
+    if bits & 0x7F800000 == 0x7F800000:
+        return  # inf and NaN: see test_cast_bf16_keeps_inf_and_quiets_nan
+    value = f32_from_bits(bits)
+    out = parse_adapter("cast:bf16")(array_entry("x", np.array([value], dtype=np.float32)))
+    assert out is not None
+    assert out.load().tolist() == [bf16_reference(value)]
+
+
+@pytest.mark.parametrize(
+    ("bits", "expected"),
+    [
+        (0x7F800000, 0x7F80),  # inf
+        (0xFF800000, 0xFF80),  # -inf
+        (0x7FC00000, 0x7FC0),  # the quiet NaN
+        (0xFFC00000, 0xFFC0),  # negative quiet NaN keeps its sign
+        (0x7F800001, 0x7FC0),  # payload only in the dropped bits: must not become inf
+        (0x7F810000, 0x7FC1),  # signalling NaN: quietened, payload kept
+        (0xFFFFFFFF, 0xFFFF),  # all ones: rounding up would carry into the sign
+        (0x7FBF8000, 0x7FFF),  # a NaN that looks like a tie
+    ],
+)
+def test_cast_bf16_keeps_inf_and_quiets_nan(bits: int, expected: int) -> None:
+    raw = np.array([bits], dtype=np.uint32).view(np.float32)
+    out = parse_adapter("cast:bf16")(array_entry("x", raw))
+    assert out is not None
+    assert out.load().tolist() == [expected]
 
 
 @given(st.lists(st.floats(allow_nan=False, width=64), min_size=1, max_size=20))

@@ -207,8 +207,8 @@ def test_unknown_adapter_is_usage_error(run_cli, tmp_path):
 
 def test_burnpack_copy_is_byte_identical(run_cli, tmp_path):
     for path in sorted((VALID / "burnpack").glob("*.bpk")):
-        if "legacy_0_19" in path.name:
-            continue  # rewritten in the current aligned layout on purpose
+        if "legacy_0_19" in path.name or "bool_legacy" in path.name:
+            continue  # rewritten in the current aligned layout and bool encoding on purpose
         dst = tmp_path / path.name
         result = run_cli("convert", path, dst, "--force")
         assert result.code == 0, (path, result.stderr)

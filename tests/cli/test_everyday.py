@@ -11,7 +11,7 @@ from safetensors.numpy import save_file
 @pytest.fixture
 def llama(tmp_path):
     """Two layers of square attention weights, an MLP weight, an unknown 1-D weight, a norm."""
-    tensors = {}
+    tensors: dict[str, np.ndarray] = {}
     for i in range(2):
         for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
             tensors[f"layers.{i}.attn.{proj}.weight"] = np.zeros((8, 8), "<f4")
@@ -78,7 +78,7 @@ def test_piped_output_is_never_wrapped(run_cli, llama, tmp_path):
     path = tmp_path / "long.safetensors"
     save_file({long_name: np.zeros((2, 2), "<f4")}, str(path))
     listing = run_cli("ls", path).stdout.splitlines()
-    assert any(line.startswith(long_name) and line.endswith("16") for line in listing)
+    assert any(line.startswith(long_name) and line.endswith("16 B") for line in listing)
 
 
 def test_a_narrow_terminal_shortens_names_not_numbers():
@@ -96,3 +96,190 @@ def test_a_narrow_terminal_shortens_names_not_numbers():
     assert len(narrow[1]) <= 30
     assert narrow[1].startswith("model.l")
     assert "weight" in narrow[1]
+
+
+# --- exit codes, errors and conventions -----------------------------------------------------
+
+
+def test_a_failing_verdict_survives_a_closed_pipe(tmp_path):
+    import subprocess
+    import sys
+
+    a = {f"t{i:05d}": np.full(2, i, "<f4") for i in range(5000)}
+    b = dict(a, t00000=np.full(2, -1, "<f4"))
+    save_file(a, str(tmp_path / "a.safetensors"))
+    save_file(b, str(tmp_path / "b.safetensors"))
+    cmd = [sys.executable, "-m", "ckptctl", "diff", "--all", "a.safetensors", "b.safetensors"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # like `| head -1`
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err  # the files differ: a closed pipe must not say otherwise
+    assert b"Traceback" not in err
+
+
+def test_errors_under_json_are_json_on_stdout(run_cli, tmp_path):
+    import json
+
+    result = run_cli("ls", tmp_path / "missing.pt", "--json")
+    assert result.code == 3
+    assert result.stderr.startswith("ckptctl: error:")
+    error = json.loads(result.stdout)
+    assert error["schema_version"] == 1
+    assert error["ok"] is False
+    assert error["error"]["exit_code"] == 3
+    assert error["error"]["path"] == str(tmp_path / "missing.pt")
+    usage = run_cli("diff", "--json", "--rtol", "-1", tmp_path / "a", tmp_path / "b")
+    assert usage.code == 2
+    assert json.loads(usage.stdout)["error"]["exit_code"] == 2
+
+
+def test_outputs_get_the_umask_mode_and_keep_an_overwritten_mode(run_cli, llama, tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        out = tmp_path / "new.safetensors"
+        assert run_cli("convert", llama, out).code == 0
+        assert stat.S_IMODE(out.stat().st_mode) == 0o644
+        out.chmod(0o640)
+        assert run_cli("convert", llama, out, "--force").code == 0
+        assert stat.S_IMODE(out.stat().st_mode) == 0o640
+    finally:
+        os.umask(old)
+
+
+def test_diff_quiet_and_no_color_after_the_subcommand(run_cli, llama, tmp_path):
+    same = run_cli("diff", "-q", llama, llama)
+    assert (same.code, same.stdout, same.stderr) == (0, "", "")
+    other = tmp_path / "other.safetensors"
+    save_file({"x": np.zeros(2, "<f4")}, str(other))
+    differ = run_cli("diff", "--quiet", llama, other, "--no-color")
+    assert (differ.code, differ.stdout, differ.stderr) == (1, "", "")
+
+
+def test_a_mistyped_command_gets_did_you_mean(run_cli):
+    result = run_cli("lss", "x")
+    assert result.code == 2
+    assert "No such command 'lss'. Did you mean 'ls'?" in result.stderr
+
+
+def test_dtype_aliases_people_type(run_cli, llama, tmp_path):
+    from ckptctl.dtypes import DType
+
+    for alias in ("fp16", "half", "float16", "torch.float16", "F16", "np.float16"):
+        assert DType.parse(alias) is DType.F16, alias
+    assert DType.parse("bf16") is DType.BF16
+    assert DType.parse("torch.bfloat16") is DType.BF16
+    assert DType.parse("fp32") is DType.F32
+    out = tmp_path / "cast.safetensors"
+    assert run_cli("convert", llama, out, "-a", "cast:torch.float16").code == 0
+
+
+def test_to_names_the_format_when_the_extension_does_not(run_cli, llama, tmp_path):
+    import json
+
+    ckpt = tmp_path / "model.ckpt"
+    refused = run_cli("convert", llama, ckpt)
+    assert refused.code == 2
+    assert "name it with --to" in refused.stderr
+    assert run_cli("convert", llama, ckpt, "--to", "bpk").code == 0
+    assert json.loads(run_cli("ls", ckpt, "--json").stdout)["format"] == "burnpack"
+    assert run_cli("convert", llama, ckpt, "--to", "nope", "--force").code == 2
+
+
+def test_remap_rules_that_match_nothing_warn_and_fail_with_strict(run_cli, llama, tmp_path):
+    out = tmp_path / "r.safetensors"
+    result = run_cli("remap", llama, out, "--rule", r"^layers\.=blocks.", "--rule", "^nope=x")
+    assert result.code == 0
+    assert "warning: remap rule #2 '^nope' matches no tensor name" in result.stderr
+    strict = run_cli("remap", llama, tmp_path / "s.safetensors", "-r", "^nope=x", "--strict")
+    assert strict.code == 1
+    assert not (tmp_path / "s.safetensors").exists()
+    assert "nothing written" in strict.stderr
+    assert "--strict" in strict.stderr
+    python_style = run_cli("remap", llama, tmp_path / "p.safetensors", "-r", r"^layers\.(\d)=L\1")
+    assert "groups are written $1" in python_style.stderr
+
+
+def test_an_empty_result_warns(run_cli, llama, tmp_path):
+    result = run_cli("convert", llama, tmp_path / "e.safetensors", "--include", "^nothing$")
+    assert result.code == 0
+    assert "warning: no tensors to write: the output holds none" in result.stderr
+
+
+def test_verify_state_key_above_the_tensors_fails_naming_the_deeper_key(run_cli):
+    from tests.conftest import VALID
+
+    nested = VALID / "pytorch" / "nested.pt"
+    result = run_cli("verify", nested, "--state-key", "optimizer")
+    assert result.code == 1
+    assert "no tensors directly under state key 'optimizer'" in result.stdout
+    assert "hint: pass --state-key optimizer.state.0" in result.stdout
+    assert run_cli("verify", nested, "--state-key", "model").code == 0
+
+
+def test_files_that_are_not_checkpoints_are_named(run_cli, tmp_path):
+    import zipfile
+
+    onnx = tmp_path / "m.onnx"
+    onnx.write_bytes(b"\x08\x07\x12\x07pytorch\x1a\x052.1.0" + bytes(64))
+    saved = tmp_path / "saved_model.pb"
+    saved.write_bytes(b"\x08\x01\x12\x10tensorflow/serving" + bytes(64))
+    keras = tmp_path / "m.keras"
+    with zipfile.ZipFile(keras, "w") as archive:
+        archive.writestr("config.json", "{}")
+        archive.writestr("metadata.json", "{}")
+        archive.writestr("model.weights.h5", b"\x89HDF\r\n\x1a\n")
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(64))
+    for path, what in ((onnx, "an ONNX model"), (saved, "a TensorFlow SavedModel"),
+                       (keras, "a Keras .keras model"), (gguf, "a GGUF model")):  # fmt: skip
+        result = run_cli("ls", path)
+        assert result.code == 3
+        assert f"this is {what}" in result.stderr
+        assert "ckptctl reads PyTorch, safetensors and Burn files" in result.stderr
+
+
+def test_several_files_and_directories(run_cli, llama, tmp_path):
+    import json
+
+    from tests.conftest import VALID
+
+    sharded = VALID / "safetensors" / "sharded"
+    result = run_cli("ls", llama, sharded, tmp_path / "missing.pt", "--json")
+    assert result.code == 3  # the missing file fails; the others are still listed
+    objects = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [o.get("format") for o in objects[:2]] == ["safetensors", "safetensors"]
+    assert objects[1]["path"].endswith("model.safetensors.index.json")
+    assert objects[2]["error"]["exit_code"] == 3
+    text = run_cli("header", llama, sharded)
+    assert text.code == 0
+    assert text.stdout.count(": safetensors") >= 1
+    crowded = run_cli("ls", VALID / "pytorch")
+    assert crowded.code == 3
+    assert "is a directory with" in crowded.stderr
+
+
+def test_ls_sizes_in_binary_units_or_exact(run_cli, llama):
+    human = run_cli("ls", llama).stdout
+    assert "256 B" in human
+    assert "KiB" in human
+    exact = run_cli("ls", llama, "--bytes").stdout
+    assert "256" in exact
+    assert "KiB" not in exact
+
+
+def test_one_naming_of_where_tensors_hide(run_cli):
+    from tests.conftest import VALID
+
+    lightning = VALID / "pytorch" / "lightning.ckpt"
+    listing = run_cli("ls", lightning).stdout
+    verdict = run_cli("verify", lightning).stdout
+    bad_key = run_cli("ls", lightning, "--state-key", "nope").stderr
+    names = "'state_dict' (4)"
+    for text in (listing, verdict, bad_key):
+        assert names in text, text
+    assert "{" not in bad_key  # no dict repr

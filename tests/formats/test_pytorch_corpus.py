@@ -162,7 +162,7 @@ def test_corpus_nested_facts() -> None:
         )
         assert ckpt.notes == [
             "nested checkpoint: tensors are under 'model_state_dict' (4), "
-            "'optimizer_state_dict.state' (1)"
+            "'optimizer_state_dict' (1)"
         ]
 
 

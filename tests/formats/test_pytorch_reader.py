@@ -555,3 +555,108 @@ def test_zip_prefix_rules(tmp_path: Path) -> None:
     path.write_bytes(buffer.getvalue())
     with open_checkpoint(path) as ckpt:
         assert ckpt.kind == "empty"
+
+
+# --- exact bounds (issue 17: each test fails on a one-character mutant of the check) -----------
+
+
+@pytest.mark.parametrize(
+    ("offset", "size", "stride"),
+    [
+        (1, (2,), (1,)),  # contiguous from offset 1: the last element is 2
+        (0, (2,), (3,)),  # strided: elements 0 and 3
+        (0, (2, 2), (1, 3)),  # strided 2-d: the last element is 1 + 3 = 4
+        (2, (3,), (1,)),  # contiguous from offset 2: the last element is 4
+    ],
+)
+def test_view_one_element_past_its_storage_is_corrupt(
+    tmp_path: Path, run_cli, offset: int, size: tuple[int, ...], stride: tuple[int, ...]
+) -> None:
+    # The storage holds one element fewer than the view needs: `last >= count` must refuse it.
+    needed = offset + sum((n - 1) * st for n, st in zip(size, stride, strict=True)) + 1
+    short = storage_pid("FloatStorage", "0", needed - 1)
+    body = pkl(dict_of([(lit("w"), tensor_v2(short, offset, size, stride))]))
+    path = write_zip(tmp_path / "past.pt", body, {"0": f32(*range(needed - 1))})
+    with (
+        pytest.raises(CorruptCheckpointError, match=rf"'w' reads element {needed - 1} of a"),
+        open_checkpoint(path),
+    ):  # closed again if a weakened check lets it open
+        pass
+    result = run_cli("ls", path)
+    assert result.code == 3
+    assert "reads element" in result.stderr
+    # ... and with the missing element present, the same view loads
+    fits = storage_pid("FloatStorage", "0", needed)
+    body = pkl(dict_of([(lit("w"), tensor_v2(fits, offset, size, stride))]))
+    whole = write_zip(tmp_path / "fits.pt", body, {"0": f32(*range(needed))})
+    base = np.arange(needed, dtype="<f4")
+    expected = np.lib.stride_tricks.as_strided(
+        base[offset:], shape=size, strides=[st * 4 for st in stride]
+    )
+    with open_checkpoint(whole) as ckpt:
+        np.testing.assert_array_equal(ckpt["w"].load(), expected)
+
+
+def _legacy_view(tmp_path: Path, view_offset: int, view_size: int, size: int) -> Path:
+    pid = (b"(" + lit("storage") + glob("torch", "FloatStorage") + lit("140") + lit("cpu")
+           + lit(6) + lit(("141", view_offset, view_size)) + b"tQ")  # fmt: skip
+    body = dict_of([(lit("part"), tensor_v2(pid, 0, (size,), (1,)))])
+    return write_legacy(tmp_path / "legacy.pt", body, [("140", 6, f32(0, 1, 2, 3, 4, 5))])
+
+
+def test_legacy_storage_view_bounds_are_exact(tmp_path: Path) -> None:
+    # a view of elements 3..5 ends exactly at the storage's end: fine
+    with open_checkpoint(_legacy_view(tmp_path, 3, 3, 3)) as ckpt:
+        np.testing.assert_array_equal(ckpt["part"].load(), [3, 4, 5])
+    with (
+        pytest.raises(CorruptCheckpointError, match="view of '140' exceeds its storage"),
+        open_checkpoint(_legacy_view(tmp_path, 4, 3, 2)),
+    ):
+        pass
+    # the tensor may use the whole view but not one element more
+    with (
+        pytest.raises(CorruptCheckpointError, match="reads element 3"),
+        open_checkpoint(_legacy_view(tmp_path, 2, 3, 4)),
+    ):
+        pass
+
+
+def _zip_with_last_record(tmp_path: Path, grow: int) -> Path:
+    """A zip whose stored ``data/0`` is the last record, its sizes grown by ``grow`` bytes.
+
+    The central directory follows the record, so a grown record runs into the directory.
+    """
+    numel = 2 + grow // 4
+    body = dict_of([(lit("w"), tensor_v2(storage_pid("FloatStorage", "0", numel), 0, (numel,),
+                                         (1,)))])  # fmt: skip
+    path = tmp_path / "grown.pt"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("archive/data.pkl", pkl(body))
+        zf.writestr("archive/byteorder", b"little")
+        zf.writestr("archive/version", b"3\n")
+        zf.writestr("archive/data/0", f32(1.5, -2.0))
+    raw = bytearray(path.read_bytes())
+    entry = raw.find(b"archive/data/0", raw.find(b"PK\x01\x02")) - 46
+    assert raw[entry : entry + 4] == b"PK\x01\x02"
+    for field in (20, 24):  # compressed and uncompressed size
+        (value,) = struct.unpack_from("<I", raw, entry + field)
+        struct.pack_into("<I", raw, entry + field, value + grow)
+    path.write_bytes(bytes(raw))
+    return path
+
+
+def test_stored_record_running_into_the_central_directory_is_corrupt(
+    tmp_path: Path, run_cli
+) -> None:
+    # 4 bytes more than the record holds: they would be the central directory's signature
+    path = _zip_with_last_record(tmp_path, 4)
+    with (
+        pytest.raises(CorruptCheckpointError, match="runs past the start of the central"),
+        open_checkpoint(path) as ckpt,
+    ):
+        ckpt["w"].load()
+    result = run_cli("ls", path)
+    assert result.code == 3
+    assert "central directory" in result.stderr
+    with open_checkpoint(_zip_with_last_record(tmp_path, 0)) as ckpt:  # the unchanged record
+        np.testing.assert_array_equal(ckpt["w"].load(), [1.5, -2.0])

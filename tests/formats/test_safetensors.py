@@ -83,6 +83,7 @@ class TestSafetensorsContract(FormatContract):
     fmt = "safetensors"
     ext = ".safetensors"
     dtypes: ClassVar[tuple[DType, ...]] = SAFETENSORS_DTYPES
+    reserved_names: ClassVar[frozenset[str]] = frozenset({"__metadata__"})
 
     def make_unknown_dtype_file(self, path: Path) -> None:
         header = {"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}
@@ -248,6 +249,8 @@ def test_writer_refuses_duplicates_reserved_and_c128() -> None:
         written_bytes([entry, entry])
     with pytest.raises(OutputError, match="reserved"):
         written_bytes([entry.renamed("__metadata__")], {"k": "v"})
+    with pytest.raises(OutputError, match="reserved"):  # also with no metadata to store:
+        written_bytes([entry.renamed("__metadata__")])  # the file would be unreadable
     with pytest.raises(OutputError, match="control character"):
         written_bytes([entry.renamed("a\nb")])
     c128 = array_entry("z", np.array([1j], dtype="<c16"))

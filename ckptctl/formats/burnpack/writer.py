@@ -92,8 +92,8 @@ def _descriptor_dtype(entry: TensorEntry) -> tuple[JSONValue, list[int], int, bo
             return src, list(entry.shape), size, arg == "U32"
     if src == "Flex32" and entry.dtype is DType.F32:
         return src, list(entry.shape), entry.nbytes, False
-    if src == "Bool" and entry.dtype is DType.BOOL:
-        return src, list(entry.shape), entry.nbytes, False
+    # burn 0.19-0.20's bare "Bool" is not copied: current burn rejects it (one byte per element,
+    # the same bytes as {"Bool": "Native"})
     if entry.dtype is DType.BOOL:
         return dict(DEFAULT_BOOL), list(entry.shape), entry.nbytes, False
     name = DTYPE_NAMES.get(entry.dtype)

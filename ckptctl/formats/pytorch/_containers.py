@@ -184,6 +184,10 @@ def _zip_prefix(names: list[str]) -> str:
     if not candidates:
         if any(n.endswith(".npy") for n in names):
             raise UnknownFormatError("this is a NumPy .npz archive, not a PyTorch checkpoint")
+        if "model.weights.h5" in names or ("config.json" in names and "metadata.json" in names):
+            raise UnknownFormatError(
+                "this is a Keras .keras model; ckptctl reads PyTorch, safetensors and Burn files"
+            )
         raise UnknownFormatError(
             "zip archive without a data.pkl record: not a PyTorch checkpoint",
             hint="torch.save archives hold <name>/data.pkl and <name>/data/<key> records",

@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 from ckptctl.dtypes import DType
 from ckptctl.errors import CorruptCheckpointError, UnsupportedError
 from ckptctl.formats.pytorch._unpickler import StorageRef, Stub, TensorRef
-from ckptctl.model import CheckpointKind, ComputedData, FileData, Structure, TensorEntry
+from ckptctl.model import (
+    CheckpointKind,
+    ComputedData,
+    FileData,
+    Structure,
+    TensorEntry,
+    describe_groups,
+)
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -222,12 +229,8 @@ def analyse(parsed: Parsed) -> Analysis:
         kind = CheckpointKind.STATE_DICT
     else:
         kind = CheckpointKind.NESTED
-        groups: Counter[str] = Counter()
-        for f in found:
-            if f.container:
-                groups[".".join(f.container.split(".")[:2])] += 1
-        where = ", ".join(f"'{g}' ({n})" for g, n in groups.items())
-        notes.append(f"nested checkpoint: tensors are under {where}")
+        groups = Structure(containers=containers).groups
+        notes.append(f"nested checkpoint: tensors are under {describe_groups(groups)}")
     keys = (
         [k for k in root if isinstance(k, str)][:MAX_LISTED_KEYS] if isinstance(root, dict) else []
     )

@@ -1,0 +1,432 @@
+"""Mutation testing of the core, one module at a time, in bounded time (issue 17).
+
+Each module listed in ``[tool.mutmut] only_mutate`` (pyproject.toml) is a *unit*. A unit runs in
+its own copy of the repository under ``benchmarks/_work/mutation/<unit>/`` with ``mutmut run``
+restricted to that unit, so two units run side by side on a 2-core machine and a run that is
+stopped (``--budget``, Ctrl-C) resumes where it stopped: mutmut keeps each verdict in the copy's
+``mutants/`` directory. The fast test tiers are the test command (see ``pytest_add_cli_args``).
+
+Results go to ``benchmarks/mutation_results.json`` (machine-readable, kept in the repository)
+and ``benchmarks/MUTATION.md`` (the table: mutants, killed, survived, equivalent, score per unit,
+then every survivor and every equivalent mutant with its reason). Equivalent mutants are listed
+by hand in ``benchmarks/mutation_equivalent.toml``; an entry whose mutated line no longer
+matches the mutant of that name is stale and counts as a survivor again.
+
+    python benchmarks/mutation.py --list
+    python benchmarks/mutation.py dtypes.py _io.py --jobs 2 --budget 900
+    python benchmarks/mutation.py dtypes.py --rerun-survivors   # after adding tests
+    python benchmarks/mutation.py --report                      # rewrite MUTATION.md only
+
+Needs ``mutmut`` (3.x) in the running environment: ``pip install -e '.[dev]' mutmut``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import fnmatch
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tomllib
+
+REPO = Path(__file__).resolve().parents[1]
+WORK = REPO / "benchmarks" / "_work" / "mutation"
+RESULTS_JSON = REPO / "benchmarks" / "mutation_results.json"
+RESULTS_MD = REPO / "benchmarks" / "MUTATION.md"
+EQUIVALENT_TOML = REPO / "benchmarks" / "mutation_equivalent.toml"
+
+#: mutmut's verdicts, grouped the way the score counts them.
+KILLED = {"killed", "timeout", "segfault", "caught by type check"}
+SURVIVED = {"survived", "no tests", "suspicious"}
+PENDING = {"not checked", "skipped"}
+
+
+def units() -> list[str]:
+    """The ``only_mutate`` patterns of pyproject.toml, in order."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    return list(config["tool"]["mutmut"]["only_mutate"])
+
+
+def slug(unit: str) -> str:
+    """``ckptctl/formats/burnpack/*`` -> ``formats.burnpack``; the unit's name on the CLI."""
+    return unit.removeprefix("ckptctl/").removesuffix("/*").removesuffix(".py").replace("/", ".")
+
+
+def resolve(names: list[str]) -> list[str]:
+    """Units for command-line names: ``dtypes.py``, ``dtypes``, ``formats/pytorch/_scan.py`` ..."""
+    known = {slug(u): u for u in units()}
+    out = []
+    for name in names:
+        key = slug(name if name.startswith("ckptctl/") else "ckptctl/" + name)
+        if key not in known:
+            sys.exit(f"mutation.py: unknown unit {name!r}; --list shows them")
+        out.append(known[key])
+    return out
+
+
+def tracked_files(source: Path) -> list[str]:
+    """Files git tracks plus new files it does not ignore: the tree a test run sees.
+
+    A ``source`` other than the repository (an unpacked ``git archive``) is taken whole.
+    """
+    if source != REPO:
+        return sorted(
+            p.relative_to(source).as_posix()
+            for p in source.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts
+        )
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    return sorted({f for f in listed.split("\0") if f and (REPO / f).is_file()})
+
+
+def sync(work: Path, source: Path) -> None:
+    """Make ``work`` a copy of ``source``'s tree, copying only files that changed.
+
+    Unchanged files keep their modification time, so mutmut does not regenerate (and forget
+    the verdicts of) mutants of source files that did not change.
+    """
+    wanted = set(tracked_files(source))
+    for name in wanted:
+        src, dst = source / name, work / name
+        if dst.is_file() and dst.read_bytes() == src.read_bytes():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)  # a new mtime: mutmut regenerates mutants of changed files
+    tops = {name.split("/")[0] for name in wanted}
+    for path in work.rglob("*.*"):
+        rel = path.relative_to(work).as_posix()
+        if rel.split("/")[0] not in tops or "__pycache__" in rel or not path.is_file():
+            continue  # mutants/, mutmut.log, caches
+        if rel not in wanted:
+            path.unlink()
+
+
+def refresh_mutants(work: Path, unit: str) -> None:
+    """Bring the unmutated modules in mutmut's ``mutants/`` copy up to date.
+
+    mutmut copies a source file into ``mutants/`` only when it is not there yet, so after a
+    change outside the unit it would go on testing the old code.
+    """
+    for src in (work / "ckptctl").rglob("*.py"):
+        rel = src.relative_to(work).as_posix()
+        dst = work / "mutants" / rel
+        if fnmatch.fnmatch(rel, unit) or not dst.exists():
+            continue
+        if dst.read_bytes() != src.read_bytes():
+            shutil.copy2(src, dst)
+
+
+def configure(work: Path, unit: str, deselect: list[str]) -> None:
+    """Restrict the copy's ``[tool.mutmut]`` to ``unit``, copy benchmarks/ (no _work/ there)."""
+    path = work / "pyproject.toml"
+    text = path.read_text(encoding="utf-8")
+    text, n = re.subn(
+        r"^only_mutate = \[.*?\]$",
+        f'only_mutate = ["{unit}"]\nuse_git_change_detection = false',
+        text,
+        count=1,
+        flags=re.MULTILINE | re.DOTALL,
+    )
+    assert n == 1, "pyproject.toml has no [tool.mutmut] only_mutate"
+    text, n = re.subn(r"^also_copy = \[$", 'also_copy = [\n    "benchmarks/",', text, flags=re.M)
+    assert n == 1, "pyproject.toml has no [tool.mutmut] also_copy"
+    extra = "".join(f' "--deselect", "{d}",' for d in deselect)
+    text, n = re.subn(
+        r"^pytest_add_cli_args = \[$", "pytest_add_cli_args = [" + extra, text, flags=re.M
+    )
+    assert n == 1, "pyproject.toml has no [tool.mutmut] pytest_add_cli_args"
+    path.write_text(text, encoding="utf-8")
+
+
+def mutmut(
+    work: Path, *args: str, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the ``mutmut`` of this interpreter's environment in ``work``.
+
+    On ``timeout`` the run gets SIGINT (mutmut stops its workers and keeps every verdict so
+    far), then SIGKILL if it does not stop.
+    """
+    exe = Path(sys.executable).with_name("mutmut")
+    cmd = [str(exe) if exe.exists() else "mutmut", *args]
+    log = open(work / "mutmut.log", "a", encoding="utf-8")  # noqa: SIM115 - closed below
+    log.write(f"\n$ {' '.join(cmd)}  ({dt.datetime.now():%Y-%m-%d %H:%M:%S})\n")
+    log.flush()
+    if args[0] != "run":
+        done = subprocess.run(cmd, cwd=work, capture_output=True, text=True, check=False)
+        log.close()
+        return done
+    proc = subprocess.Popen(
+        cmd, cwd=work, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    finally:
+        log.close()
+    return subprocess.CompletedProcess(cmd, proc.returncode, "", "")
+
+
+def verdicts(work: Path) -> dict[str, str]:
+    """Mutant name -> mutmut's verdict, for every mutant of the copy."""
+    done = mutmut(work, "results", "--all", "true")
+    out = {}
+    for line in done.stdout.splitlines():
+        name, sep, status = line.strip().rpartition(": ")
+        if sep and name.startswith("ckptctl."):
+            out[name] = status
+    return out
+
+
+def mutated_lines(work: Path, name: str) -> list[str]:
+    """The ``-``/``+`` lines of one mutant's diff."""
+    diff = mutmut(work, "show", name).stdout
+    return [
+        line
+        for line in diff.splitlines()
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+
+
+def equivalents() -> dict[str, tuple[str, str]]:
+    """Mutant name -> (its mutated line, the reason it is equivalent)."""
+    if not EQUIVALENT_TOML.exists():
+        return {}
+    data = tomllib.loads(EQUIVALENT_TOML.read_text(encoding="utf-8"))
+    return {e["mutant"]: (e["mutated"], e["reason"]) for e in data.get("equivalent", [])}
+
+
+@dataclass
+class UnitResult:
+    unit: str
+    mutants: int = 0
+    killed: int = 0
+    pending: int = 0
+    survivors: list[dict[str, object]] = field(default_factory=list)
+    equivalent: list[dict[str, object]] = field(default_factory=list)
+    seconds: float = 0.0
+    date: str = ""
+
+    @property
+    def score(self) -> float | None:
+        """Killed over checked, non-equivalent mutants (None: nothing checked yet)."""
+        denominator = self.killed + len(self.survivors)
+        return None if denominator == 0 else self.killed / denominator
+
+
+def summarise(unit: str, work: Path, seconds: float) -> UnitResult:
+    known = equivalents()
+    result = UnitResult(unit, seconds=seconds, date=f"{dt.date.today():%Y-%m-%d}")
+    for name, status in sorted(verdicts(work).items(), key=lambda kv: _natural(kv[0])):
+        result.mutants += 1
+        if status in KILLED:
+            result.killed += 1
+        elif status in PENDING:
+            result.pending += 1
+        else:
+            lines = mutated_lines(work, name)
+            entry: dict[str, object] = {"mutant": name, "status": status, "diff": lines}
+            if name in known and any(known[name][0] in line for line in lines if line[0] == "+"):
+                entry["reason"] = known[name][1]
+                result.equivalent.append(entry)
+            else:
+                result.survivors.append(entry)
+    return result
+
+
+def _natural(name: str) -> tuple[str, int]:
+    head, _, number = name.rpartition("_")
+    return (head, int(number)) if number.isdigit() else (name, 0)
+
+
+def run_unit(
+    unit: str,
+    *,
+    budget: float,
+    children: int,
+    rerun_survivors: bool,
+    deselect: list[str],
+    source: Path,
+) -> UnitResult:
+    work = WORK / slug(unit)
+    work.mkdir(parents=True, exist_ok=True)
+    sync(work, source)
+    refresh_mutants(work, unit)
+    configure(work, unit, deselect)
+    names: list[str] = []
+    if rerun_survivors:
+        names = [n for n, s in verdicts(work).items() if s in SURVIVED]
+        # new tests must be seen by the stats run that maps tests to functions
+        (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
+        if not names:
+            print(f"{slug(unit)}: no survivors to re-run", flush=True)
+    start = time.monotonic()
+    if names or not rerun_survivors:
+        print(f"{slug(unit)}: mutmut run (budget {budget:.0f} s)", flush=True)
+        done = mutmut(work, "run", "--max-children", str(children), *names, timeout=budget)
+        if done.returncode not in (0, -signal.SIGINT, -signal.SIGKILL):
+            print(f"{slug(unit)}: mutmut failed; see {work / 'mutmut.log'}", flush=True)
+    result = summarise(unit, work, time.monotonic() - start)
+    print(f"{slug(unit)}: {_row(result)}", flush=True)
+    return result
+
+
+def load_results() -> dict[str, dict[str, object]]:
+    if RESULTS_JSON.exists():
+        loaded: dict[str, dict[str, object]] = json.loads(RESULTS_JSON.read_text("utf-8"))
+        return loaded
+    return {}
+
+
+def save(results: dict[str, dict[str, object]]) -> None:
+    order = {u: i for i, u in enumerate(units())}
+    ordered = dict(sorted(results.items(), key=lambda kv: order.get(kv[0], len(order))))
+    RESULTS_JSON.write_text(json.dumps(ordered, indent=1) + "\n", encoding="utf-8")
+    RESULTS_MD.write_text(render(ordered), encoding="utf-8")
+
+
+def _row(r: UnitResult) -> str:
+    score = "-" if r.score is None else f"{r.score:.1%}"
+    left = f", {r.pending} not run" if r.pending else ""
+    return (
+        f"{r.mutants} mutants, {r.killed} killed, {len(r.survivors)} survived, "
+        f"{len(r.equivalent)} equivalent{left}: {score}"
+    )
+
+
+def _from_json(data: dict[str, object]) -> UnitResult:
+    return UnitResult(**data)  # type: ignore[arg-type]  # the JSON was written from a UnitResult
+
+
+def render(results: dict[str, dict[str, object]]) -> str:
+    rows = [_from_json(d) for d in results.values()]
+    lines = [
+        "# Mutation testing",
+        "",
+        "Written by `python benchmarks/mutation.py` (mutmut, config in `pyproject.toml`",
+        "`[tool.mutmut]`); see README, Development. Score = killed / (killed + survived);",
+        "equivalent mutants (the same behaviour as the original, reasons below and in",
+        "`benchmarks/mutation_equivalent.toml`) and mutants not run yet are left out. A survivor",
+        "marked *no tests* is code the fast tiers never reach.",
+        "",
+        "| unit | mutants | killed | survived | equivalent | not run | score | run on | run time |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    total = UnitResult("total")
+    for r in rows:
+        score = "-" if r.score is None else f"{r.score:.1%}"
+        lines.append(
+            f"| `{r.unit}` | {r.mutants} | {r.killed} | {len(r.survivors)} | "
+            f"{len(r.equivalent)} | {r.pending} | {score} | {r.date} | {r.seconds:.0f} s |"
+        )
+        total.mutants += r.mutants
+        total.killed += r.killed
+        total.pending += r.pending
+        total.survivors += r.survivors
+        total.equivalent += r.equivalent
+    score = "-" if total.score is None else f"{total.score:.1%}"
+    lines.append(
+        f"| **total** | {total.mutants} | {total.killed} | {len(total.survivors)} | "
+        f"{len(total.equivalent)} | {total.pending} | **{score}** | | |"
+    )
+    lines += ["", "## Survivors", ""]
+    if not total.survivors:
+        lines.append("None.")
+    for s in total.survivors:
+        diff = "; ".join(f"`{d}`" for d in s["diff"])  # type: ignore[attr-defined]  # list[str]
+        lines.append(f"- `{s['mutant']}` ({s['status']}): {diff}")
+        if s.get("reason"):
+            lines.append(f"  {s['reason']}")
+    lines += ["", "## Equivalent mutants", ""]
+    if not total.equivalent:
+        lines.append("None.")
+    for e in total.equivalent:
+        plus = [d for d in e["diff"] if d.startswith("+")]  # type: ignore[attr-defined]  # list[str]
+        lines.append(f"- `{e['mutant']}`: `{'; '.join(plus)}` — {e['reason']}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("units", nargs="*", help="units to run (default: all), e.g. dtypes.py")
+    parser.add_argument("--list", action="store_true", help="list the units and exit")
+    parser.add_argument("--jobs", type=int, default=2, help="units run side by side")
+    parser.add_argument("--cores", type=int, default=os.cpu_count() or 2, help="cores to use")
+    parser.add_argument(
+        "--budget", type=float, default=1200, help="seconds per unit before it is stopped"
+    )
+    parser.add_argument(
+        "--rerun-survivors", action="store_true", help="re-run only survivors (after new tests)"
+    )
+    parser.add_argument("--fresh", action="store_true", help="forget earlier verdicts")
+    parser.add_argument(
+        "--deselect",
+        action="append",
+        default=[],
+        metavar="NODEID",
+        help="leave a test out (one failing for reasons outside the unit); repeatable",
+    )
+    parser.add_argument("--report", action="store_true", help="only rewrite MUTATION.md")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        default=REPO,
+        help="tree to test (default: this working tree), e.g. an unpacked `git archive HEAD`",
+    )
+    args = parser.parse_args()
+    if args.list:
+        for unit in units():
+            print(f"{slug(unit):28} {unit}")
+        return
+    results = load_results()
+    if args.report:
+        save(results)
+        return
+    chosen = resolve(args.units) if args.units else units()
+    if args.fresh:
+        for unit in chosen:
+            shutil.rmtree(WORK / slug(unit) / "mutants", ignore_errors=True)
+    jobs = max(1, min(args.jobs, len(chosen)))
+    children = max(1, args.cores // jobs)
+    with ThreadPoolExecutor(jobs) as pool:
+        futures = [
+            pool.submit(
+                run_unit,
+                unit,
+                budget=args.budget,
+                children=children,
+                rerun_survivors=args.rerun_survivors,
+                deselect=args.deselect,
+                source=args.source.resolve(),
+            )
+            for unit in chosen
+        ]
+        for future in futures:
+            result = future.result()
+            results[result.unit] = result.__dict__
+            save(results)  # after every unit: a stopped run keeps what it finished
+    print(f"wrote {RESULTS_MD.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
