@@ -61,6 +61,8 @@ def test_wheel_contents(wheel):
         scripts = archive.read(entry_points).decode()
         metadata = archive.read(next(n for n in names if n.endswith("/METADATA"))).decode()
     assert "ckptctl/py.typed" in names
+    pages = {n.rsplit("/", 1)[-1] for n in names if "/data/share/man/man1/" in n}
+    assert {"ckptctl.1", "ckptctl-ls.1", "ckptctl-convert.1", "ckptctl-verify.1"} <= pages
     for module in ("ls", "header", "convert", "remap", "diff", "verify"):
         assert f"ckptctl/cli/{module}.py" in names
     assert "ckptctl/formats/pytorch/_writer.py" in names

@@ -158,13 +158,12 @@ def command(
 
     \b
     Examples:
-      ckptctl convert fixtures/valid/safetensors/tiny.safetensors tiny.bpk -a pytorch-to-burn
-      ckptctl convert fixtures/valid/pytorch/nested.pt model.safetensors --state-key model
-      ckptctl convert fixtures/valid/pytorch/module.pt module.bpk -a pytorch-to-burn -a cast:bf16
-      ckptctl convert fixtures/valid/burnpack/net.bpk net.bpk --remap '^fc\\.=fc1.' --dry-run
-      ckptctl convert fixtures/valid/burn-records/model.mpk model.bpk
-      ckptctl convert fixtures/valid/burn-records/optim-adam.mpk optim.bpk \\
-          --paths-from fixtures/valid/burn-records/model.mpk
+      ckptctl convert model.safetensors burn.bpk -a pytorch-to-burn
+      ckptctl convert checkpoint.pt weights.safetensors --state-key model
+      ckptctl convert whole_model.pt whole_model.bpk -a pytorch-to-burn -a cast:bf16
+      ckptctl convert model.bpk renamed.bpk --remap '^fc\\.=fc1.' --dry-run
+      ckptctl convert model-10.mpk model-10.bpk
+      ckptctl convert optim-10.mpk optim-10.bpk --paths-from model-10.mpk
     """
     from ckptctl.ops.convert import ConvertOptions
 

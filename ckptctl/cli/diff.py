@@ -100,10 +100,9 @@ def command(
 
     \b
     Examples:
-      ckptctl diff fixtures/valid/pytorch/min_zip.pt fixtures/valid/pytorch/min_legacy.pt
-      ckptctl diff fixtures/valid/pytorch/nested.pt fixtures/valid/pytorch/lightning.ckpt \\
-        --state-key model --state-key-b state_dict.model
-      ckptctl diff fixtures/valid/burnpack/net.bpk fixtures/valid/optim/model.bpk  # exit 1
+      ckptctl diff weights.pt legacy.pt
+      ckptctl diff checkpoint.pt lightning.ckpt --state-key model --state-key-b state_dict.model
+      ckptctl diff model.bpk trained.bpk  # exit 1
     """
     from ckptctl.ops.diff import diff_checkpoints
     from ckptctl.report.diff import DiffOptions

@@ -21,8 +21,8 @@ def command(files: tuple[str, ...], all_regions: bool, fmt: OutputFormat) -> int
 
     \b
     Examples:
-      ckptctl header fixtures/valid/burnpack/net.bpk
-      ckptctl header fixtures/valid/safetensors/tiny.safetensors --json
+      ckptctl header model.bpk
+      ckptctl header model.safetensors --json
     """
     from ckptctl.ops.inspect import describe_header
 

@@ -40,9 +40,9 @@ def command(
 
     \b
     Examples:
-      ckptctl ls fixtures/valid/safetensors/tiny.safetensors
-      ckptctl ls fixtures/valid/pytorch/nested.pt --state-key model --filter weight --sort size
-      ckptctl ls fixtures/valid/burnpack/net.bpk --json
+      ckptctl ls model.safetensors
+      ckptctl ls checkpoint.pt --state-key model --filter weight --sort size
+      ckptctl ls model.bpk --json
     """
     from ckptctl.ops.inspect import list_tensors
 

@@ -50,8 +50,8 @@ def command(
 
     \b
     Examples:
-      ckptctl remap fixtures/valid/burnpack/net.bpk renamed.bpk --rule '^fc\\.=fc1.' --dry-run
-      ckptctl remap fixtures/valid/pytorch/nested.pt m.safetensors --state-key model -r '^=model.'
+      ckptctl remap model.bpk renamed.bpk --rule '^fc\\.=fc1.' --dry-run
+      ckptctl remap checkpoint.pt m.safetensors --state-key model -r '^=model.'
     """
     from ckptctl.cli.convert import run_conversion
     from ckptctl.ops.convert import ConvertOptions

@@ -103,11 +103,11 @@ def command(
 
     \b
     Examples:
-      ckptctl verify fixtures/valid/pytorch/min_zip.pt fixtures/valid/burnpack/net.bpk
-      ckptctl verify fixtures/valid/pytorch/nested.pt  # exit 1: tensors are under 'model'
-      ckptctl verify fixtures/valid/pytorch/nested.pt --state-key model --no-nan
-      ckptctl verify fixtures/valid/optim/model.bpk --optimizer fixtures/valid/optim/optim.bpk
-      ckptctl verify fixtures/valid/pytorch/module.pt --check safe-pickle --trust
+      ckptctl verify weights.pt model.bpk
+      ckptctl verify checkpoint.pt  # exit 1: tensors are under 'model'
+      ckptctl verify checkpoint.pt --state-key model --no-nan
+      ckptctl verify trained.bpk --optimizer optim.bpk
+      ckptctl verify whole_model.pt --check safe-pickle --trust
     """
     from ckptctl.ops.verify import verify
 

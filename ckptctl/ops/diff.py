@@ -54,7 +54,7 @@ from ckptctl.fix import Command, Note, Option
 from ckptctl.formats import open_checkpoint
 from ckptctl.ops._compare import compare_values
 from ckptctl.ops.inspect import select_state_key
-from ckptctl.ops.matching import did_you_mean, suggest_fixes
+from ckptctl.ops.matching import did_you_mean, ranked_suggestion, suggest_fixes
 from ckptctl.ops.summary import specs_of
 from ckptctl.report.diff import (
     DEFAULT_ATOL,
@@ -67,7 +67,7 @@ from ckptctl.report.diff import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from ckptctl.model import TensorEntry
     from ckptctl.ops._compare import ValueDiff
@@ -156,6 +156,12 @@ def diff_checkpoints(
             shapes_a[row.name] = shapes_b[row.name]
     fixes = _fixes(report, shapes_a, shapes_b)
     command = suggest_command(report, fixes) if fixes else None
+    if any(f.name == "remap" for f in fixes):  # the verified rules rank first (issue 13)
+        report = replace(
+            report,
+            only_in_a=_with_suggestions(only_a, only_b, ranked_suggestion(fixes, forward=True)),
+            only_in_b=_with_suggestions(only_b, only_a, ranked_suggestion(fixes)),
+        )
     return replace(report, fixes=tuple(fixes), suggested_command=command)
 
 
@@ -212,14 +218,17 @@ def _is_square(shape: tuple[int, ...]) -> bool:
     return len(shape) == 2 and shape[0] == shape[1] and shape[0] > 1
 
 
-def _with_suggestions(names: Sequence[str], others: Sequence[str]) -> tuple[OnlyIn, ...]:
-    """``OnlyIn`` rows with Burn's "Did you mean" (spec §5.4) against the other side's names."""
+def _with_suggestions(
+    names: Sequence[str],
+    others: Sequence[str],
+    suggest: Callable[[str, Sequence[str]], str | None] = did_you_mean,
+) -> tuple[OnlyIn, ...]:
+    """``OnlyIn`` rows with "Did you mean" (Burn's, spec §5.4, unless ``suggest`` says) against
+    the other side's names."""
     if not others:
         return tuple(OnlyIn(n) for n in names)
     limit = max(SUGGEST_AT_LEAST, SUGGESTION_BUDGET // len(others))
-    return tuple(
-        OnlyIn(n, did_you_mean(n, others) if i < limit else None) for i, n in enumerate(names)
-    )
+    return tuple(OnlyIn(n, suggest(n, others) if i < limit else None) for i, n in enumerate(names))
 
 
 def _fixes(

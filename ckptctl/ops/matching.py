@@ -12,11 +12,11 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from ckptctl.adapters.rename import RemapRule, parse_rules
+from ckptctl.adapters.rename import RemapRule, parse_rules, remap_name
 from ckptctl.fix import Option
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
 Shape = tuple[int, ...]
 
@@ -165,6 +165,36 @@ def _best_rule(
         if gain > 0 and (best is None or gain > best[0]):
             best = (gain, RemapRule(rule.pattern, rule.replacement, number), renamed)
     return None if best is None else (best[1], best[2])
+
+
+def ranked_suggestion(
+    fixes: Sequence[Option], *, forward: bool = False
+) -> Callable[[str, Sequence[str]], str | None]:
+    """A "Did you mean" that ranks candidates first by the inferred ``remap`` rules (they are
+    verified), then by an exact suffix match (``module.bn.bias`` for ``bn.bias``), then by
+    Burn's Jaro similarity (at least 0.7, :func:`did_you_mean`).
+
+    The rules turn source names into target names: by default the name looked up is a target
+    name and the candidates are source names; ``forward`` is the other way round.
+    """
+    rules = parse_rules([f.value for f in fixes if f.name == "remap" and f.value is not None])
+
+    def suggest(missing: str, unused: Sequence[str]) -> str | None:
+        if rules and forward:
+            renamed = remap_name(missing, rules)[0]
+            if renamed in unused:
+                return renamed
+        elif rules:
+            for name in unused:
+                if remap_name(name, rules)[0] == missing:
+                    return name
+        dotted = "." + missing
+        suffixed = [n for n in unused if n.endswith(dotted) or missing.endswith("." + n)]
+        if suffixed:
+            return min(suffixed, key=len)
+        return did_you_mean(missing, unused)
+
+    return suggest
 
 
 def suggest_fixes(

@@ -20,7 +20,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ckptctl.ops.matching import did_you_mean, strip_enum_variant, suggest_fixes
+from ckptctl.ops.matching import (
+    did_you_mean,
+    ranked_suggestion,
+    strip_enum_variant,
+    suggest_fixes,
+)
 from ckptctl.report.summary import (
     DISPLAY_LIMIT,
     DTypeNote,
@@ -108,19 +113,6 @@ def summarize(
             notes.append(DTypeNote(name, dtype, src_dtype))
     unused = sorted(n for n in source if n not in target and n not in consumed)
     missing.sort()
-    limit = len(missing) if suggest_limit is None else suggest_limit
-    missing_entries = tuple(
-        MissingTensor(
-            name,
-            containers.get(name) if containers else None,
-            did_you_mean(name, unused) if i < limit else None,
-        )
-        for i, name in enumerate(missing)
-    )
-    if containers:
-        enum_paths = sum(1 for m in missing_entries if "Enum:" in (m.container or ""))
-    else:  # no container stacks: the CamelCase test is a heuristic stand-in (spec §5.6)
-        enum_paths = sum(1 for m in missing if strip_enum_variant(m) is not None)
     fixes: tuple[Option, ...] = ()
     if with_fixes and (missing or errors):
         fixes = tuple(
@@ -131,6 +123,21 @@ def summarize(
                 {n: s for n, (_, s) in target.items()},
             )
         )
+    limit = len(missing) if suggest_limit is None else suggest_limit
+    # Burn's own ranking byte for byte in burn_compat mode; otherwise the inferred rules first
+    suggest = did_you_mean if burn_compat or not with_fixes else ranked_suggestion(fixes)
+    missing_entries = tuple(
+        MissingTensor(
+            name,
+            containers.get(name) if containers else None,
+            suggest(name, unused) if i < limit else None,
+        )
+        for i, name in enumerate(missing)
+    )
+    if containers:
+        enum_paths = sum(1 for m in missing_entries if "Enum:" in (m.container or ""))
+    else:  # no container stacks: the CamelCase test is a heuristic stand-in (spec §5.6)
+        enum_paths = sum(1 for m in missing if strip_enum_variant(m) is not None)
     return LoadingSummary(
         applied=tuple(applied),
         skipped=tuple(sorted(skipped)),

@@ -246,15 +246,32 @@ def test_example_c_no_suggestion() -> None:
     target = spec_map(
         [("do_not_exist_in_pt.weight", (2, 1, 3, 3)), ("do_not_exist_in_pt.bias", (2,))]
     )
-    summary = summarize(source, target)
+    summary = summarize(source, target, burn_compat=True)  # Burn's own ranking: Jaro < 0.7
     text = render_summary(summary)
     assert "Did you mean" not in text
     assert "│ ✗ Missing in source:    2 tensors" in text
+    # ckptctl ranks the verified remap rule (conv1 -> do_not_exist_in_pt, shapes fit) first
+    ours = summarize(source, target)
+    assert [m.suggestion for m in ours.missing] == ["conv1.bias", "conv1.weight"]
     assert [m.name for m in summary.missing] == [
         "do_not_exist_in_pt.bias",
         "do_not_exist_in_pt.weight",
     ]
     assert summary.unused == ("conv1.bias", "conv1.weight")
+
+
+def test_did_you_mean_ranks_rules_then_suffix_then_jaro() -> None:
+    # issue 13: 'module.bn.bias' lost to 'norm.bias' and 'o_proj' to 'k_proj' on Jaro ties
+    source = spec_map(
+        [("module.bn.bias", (4,)), ("norm.bias", (4,)), ("attn.out_proj.weight", (4, 4)),
+         ("attn.k_proj.weight", (4, 4))]
+    )  # fmt: skip
+    target = spec_map(
+        [("bn.bias", (4,)), ("attn.o_proj.weight", (4, 4)), ("attn.k.weight", (4, 4))]
+    )
+    ours = {m.name: m.suggestion for m in summarize(source, target).missing}
+    assert ours["bn.bias"] == "module.bn.bias"  # exact suffix before Jaro
+    assert ours["attn.o_proj.weight"] == "attn.out_proj.weight"  # the verified rule
 
 
 def test_layout_details() -> None:
