@@ -306,6 +306,8 @@ class Checkpoint(Mapping[str, TensorEntry]):
         notes: human-readable facts about the structure (where tensors hide, aliasing).
         structure: where the tensors are (pickle-based formats), None elsewhere.
         sharding: the index and shards of a sharded checkpoint, None for one file.
+        objects: plain values stored beside the tensors (``epoch``, ``optimizer.param_groups.0.lr``,
+            hyper-parameters), bounded; pickle-based formats only.
         safety: the pickle safety verdict (pickle-based formats), None for other formats.
     """
 
@@ -321,6 +323,7 @@ class Checkpoint(Mapping[str, TensorEntry]):
         notes: list[str] | None = None,
         structure: Structure | None = None,
         sharding: Sharding | None = None,
+        objects: Mapping[str, JSONValue] | None = None,
         sources: list[ByteSource] | None = None,
         safety: PickleSafety | None = None,
     ) -> None:
@@ -337,6 +340,7 @@ class Checkpoint(Mapping[str, TensorEntry]):
         self.notes = list(notes or [])
         self.structure = structure
         self.sharding = sharding
+        self.objects: Mapping[str, JSONValue] = dict(objects or {})
         self.safety = safety
         self._sources = list(sources or [])
 

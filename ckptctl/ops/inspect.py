@@ -120,6 +120,7 @@ def list_tensors(
             state_key=state_key,
             total_tensors=total,
             safety=ckpt.safety,
+            objects=dict(ckpt.objects),
         )
 
 

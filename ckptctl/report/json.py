@@ -73,6 +73,8 @@ def _ls(report: LsReport) -> dict[str, JSONValue]:
         out["state_key"] = report.state_key
     if report.safety is not None:
         out["pickle"] = to_json(report.safety)
+    if report.objects:
+        out["objects"] = dict(report.objects)
     return out
 
 

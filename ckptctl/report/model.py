@@ -59,6 +59,8 @@ class LsReport:
     state_key: str | None = None
     total_tensors: int | None = None
     safety: PickleSafety | None = None
+    #: plain values stored beside the tensors (epoch, lr, hyper-parameters), by key path
+    objects: Mapping[str, JSONValue] = field(default_factory=dict)
 
     @property
     def totals(self) -> tuple[DTypeTotal, ...]:

@@ -233,6 +233,14 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
         for key, value in report.metadata.items():
             meta.add_row(sanitize(key), sanitize(str(value)))
         print_table(console, meta)
+    if report.objects:
+        console.print()
+        values = PlainTable()
+        values.add_column("object")
+        values.add_column("value")
+        for key, value in report.objects.items():
+            values.add_row(sanitize(key), sanitize(json.dumps(value, default=str)))
+        print_table(console, values)
     if report.scalars:
         console.print()
         sc = PlainTable()

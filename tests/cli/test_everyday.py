@@ -283,3 +283,33 @@ def test_one_naming_of_where_tensors_hide(run_cli):
     for text in (listing, verdict, bad_key):
         assert names in text, text
     assert "{" not in bad_key  # no dict repr
+
+
+def test_ls_shows_what_else_a_checkpoint_holds(run_cli):
+    import json
+
+    from tests.conftest import VALID
+
+    lightning = VALID / "pytorch" / "lightning.ckpt"
+    report = json.loads(run_cli("ls", lightning, "--json").stdout)
+    objects = report["objects"]
+    assert objects["epoch"] == 3
+    assert objects["global_step"] == 30
+    assert objects["optimizer_states.0.param_groups.0.lr"] == 0.01
+    assert objects["optimizer_states.0.param_groups.0.betas"] == [0.9, 0.999]
+    text = run_cli("ls", lightning).stdout
+    assert "optimizer_states.0.param_groups.0.lr" in text
+    flat = json.loads(run_cli("ls", VALID / "pytorch" / "min_zip.pt", "--json").stdout)
+    assert "objects" not in flat  # nothing besides tensors
+
+
+def test_objects_are_bounded(tmp_path):
+    from ckptctl.formats.pytorch._structure import MAX_OBJECT_TEXT, MAX_OBJECTS, _Walker
+
+    walker = _Walker.__new__(_Walker)
+    walker.objects, walker.more_objects = {}, 0
+    for i in range(MAX_OBJECTS + 5):
+        walker.note_object((f"k{i}",), "x" * 500)
+    assert len(walker.objects) == MAX_OBJECTS
+    assert walker.more_objects == 5
+    assert len(walker.objects["k0"]) == MAX_OBJECT_TEXT

@@ -139,6 +139,7 @@ def open_pytorch(source: ByteSource) -> Checkpoint:
         kind=analysis.kind,
         notes=[*parsed.notes, *analysis.notes, *shared_notes],
         structure=analysis.structure,
+        objects=analysis.objects,
         sources=[source],
         safety=parsed.ledger.safety,
     )

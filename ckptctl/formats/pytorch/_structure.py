@@ -75,6 +75,7 @@ class Analysis:
     kind: CheckpointKind
     notes: list[str]
     structure: Structure
+    objects: dict[str, object]
 
 
 def _short(qualname: str) -> str:
@@ -99,10 +100,35 @@ def _mapping_items(value: object) -> list[tuple[Any, Any]]:
     return []
 
 
+#: Most non-tensor values (epoch, lr, hyper-parameters) kept for ``ls``; longest text value kept.
+MAX_OBJECTS = 100
+MAX_OBJECT_TEXT = 80
+#: Lists of plain values up to this length are shown whole, longer ones by their length.
+MAX_OBJECT_LIST = 8
+_PLAIN = (bool, int, float, str, bytes, type(None))
+
+
+def _plain(value: object) -> object:
+    """A JSON-able form of a plain value, bounded in size."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, str) and len(value) > MAX_OBJECT_TEXT:
+        return value[: MAX_OBJECT_TEXT - 1] + "…"
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, list | tuple):
+        if len(value) > MAX_OBJECT_LIST:
+            return f"<{len(value)} items>"
+        return [_plain(v) for v in value]
+    return value
+
+
 class _Walker:
     def __init__(self, parsed: Parsed) -> None:
         self.parsed = parsed
         self.found: list[Found] = []
+        self.objects: dict[str, object] = {}
+        self.more_objects = 0
         self.nodes = 0
         self.script = parsed.format == "torchscript"
 
@@ -162,6 +188,15 @@ class _Walker:
         ]
         return out
 
+    def note_object(self, parts: tuple[str, ...], value: object) -> None:
+        """Keep a plain value (``epoch``, ``optimizer.param_groups.0.lr``) for listings."""
+        if not parts:
+            return
+        if len(self.objects) >= MAX_OBJECTS:
+            self.more_objects += 1
+            return
+        self.objects[".".join(parts)] = _plain(value)
+
     def walk(self, root: object) -> None:
         # Iterative DFS; ``on_path`` breaks cycles, the node budget bounds memo-shared DAGs.
         stack: list[tuple[object, tuple[str, ...], str | None] | int] = [(root, (), None)]
@@ -183,6 +218,11 @@ class _Walker:
             if isinstance(obj, StorageRef):  # a bare storage: its bytes as a 1-D tensor
                 dtype = obj.stype.dtype or "uint8"
                 self.emit(parts, TensorRef(obj, 0, (obj.numel,), (1,), dtype), module_type)
+                continue
+            if isinstance(obj, _PLAIN) or (
+                isinstance(obj, list | tuple) and all(isinstance(v, _PLAIN) for v in obj)
+            ):
+                self.note_object(parts, obj)
                 continue
             if id(obj) in on_path:
                 continue
@@ -235,7 +275,10 @@ def analyse(parsed: Parsed) -> Analysis:
         [k for k in root if isinstance(k, str)][:MAX_LISTED_KEYS] if isinstance(root, dict) else []
     )
     structure = Structure(top, containers, module_class, tuple(keys))
-    return Analysis(found, kind, notes, structure)
+    objects = walker.objects
+    if walker.more_objects:
+        objects["…"] = f"{walker.more_objects} more values"
+    return Analysis(found, kind, notes, structure, objects)
 
 
 # --- entries ----------------------------------------------------------------------------------
