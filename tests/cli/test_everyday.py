@@ -312,4 +312,4 @@ def test_objects_are_bounded(tmp_path):
         walker.note_object((f"k{i}",), "x" * 500)
     assert len(walker.objects) == MAX_OBJECTS
     assert walker.more_objects == 5
-    assert len(walker.objects["k0"]) == MAX_OBJECT_TEXT
+    assert len(str(walker.objects["k0"])) == MAX_OBJECT_TEXT
