@@ -386,7 +386,9 @@ def main() -> None:
         metavar="NODEID",
         help="leave a test out (one failing for reasons outside the unit); repeatable",
     )
-    parser.add_argument("--report", action="store_true", help="only rewrite MUTATION.md")
+    parser.add_argument(
+        "--report", action="store_true", help="only re-read the verdicts, rewrite MUTATION.md"
+    )
     parser.add_argument(
         "--source",
         type=Path,
@@ -399,7 +401,12 @@ def main() -> None:
             print(f"{slug(unit):28} {unit}")
         return
     results = load_results()
-    if args.report:
+    if args.report:  # re-read the verdicts (and mutation_equivalent.toml) of every copy
+        for unit in units():
+            work = WORK / slug(unit)
+            if (work / "mutants").is_dir():
+                seconds = float(results.get(unit, {}).get("seconds", 0.0))  # type: ignore[arg-type]  # a float in the JSON
+                results[unit] = summarise(unit, work, seconds).__dict__
         save(results)
         return
     chosen = resolve(args.units) if args.units else units()

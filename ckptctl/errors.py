@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ckptctl.fix import Note
+    from ckptctl.model import HeaderLayout
     from ckptctl.safety import PickleSafety
 
 
@@ -78,6 +79,16 @@ class UnknownFormatError(InputError):
 
 class CorruptCheckpointError(InputError):
     """Bad magic, header, offsets, or a limit exceeded."""
+
+
+class TruncatedError(CorruptCheckpointError):
+    """The file ends before the data its header describes.
+
+    ``layout`` holds what could be read (header, metadata and the regions present), so that
+    ``ckptctl header`` can still show it.
+    """
+
+    layout: HeaderLayout | None = None
 
 
 class UnsafePickleError(InputError):

@@ -15,6 +15,16 @@ import pytest
 from ckptctl.dtypes import DType, _decode_table, from_float, to_float
 
 
+@pytest.fixture(autouse=True)
+def _fresh_tables():
+    """Build the cached FP8 tables inside each test, so the test really exercises the decoder.
+
+    mutmut maps tests to the functions they call; with a warm cache only the first test in the
+    session would count as calling ``_fp8_table``.
+    """
+    _decode_table.cache_clear()
+
+
 def fp8_reference(code: int, exp_bits: int, man_bits: int, bias: int, *, fn: bool) -> float:
     """One FP8 code's value from its sign, exponent and mantissa fields (OCP FP8, section 5)."""
     sign = -1.0 if code & 0x80 else 1.0

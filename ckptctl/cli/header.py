@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from ckptctl.cli._options import OutputFormat, emit_each, output_options
+from ckptctl.cli._options import OutputFormat, emit_each, output_options, print_error
+from ckptctl.errors import ExitCode
+
+if TYPE_CHECKING:
+    from ckptctl.errors import CkptError
+    from ckptctl.report.model import HeaderReport
 
 
 @click.command("header")
@@ -17,6 +24,7 @@ def command(files: tuple[str, ...], all_regions: bool, fmt: OutputFormat) -> int
     Each byte belongs to one region: header, metadata, padding (with its reason: burnpack's
     256-byte alignment, safetensors' 8-byte header padding, PyTorch zip's 64-byte records),
     a tensor, or other. The totals say how much is tensor data and how much overhead. A
+    truncated file is shown as far as it goes, the damage marked, and exits 3. A
     directory stands for the checkpoint in it; several files are shown one after the other.
 
     \b
@@ -26,4 +34,15 @@ def command(files: tuple[str, ...], all_regions: bool, fmt: OutputFormat) -> int
     """
     from ckptctl.ops.inspect import describe_header
 
-    return emit_each(files, fmt, describe_header, all_regions=all_regions)
+    damaged: list[CkptError] = []
+
+    def produce(file: str) -> HeaderReport:
+        report = describe_header(file)
+        if report.damage is not None:
+            damaged.append(report.damage.with_path(report.path))
+        return report
+
+    code = emit_each(files, fmt, produce, all_regions=all_regions)
+    for error in damaged:  # shown above as far as it could be read; still an input error
+        print_error(error, OutputFormat.TEXT)
+    return code or (ExitCode.INPUT if damaged else ExitCode.OK)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, NoReturn
 
 from ckptctl.dtypes import DType
-from ckptctl.errors import CorruptCheckpointError, OutputError, UnsupportedError
+from ckptctl.errors import CorruptCheckpointError, OutputError, TruncatedError, UnsupportedError
 from ckptctl.fix import Note, Option
 from ckptctl.formats import register_format
 from ckptctl.formats._base import FormatSpec, write_entry_bytes
@@ -273,12 +273,14 @@ def _check_sizes(info: _TensorInfo) -> None:
         )
 
 
-def _check_tiling(tensors: list[_TensorInfo], data_start: int, file_size: int) -> None:
+def _check_tiling(
+    tensors: list[_TensorInfo], data_start: int, file_size: int, *, truncated_ok: bool = False
+) -> None:
     """Tensors sorted by offsets must tile the data section, which must end the file."""
     prev: _TensorInfo | None = None
     for info in tensors:
         _check_sizes(info)
-        if data_start + info.end > file_size:
+        if data_start + info.end > file_size and not truncated_ok:
             _corrupt(
                 f"tensor {info.name!r} ends at byte {data_start + info.end} "
                 f"but the file has {file_size} bytes",
@@ -338,7 +340,9 @@ def _read_header(source: ByteSource) -> tuple[int, int, int, str]:
     return length, leading, trailing, text
 
 
-def _parse(source: ByteSource, *, allow_unsupported: bool = False) -> _Header:
+def _parse(
+    source: ByteSource, *, allow_unsupported: bool = False, truncated_ok: bool = False
+) -> _Header:
     length, leading, trailing, text = _read_header(source)
     raw = loads_strict(text, "header")
     if not isinstance(raw, dict):
@@ -355,7 +359,7 @@ def _parse(source: ByteSource, *, allow_unsupported: bool = False) -> _Header:
         else:
             tensors.append(_parse_tensor(name, info))
     tensors.sort(key=lambda t: (t.start, t.end))  # stable: ties keep header order
-    _check_tiling(tensors, HEADER_LENGTH_BYTES + length, source.size)
+    _check_tiling(tensors, HEADER_LENGTH_BYTES + length, source.size, truncated_ok=truncated_ok)
     unsupported = [t for t in tensors if t.dtype is None]
     if unsupported and not allow_unsupported:
         first = unsupported[0]
@@ -438,7 +442,8 @@ def layout(source: ByteSource) -> HeaderLayout:
     Raises:
         CorruptCheckpointError: the header or offsets are invalid.
     """
-    header = _parse(source, allow_unsupported=True)
+    header = _parse(source, allow_unsupported=True, truncated_ok=True)
+    size = source.size
     regions = [
         Region(RegionKind.HEADER, 0, HEADER_LENGTH_BYTES, note="u64 little-endian header length")
     ]
@@ -464,12 +469,18 @@ def layout(source: ByteSource) -> HeaderLayout:
                 note="spaces padding the header to a multiple of 8 bytes",
             )
         )
+    short: list[_TensorInfo] = []
     for info in header.tensors:
-        start = header.data_start + info.start
-        regions.append(
-            Region(RegionKind.TENSOR, start, header.data_start + info.end, name=info.name)
-        )
-    return HeaderLayout(
+        start, end = header.data_start + info.start, header.data_start + info.end
+        if end > size:
+            short.append(info)
+            if start >= size:
+                continue
+            note = f"truncated: {size - start} of {end - start} bytes present"
+            regions.append(Region(RegionKind.TENSOR, start, size, name=info.name, note=note))
+            continue
+        regions.append(Region(RegionKind.TENSOR, start, end, name=info.name))
+    result = HeaderLayout(
         format="safetensors",
         file_size=source.size,
         header=header.raw,
@@ -481,6 +492,17 @@ def layout(source: ByteSource) -> HeaderLayout:
             "padding_bytes": header.leading + header.trailing,
         },
     )
+    if short:
+        last = max(short, key=lambda t: t.end)
+        error = TruncatedError(
+            f"{len(short)} tensor{'s' if len(short) != 1 else ''} run past the end of the file: "
+            f"{last.name!r} ends at byte {header.data_start + last.end} but the file has "
+            f"{size} bytes",
+            hint=_TRUNCATED_HINT,
+        )
+        error.layout = result
+        raise error
+    return result
 
 
 def reference_order(entries: Sequence[TensorEntry]) -> list[TensorEntry]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from ckptctl.errors import SelectionError
+from ckptctl.errors import SelectionError, TruncatedError
 from ckptctl.fix import Note, Option
 from ckptctl.formats import open_checkpoint, read_layout, resolve_path
 from ckptctl.model import describe_groups
@@ -131,7 +131,12 @@ def describe_header(path: str | os.PathLike[str]) -> HeaderReport:
         InputError: unreadable, unknown or corrupt input.
         UnsupportedError: the format has no byte-level view.
     """
-    return HeaderReport(path=resolve_path(path), layout=read_layout(path))
+    try:
+        return HeaderReport(path=resolve_path(path), layout=read_layout(path))
+    except TruncatedError as exc:
+        if exc.layout is None:
+            raise
+        return HeaderReport(path=resolve_path(path), layout=exc.layout, damage=exc)
 
 
 def compile_regex(pattern: str, option: str) -> re.Pattern[str]:

@@ -208,7 +208,7 @@ def _verify_file(path: str, opts: _Options) -> FileResult:
         if opts.min_tensors is not None:
             findings.append(_min_tensors(entries, opts.min_tensors, opts.state_key))
         if opts.expect is not None:
-            findings.append(_expect(entries, opts.expect, opts.expect_specs))
+            findings.append(_expect(path, entries, opts, opts.expect))
         if opts.no_nan:
             findings.append(_guard("no-nan", lambda: _no_nan(entries)))
         if opts.optimizer is not None:
@@ -539,7 +539,8 @@ def _min_tensors(entries: list[TensorEntry], minimum: int, state_key: str | None
     )
 
 
-def _expect(entries: list[TensorEntry], ref: str, specs: Specs | CkptError | None) -> Finding:
+def _expect(path: str, entries: list[TensorEntry], opts: _Options, ref: str) -> Finding:
+    specs = opts.expect_specs
     if isinstance(specs, CkptError) or specs is None:
         exc = specs if isinstance(specs, CkptError) else CkptError("cannot be read")
         return _fail_from("expect", exc, f"the reference {ref} cannot be read: ")
@@ -556,9 +557,16 @@ def _expect(entries: list[TensorEntry], ref: str, specs: Specs | CkptError | Non
     text = f"against {ref}: {counts}" + (f" ({', '.join(problems)})" if problems else "")
     if not summary.ok:
         first = summary.missing[0] if summary.missing else None
-        hint = "see the Tensor Loading Summary"
+        text_hint = "see the Tensor Loading Summary"
         if first is not None and first.suggestion is not None:
-            hint = f"missing {first.name!r}: did you mean {first.suggestion!r}? " + hint
+            text_hint = f"missing {first.name!r}: did you mean {first.suggestion!r}? " + text_hint
+        hint: str | Note = text_hint
+        if summary.fixes:  # a command that runs as printed: convert with the fixes applied
+            options = [Option("state_key", opts.state_key)] if opts.state_key else []
+            options += [*summary.fixes, Option("target", ref)]
+            suffix = os.path.splitext(ref)[1] or ".safetensors"
+            fitted = Command("convert", (path, "fitted" + suffix), tuple(options))
+            hint = Note(f"{text_hint}; a copy that fits: {{fix0}}", (fitted,))
         return Finding("expect", Status.FAIL, text, hint, summary=summary)
     status = Status.WARN if summary.unused else Status.OK
     return Finding("expect", status, text, None, summary=summary)

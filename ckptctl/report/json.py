@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from ckptctl.model import JSONValue
 
 
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
 def dumps(obj: JSONValue) -> str:
     """One line of JSON ending in a newline (pipe it to ``jq .`` to read it).
 
@@ -102,7 +106,11 @@ def _header(report: HeaderReport) -> dict[str, JSONValue]:
         "regions": regions,
         "bytes_by_kind": report.bytes_by_kind(),
         "facts": dict(layout.facts),
-    }
+    } | (
+        {"damage": {"message": report.damage.message, "hint": _text(report.damage.hint)}}
+        if report.damage is not None
+        else {}
+    )
 
 
 @to_json.register(ConvertReport)

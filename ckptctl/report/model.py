@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from ckptctl.errors import CkptError
     from ckptctl.fix import Note, Option
     from ckptctl.model import HeaderLayout, JSONValue
     from ckptctl.report.summary import LoadingSummary
@@ -82,6 +83,8 @@ class HeaderReport:
 
     path: str
     layout: HeaderLayout
+    #: the file is damaged (truncated): what ``layout`` could not account for; exit 3
+    damage: CkptError | None = None
 
     def bytes_by_kind(self) -> dict[str, int]:
         """Bytes per region kind, in the order kinds first appear."""

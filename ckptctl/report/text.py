@@ -252,6 +252,14 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
 
 
 def render_header(report: HeaderReport, console: Console, *, all_regions: bool = False) -> None:
+    """Print the decoded header, the regions and the byte totals (and the damage, if any)."""
+    _render_header(report, console, all_regions=all_regions)
+    if report.damage is not None:
+        console.print()
+        console.print(Text(f"DAMAGED: {sanitize(report.damage.message)}"))
+
+
+def _render_header(report: HeaderReport, console: Console, *, all_regions: bool = False) -> None:
     """Print the decoded header, then the byte accounting with the padding explained."""
     layout = report.layout
     console.print(Text(f"{sanitize(report.path)}: {layout.format}, {layout.file_size:,} bytes"))

@@ -3,6 +3,8 @@ pipes (issue 13). Each test failed before the change it covers."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
@@ -313,3 +315,26 @@ def test_objects_are_bounded(tmp_path):
     assert len(walker.objects) == MAX_OBJECTS
     assert walker.more_objects == 5
     assert len(str(walker.objects["k0"])) == MAX_OBJECT_TEXT
+
+
+@pytest.mark.parametrize("fixture", ["safetensors/tiny.safetensors", "burnpack/net.bpk"])
+def test_header_of_a_truncated_file_shows_what_it_can(run_cli, tmp_path, fixture):
+    import json
+
+    from tests.conftest import VALID
+
+    data = (VALID / fixture).read_bytes()
+    cut = tmp_path / ("cut" + (VALID / fixture).suffix)
+    cut.write_bytes(data[: len(data) - 20])
+    result = run_cli("header", cut)
+    assert result.code == 3
+    assert "DAMAGED:" in result.stdout
+    assert "run past the end of the file" in result.stderr
+    assert "truncated" in result.stdout  # the cut tensor's region says so
+    report = json.loads(run_cli("header", cut, "--json").stdout)
+    regions = report["regions"]
+    assert regions[0]["start"] == 0
+    assert regions[-1]["end"] == len(data) - 20  # still tiles what is there
+    assert all(a["end"] == b["start"] for a, b in itertools.pairwise(regions))
+    assert "run past the end of the file" in report["damage"]["message"]
+    assert run_cli("ls", cut).code == 3  # reading it is still an error

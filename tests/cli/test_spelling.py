@@ -77,3 +77,21 @@ def test_suggested_command_lines_run_as_printed(run_cli, tmp_path, monkeypatch) 
     assert flags is not None, allow
     again = f"ckptctl verify {shlex.quote(str(PT / 'module.pt'))} --check safe-pickle {flags[0]}"
     assert _run_printed(run_cli, again) == 0
+
+
+def test_verify_expect_suggests_a_convert_that_runs(run_cli, tmp_path, monkeypatch) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    monkeypatch.chdir(tmp_path)
+    save_file(
+        {"fc.weight": np.zeros((3, 4), "<f4"), "fc.bias": np.zeros(3, "<f4")}, "src.safetensors"
+    )
+    save_file(
+        {"fc1.weight": np.zeros((3, 4), "<f4"), "fc1.bias": np.zeros(3, "<f4")}, "ref.safetensors"
+    )
+    hint = _hint(run_cli, "verify", "src.safetensors", "--expect", "ref.safetensors")
+    line = re.search(r"ckptctl convert .*", hint)
+    assert line is not None, hint
+    assert _run_printed(run_cli, line.group(0)) == 0
+    assert run_cli("verify", "fitted.safetensors", "--expect", "ref.safetensors").code == 0

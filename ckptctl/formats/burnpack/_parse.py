@@ -192,8 +192,13 @@ def _string_map(value: object, what: str) -> dict[str, str]:
     return dict(value)
 
 
-def parse_file(source: ByteSource, *, lenient: bool = False) -> ParsedFile:
-    """Read and validate the header and metadata; never reads tensor bytes."""
+def parse_file(
+    source: ByteSource, *, lenient: bool = False, truncated_ok: bool = False
+) -> ParsedFile:
+    """Read and validate the header and metadata; never reads tensor bytes.
+
+    ``truncated_ok`` accepts payloads that run past the end of the file (``header`` shows them).
+    """
     size = source.size
     if size < HEADER_BYTES:
         raise _corrupt(f"the file has only {size} bytes, fewer than the 10-byte burnpack header")
@@ -246,17 +251,19 @@ def parse_file(source: ByteSource, *, lenient: bool = False) -> ParsedFile:
     if legacy:
         data_start = unpadded
         notes.append(LEGACY_LAYOUT_NOTE)
-    _check_ranges(tensors, data_start, size)
+    _check_ranges(tensors, data_start, size, truncated_ok=truncated_ok)
     return ParsedFile(
         version, length, decoded, tensors, metadata, dict(scalars_raw), data_start, legacy, notes
     )
 
 
-def _check_ranges(tensors: list[ParsedTensor], data_start: int, size: int) -> None:
+def _check_ranges(
+    tensors: list[ParsedTensor], data_start: int, size: int, *, truncated_ok: bool = False
+) -> None:
     """Every payload inside the file, no two non-empty payloads overlapping."""
     reach, owner = 0, ""
     for t in tensors:  # sorted by start
-        if data_start + t.end > size:
+        if data_start + t.end > size and not truncated_ok:
             raise _corrupt(
                 f"tensor {t.name!r} ends at byte {data_start + t.end} "
                 f"but the file has {size} bytes",

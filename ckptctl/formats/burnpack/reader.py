@@ -8,6 +8,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from ckptctl.dtypes import DType
+from ckptctl.errors import TruncatedError
 from ckptctl.formats.burnpack._parse import ParsedTensor, parse_file
 from ckptctl.formats.burnpack._schema import (
     ALIGNMENT_BYTES,
@@ -166,8 +167,9 @@ def layout_burnpack(source: ByteSource) -> HeaderLayout:
         CorruptCheckpointError: as :func:`open_burnpack` (unknown dtypes are shown, not refused).
         UnsupportedError: format version > 1.
     """
-    p = parse_file(source, lenient=True)
+    p = parse_file(source, lenient=True, truncated_ok=True)
     size = source.size
+    short: list[str] = []
     unpadded = HEADER_BYTES + p.metadata_length
     regions = [
         Region(RegionKind.HEADER, 0, HEADER_BYTES, note=f"magic NRUB, version {p.version}"),
@@ -196,8 +198,16 @@ def layout_burnpack(source: ByteSource) -> HeaderLayout:
                 regions.append(
                     Region(RegionKind.PADDING if zero else RegionKind.OTHER, pos, start, note=note)
                 )
-        regions.append(Region(RegionKind.TENSOR, start, start + t.length, name=t.name))
-        pos = max(pos, start + t.length)
+        end = start + t.length
+        if end > size:
+            short.append(t.name)
+            if start < size:
+                note = f"truncated: {size - start} of {t.length} bytes present"
+                regions.append(Region(RegionKind.TENSOR, start, size, name=t.name, note=note))
+            pos = size
+            continue
+        regions.append(Region(RegionKind.TENSOR, start, end, name=t.name))
+        pos = max(pos, end)
     if pos < size:
         if _is_zero(source, pos, size):
             regions.append(Region(RegionKind.PADDING, pos, size, note="trailing zero bytes"))
@@ -209,7 +219,7 @@ def layout_burnpack(source: ByteSource) -> HeaderLayout:
     def total(kind: str) -> int:
         return sum(r.size for r in regions if r.kind == kind)
 
-    return HeaderLayout(
+    result = HeaderLayout(
         format="burnpack",
         file_size=size,
         header={
@@ -230,3 +240,12 @@ def layout_burnpack(source: ByteSource) -> HeaderLayout:
             "other_bytes": total("other"),
         },
     )
+    if short:
+        error = TruncatedError(
+            f"{len(short)} tensor{'s' if len(short) != 1 else ''} run past the end of the file "
+            f"({size} bytes), {short[-1]!r} among them",
+            hint="the file looks truncated; re-download or re-save it",
+        )
+        error.layout = result
+        raise error
+    return result
