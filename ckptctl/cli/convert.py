@@ -118,6 +118,13 @@ def run_conversion(
     "parameter path metadata, taken from the model record of the same checkpoint.",
 )
 @click.option(
+    "--dedupe-tied",
+    is_flag=True,
+    help="Write one copy of each group of tied tensors (one storage in a .pt, e.g. an embedding "
+    "and an LM head), as Hugging Face's converter does; the dropped names go into the "
+    "'tied_weights' metadata.",
+)
+@click.option(
     "--max-shard-size",
     metavar="SIZE",
     type=ByteSize(),
@@ -141,6 +148,7 @@ def command(
     allow_partial: bool,
     param_ids_from: str | None,
     paths_from: str | None,
+    dedupe_tied: bool,
     max_shard_size: int | None,
     to: str | None,
     force: bool,
@@ -180,6 +188,7 @@ def command(
         param_ids_from=param_ids_from,
         paths_from=paths_from,
         max_shard_bytes=max_shard_size,
+        dedupe_tied=dedupe_tied,
         to=to,
         force=force,
         fsync=not no_fsync,

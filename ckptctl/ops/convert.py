@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from ckptctl.adapters import PlanItem
 from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
 from ckptctl.adapters.rename import parse_rules, unmatched_rules
 from ckptctl.errors import SelectionError
@@ -20,7 +21,7 @@ from ckptctl.fix import Note, Option
 from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint, save_sharded
 from ckptctl.model import CheckpointKind, TensorData, describe_groups
 from ckptctl.ops._migrate import migration_plan
-from ckptctl.ops.inspect import select_state_key, top_level_groups
+from ckptctl.ops.inspect import select_state_key, tied_groups, top_level_groups
 from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.model import ConvertReport, PlanRow
 from ckptctl.safety import Verdict
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from ckptctl._io import ByteSource
-    from ckptctl.adapters import PlanItem
     from ckptctl.dtypes import DType
     from ckptctl.model import Checkpoint, Progress, TensorEntry
 
@@ -59,6 +59,9 @@ class ConvertOptions:
         max_shard_bytes: write Hugging Face sharded safetensors with shards of at most this size.
         to: the output format by name, when ``dst``'s extension does not tell (``.ckpt``).
         strict: a remap rule that matches no tensor name fails the conversion (nothing written).
+        dedupe_tied: write one copy of each group of tied tensors (the same storage), as
+            Hugging Face's converter does, naming the dropped aliases in metadata
+            (``tied_weights``: a JSON map of kept name to dropped names).
         force: overwrite the destination.
         fsync: flush the output to disk before renaming it into place.
         dry_run: plan only, write nothing.
@@ -82,6 +85,7 @@ class ConvertOptions:
     max_shard_bytes: int | None = None
     to: str | None = None
     strict: bool = False
+    dedupe_tied: bool = False
     force: bool = False
     fsync: bool = True
     dry_run: bool = False
@@ -165,12 +169,16 @@ def convert(
                 )
         if not outputs and not opts.dry_run:
             warnings.append("no tensors to write: the output holds none")
-        by_name = {e.name: e for e in entries}
-        rows = tuple(_plan_row(item, by_name[item.source]) for item in items)
         metadata = dict(ckpt.metadata) if ckpt.format in _USER_METADATA_FORMATS else {}
         paths, migration_notes = migration_plan(ckpt, out_spec.name, opts.paths_from)
         metadata.update(paths)
         warnings += migration_notes
+        if out_spec.name != "pytorch":  # the .pt writer keeps shared storages shared
+            outputs, items, tied_note = _tied(outputs, items, metadata, dedupe=opts.dedupe_tied)
+            if tied_note is not None:
+                warnings.append(tied_note)
+        by_name = {e.name: e for e in entries}
+        rows = tuple(_plan_row(item, by_name[item.source]) for item in items)
         warnings += _lost_in_output(out_spec.name, outputs, metadata, ckpt.scalars)
         if ckpt.kind is CheckpointKind.NESTED and opts.state_key is None:
             where = describe_groups(dict(list(top_level_groups(ckpt).items())[:4]))
@@ -233,6 +241,44 @@ def convert(
             to=opts.to,
         )
     return replace(report, written=True, bytes_written=os.path.getsize(dst))
+
+
+#: Metadata key naming the aliases ``dedupe_tied`` left out (kept name -> dropped names).
+TIED_METADATA_KEY = "tied_weights"
+
+
+def _tied(
+    outputs: list[TensorEntry], items: list[PlanItem], metadata: dict[str, str], *, dedupe: bool
+) -> tuple[list[TensorEntry], list[PlanItem], str | Note | None]:
+    """Tied tensors are one storage in a ``.pt`` but copies in other formats: say so, or keep
+    one of each group (``dedupe``) and record the others in ``metadata``."""
+    groups = tied_groups(outputs)
+    if not groups:
+        return outputs, items, None
+    extra = sum(e.nbytes for g in groups for e in g[1:])
+    aliases = sum(len(g) - 1 for g in groups)
+    if not dedupe:
+        return (
+            outputs,
+            items,
+            Note(
+                f"{aliases} tensor{'s are' if aliases != 1 else ' is'} tied to another (one "
+                f"storage in the source): written as separate copies, {extra:,} bytes more; "
+                "{fix0} keeps one copy of each",
+                (Option("dedupe_tied"),),
+            ),
+        )
+    dropped = {e.name for g in groups for e in g[1:]}
+    metadata[TIED_METADATA_KEY] = json.dumps({g[0].name: [e.name for e in g[1:]] for g in groups})
+    kept = [e for e in outputs if e.name not in dropped]
+    plan = [
+        PlanItem(i.source, None, i.actions) if i.entry is not None and i.entry.name in dropped
+        else i
+        for i in items
+    ]  # fmt: skip
+    note = f"{aliases} tied alias{'es' if aliases != 1 else ''} left out ({extra:,} bytes); " \
+        f"their names are in the {TIED_METADATA_KEY!r} metadata"  # fmt: skip
+    return kept, plan, note
 
 
 def _plan_row(item: PlanItem, before: TensorEntry) -> PlanRow:

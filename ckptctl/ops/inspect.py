@@ -49,6 +49,36 @@ def select_state_key(
     )
 
 
+def tied_groups(entries: Sequence[TensorEntry]) -> list[list[TensorEntry]]:
+    """Groups of two or more entries that are the same tensor (tied weights: one storage, same
+    offset, shape, stride and dtype), each in file order."""
+    groups: dict[tuple[str, ...], list[TensorEntry]] = {}
+    for entry in entries:
+        storage = entry.extra.get("storage")
+        if storage is None:
+            continue
+        key = (storage, entry.extra.get("storage_offset", ""), entry.extra.get("stride", ""),
+               str(entry.shape), entry.dtype.value)  # fmt: skip
+        groups.setdefault(key, []).append(entry)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def stored_size(entries: Sequence[TensorEntry]) -> tuple[int, int]:
+    """``(parameters, bytes)`` actually stored: a storage shared by several tensors (tied weights,
+    views) counts once."""
+    numel = nbytes = 0
+    seen: set[str] = set()
+    for entry in entries:
+        storage = entry.extra.get("storage")
+        if storage is None:
+            numel, nbytes = numel + entry.numel, nbytes + entry.nbytes
+        elif storage not in seen:
+            seen.add(storage)
+            size = int(entry.extra.get("storage_nbytes", entry.nbytes))
+            numel, nbytes = numel + size // entry.dtype.itemsize, nbytes + size
+    return numel, nbytes
+
+
 def top_level_groups(ckpt: Checkpoint) -> dict[str, int]:
     """Tensors per top-level key of a nested checkpoint (``{"model": 4, "optimizer": 12}``),
     from its structure; empty for formats without containers."""
@@ -121,7 +151,16 @@ def list_tensors(
             total_tensors=total,
             safety=ckpt.safety,
             objects=dict(ckpt.objects),
+            stored=_stored(entries),
         )
+
+
+def _stored(entries: Sequence[TensorEntry]) -> tuple[int, int] | None:
+    """What is really stored, when sharing makes it less than the per-name sums."""
+    numel, nbytes = stored_size(entries)
+    if nbytes == sum(e.nbytes for e in entries):
+        return None
+    return numel, nbytes
 
 
 def describe_header(path: str | os.PathLike[str]) -> HeaderReport:

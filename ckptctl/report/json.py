@@ -79,6 +79,8 @@ def _ls(report: LsReport) -> dict[str, JSONValue]:
         out["pickle"] = to_json(report.safety)
     if report.objects:
         out["objects"] = dict(report.objects)
+    if report.stored is not None:
+        out["stored"] = {"parameters": report.stored[0], "nbytes": report.stored[1]}
     return out
 
 

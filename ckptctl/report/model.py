@@ -62,6 +62,8 @@ class LsReport:
     safety: PickleSafety | None = None
     #: plain values stored beside the tensors (epoch, lr, hyper-parameters), by key path
     objects: Mapping[str, JSONValue] = field(default_factory=dict)
+    #: ``(parameters, bytes)`` really stored when tied weights or views share storage, else None
+    stored: tuple[int, int] | None = None
 
     @property
     def totals(self) -> tuple[DTypeTotal, ...]:

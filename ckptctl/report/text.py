@@ -224,7 +224,11 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
     shown = f"{n:,} tensors" if n != 1 else "1 tensor"
     if report.total_tensors is not None and report.total_tensors != n:
         shown += f" (of {report.total_tensors:,})"
-    console.print(Text(f"{shown}, {all_numel:,} parameters, {size(all_bytes)}"))
+    line = f"{shown}, {all_numel:,} parameters, {size(all_bytes)}"
+    if report.stored is not None:  # tied weights and views share storage
+        stored_numel, stored_bytes = report.stored
+        line += f" ({stored_numel:,} parameters, {size(stored_bytes)} stored)"
+    console.print(Text(line))
     if report.metadata:
         console.print()
         meta = PlainTable()

@@ -338,3 +338,29 @@ def test_header_of_a_truncated_file_shows_what_it_can(run_cli, tmp_path, fixture
     assert all(a["end"] == b["start"] for a, b in itertools.pairwise(regions))
     assert "run past the end of the file" in report["damage"]["message"]
     assert run_cli("ls", cut).code == 3  # reading it is still an error
+
+
+def test_tied_weights_are_counted_once_and_can_be_written_once(run_cli, tmp_path):
+    import json
+
+    from safetensors.numpy import load_file
+
+    from tests.conftest import VALID
+
+    module = VALID / "pytorch" / "module.pt"  # FixtureNet: head.weight is embed.weight
+    listing = json.loads(run_cli("ls", module, "--json").stdout)
+    per_name = sum(t["nbytes"] for t in listing["tensors"])
+    assert listing["stored"]["nbytes"] < per_name
+    assert "stored)" in run_cli("ls", module).stdout
+    copies = run_cli("convert", module, tmp_path / "copies.safetensors")
+    assert "1 tensor is tied to another" in copies.stderr
+    assert "--dedupe-tied keeps one copy of each" in copies.stderr
+    once = run_cli("convert", module, tmp_path / "once.safetensors", "--dedupe-tied")
+    assert once.code == 0, once.stderr
+    kept = load_file(str(tmp_path / "once.safetensors"))
+    assert "embed.weight" in kept
+    assert "head.weight" not in kept
+    meta = json.loads(run_cli("ls", tmp_path / "once.safetensors", "--json").stdout)["metadata"]
+    assert json.loads(meta["tied_weights"]) == {"embed.weight": ["head.weight"]}
+    flat = json.loads(run_cli("ls", VALID / "pytorch" / "min_zip.pt", "--json").stdout)
+    assert "stored" not in flat

@@ -252,7 +252,12 @@ def test_views_share_one_storage(tmp_path: Path) -> None:
         assert float(ckpt["scalar"].load()) == 5.0
         assert ckpt["empty"].shape == (0, 5)
         assert ckpt["empty"].load().size == 0
-        assert ckpt["t"].extra == {"storage": "0", "storage_offset": "0", "stride": "1,4"}
+        assert ckpt["t"].extra == {
+            "storage": "0",
+            "storage_offset": "0",
+            "stride": "1,4",
+            "storage_nbytes": "48",
+        }
         assert any("share a storage" in note for note in ckpt.notes)
 
 

@@ -293,6 +293,13 @@ def _contiguous(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     return True
 
 
+def _storage_nbytes(parsed: Parsed, ref: StorageRef) -> int:
+    if ref.inline is not None:
+        return len(ref.inline)
+    found = parsed.storages.get(ref.key)
+    return found.nbytes if found is not None else 0
+
+
 def make_entries(
     parsed: Parsed, structure: Analysis, source: ByteSource
 ) -> tuple[list[TensorEntry], list[str]]:
@@ -315,6 +322,7 @@ def make_entries(
                     "storage": ref.key,
                     "storage_offset": str(f.tensor.offset),
                     "stride": ",".join(map(str, f.tensor.stride)),
+                    "storage_nbytes": str(_storage_nbytes(parsed, ref)),
                 },
             )  # fmt: skip
         entries.append(entry)
