@@ -364,3 +364,24 @@ def test_tied_weights_are_counted_once_and_can_be_written_once(run_cli, tmp_path
     assert json.loads(meta["tied_weights"]) == {"embed.weight": ["head.weight"]}
     flat = json.loads(run_cli("ls", VALID / "pytorch" / "min_zip.pt", "--json").stdout)
     assert "stored" not in flat
+
+
+def test_quiet_over_the_whole_fixture_set_prints_no_warnings(run_cli, tmp_path):
+    """Issue 13's bar: with -q, a conversion that succeeds prints nothing at all."""
+    from tests.conftest import VALID
+
+    suffixes = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".bpk", ".mpk", ".gz", ".json")
+    skip = ("truth.json", "manifest.json")
+    files = sorted(
+        p for p in VALID.rglob("*")
+        if p.is_file() and p.name.endswith(suffixes) and p.name not in skip
+    )  # fmt: skip
+    assert len(files) > 60
+    converted = 0
+    for i, path in enumerate(files):
+        result = run_cli("convert", path, tmp_path / f"out{i}.safetensors", "-q")
+        if result.code == 0:
+            converted += 1
+            assert result.stderr == "", (path, result.stderr)
+            assert result.stdout == "", (path, result.stdout)
+    assert converted > 40
