@@ -33,7 +33,6 @@ __all__ = [
     "read_layout",
     "register_format",
     "save_checkpoint",
-    "save_sharded",
 ]
 
 _REGISTRY: dict[str, FormatSpec] = {}
@@ -240,42 +239,6 @@ def save_checkpoint(
             spec.write(out, entries, dict(metadata or {}), dict(scalars or {}))
     except CkptError as exc:
         raise exc.with_path(path) from None
-
-
-def save_sharded(
-    path: str | os.PathLike[str],
-    entries: Sequence[TensorEntry],
-    metadata: Mapping[str, str] | None = None,
-    *,
-    max_shard_bytes: int,
-    force: bool = False,
-    sources: Sequence[str | os.PathLike[str]] = (),
-    fsync: bool = True,
-) -> list[str]:
-    """Write ``entries`` as Hugging Face sharded safetensors next to ``path``.
-
-    ``out/model.safetensors`` becomes ``out/model-00001-of-0000N.safetensors`` ... plus the index
-    ``out/model.safetensors.index.json``, all or nothing (see
-    :func:`ckptctl.formats.sharded.write_sharded`).
-
-    Returns:
-        The paths written, shards first, the index last.
-
-    Raises:
-        SelectionError: ``path`` does not end in ``.safetensors``.
-        OutputError: a destination exists (without ``force``), is a source, or cannot be written.
-    """
-    from ckptctl.formats.sharded import write_sharded
-
-    return write_sharded(
-        path,
-        entries,
-        metadata,
-        max_shard_bytes=max_shard_bytes,
-        force=force,
-        sources=sources,
-        fsync=fsync,
-    )
 
 
 # --- diagnosis of files no format recognises -------------------------------------------------

@@ -18,7 +18,8 @@ from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
 from ckptctl.adapters.rename import parse_rules, unmatched_rules
 from ckptctl.errors import SelectionError
 from ckptctl.fix import Note, Option
-from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint, save_sharded
+from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint
+from ckptctl.formats.sharded import write_sharded
 from ckptctl.model import CheckpointKind, TensorData, describe_groups
 from ckptctl.ops._migrate import migration_plan
 from ckptctl.ops.inspect import select_state_key, tied_groups, top_level_groups
@@ -214,7 +215,7 @@ def convert(
             report_bytes, total = opts.progress, sum(e.nbytes for e in outputs)
             outputs = [_with_progress(e, lambda n: report_bytes(n, total)) for e in outputs]
         if opts.max_shard_bytes is not None:
-            written = save_sharded(
+            written = write_sharded(
                 dst,
                 outputs,
                 metadata,

@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING
 
 from ckptctl.errors import CorruptCheckpointError
 from ckptctl.formats.burnrecord._tree import (
-    MAX_DEPTH,
-    MAX_NODES,
     MAX_STRING_BYTES,
     Node,
     Numbers,
@@ -71,15 +69,7 @@ class _Scanner:
         self.c.skip(1)
 
     def value(self, depth: int, key: str | None = None) -> Node:
-        self.scan.nodes += 1
-        if self.scan.nodes > MAX_NODES:
-            raise CorruptCheckpointError(
-                f"the record holds more than {MAX_NODES} values outside tensor payloads"
-            )
-        if depth > MAX_DEPTH:
-            raise CorruptCheckpointError(
-                f"values are nested deeper than {MAX_DEPTH} levels at byte {self.c.pos}"
-            )
+        self.scan.enter(depth, self.c.pos)
         self._ws()
         at = self.c.pos
         head = bytes(self.c.peek(1))

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from ckptctl.errors import CorruptCheckpointError
 from ckptctl.formats.burnrecord._stream import FileCursor
 from ckptctl.formats.burnrecord._tree import (
-    MAX_DEPTH,
     MAX_NODES,
     MAX_STRING_BYTES,
     Blob,
@@ -77,15 +76,7 @@ class _Scanner:
             raise CorruptCheckpointError(f"the string at byte {at} is not UTF-8") from None
 
     def value(self, depth: int) -> Node:
-        self.scan.nodes += 1
-        if self.scan.nodes > MAX_NODES:
-            raise CorruptCheckpointError(
-                f"the record holds more than {MAX_NODES} values outside tensor payloads"
-            )
-        if depth > MAX_DEPTH:
-            raise CorruptCheckpointError(
-                f"values are nested deeper than {MAX_DEPTH} levels at byte {self.c.pos}"
-            )
+        self.scan.enter(depth, self.c.pos)
         at = self.c.pos
         b = self.c.take(1)[0]
         if b <= 0x7F:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
+from ckptctl.errors import CorruptCheckpointError
+
 #: Values nested deeper than this are refused (real records nest about 12 levels).
 MAX_DEPTH = 128
 #: Values (map entries, array items, scalars) outside tensor payloads; bounds scan time.
@@ -67,3 +69,19 @@ class Scan:
     metadata_span: tuple[int, int] | None = None
     nodes: int = 0
     payloads: list[Blob | Numbers] = field(default_factory=list)
+
+    def enter(self, depth: int, pos: int) -> None:
+        """Count one more value at ``depth``; refuse past ``MAX_NODES`` or ``MAX_DEPTH``.
+
+        Raises:
+            CorruptCheckpointError: too many values, or nested too deep.
+        """
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise CorruptCheckpointError(
+                f"the record holds more than {MAX_NODES} values outside tensor payloads"
+            )
+        if depth > MAX_DEPTH:
+            raise CorruptCheckpointError(
+                f"values are nested deeper than {MAX_DEPTH} levels at byte {pos}"
+            )
