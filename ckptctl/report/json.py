@@ -15,7 +15,7 @@ from ckptctl.fix import spell
 from ckptctl.report.diff import DiffReport, OnlyIn, TensorDiff
 from ckptctl.report.model import SCHEMA_VERSION, ConvertReport, HeaderReport, LsReport
 from ckptctl.report.optimizer import OptimizerCheck, Orphan
-from ckptctl.report.render_summary import error_line
+from ckptctl.report.render_summary import error_message
 from ckptctl.report.summary import LoadingSummary
 from ckptctl.report.verify import FileResult, Finding, VerifyReport
 from ckptctl.safety import PickleSafety
@@ -289,7 +289,7 @@ def _summary(summary: LoadingSummary) -> dict[str, JSONValue]:
                 "kind": e.kind,
                 "expected": None if e.expected is None else list(e.expected),
                 "found": None if e.found is None else list(e.found),
-                "message": error_line(e),
+                "message": error_message(e),
             }
             for e in summary.errors
         ],

@@ -43,6 +43,15 @@ def burn_shape(shape: tuple[int, ...]) -> str:
     return "Shape { dims: [" + ", ".join(map(str, shape)) + "] }"
 
 
+def error_message(error: SummaryError) -> str:
+    """ckptctl's wording of an error, for messages and JSON (no Rust debug formatting)."""
+    if error.kind is SummaryErrorKind.SHAPE_MISMATCH:
+        expected = list(error.expected or ())
+        found = list(error.found or ())
+        return f"shape mismatch for {error.name!r}: expected {expected}, found {found}"
+    return f"load error for {error.name!r}: {error.message}"
+
+
 def error_line(error: SummaryError) -> str:
     """Burn's error line (§5.2)."""
     if error.kind is SummaryErrorKind.SHAPE_MISMATCH:

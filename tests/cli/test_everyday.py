@@ -385,3 +385,20 @@ def test_quiet_over_the_whole_fixture_set_prints_no_warnings(run_cli, tmp_path):
             assert result.stderr == "", (path, result.stderr)
             assert result.stdout == "", (path, result.stdout)
     assert converted > 40
+
+
+def test_no_rust_debug_formatting_outside_burns_own_box(run_cli, tmp_path):
+    import json
+
+    save_file({"w": np.zeros((3, 4), "<f4")}, str(tmp_path / "src.safetensors"))
+    save_file({"w": np.zeros((4, 3), "<f4")}, str(tmp_path / "ref.safetensors"))
+    src, ref = tmp_path / "src.safetensors", tmp_path / "ref.safetensors"
+    report = json.loads(run_cli("verify", src, "--expect", ref, "--json").stdout)
+    [expect] = [f for f in report["files"][0]["findings"] if f["check"] == "expect"]
+    [error] = expect["details"]["errors"]
+    assert error["message"] == "shape mismatch for 'w': expected [4, 3], found [3, 4]"
+    assert "Shape {" not in json.dumps(expect["message"]) + json.dumps(expect["hint"])
+    text = run_cli("verify", src, "--expect", ref).stdout
+    outside = text.split("┌─ Tensor Loading Summary")[0]
+    assert "Shape {" not in outside
+    assert " errors" not in outside
