@@ -402,3 +402,43 @@ def test_no_rust_debug_formatting_outside_burns_own_box(run_cli, tmp_path):
     outside = text.split("┌─ Tensor Loading Summary")[0]
     assert "Shape {" not in outside
     assert " errors" not in outside
+
+
+def test_advice_fits_the_file(run_cli, llama, tmp_path):
+    from ckptctl.model import Checkpoint, CheckpointKind, Structure
+    from ckptctl.ops.verify import _flat_reader
+
+    empty_script = Checkpoint(
+        [], path="script.pt", format="torchscript", kind=CheckpointKind.TORCHSCRIPT,
+        structure=Structure(module_class="__torch__.Net"),
+    )  # fmt: skip
+    finding, _ = _flat_reader(empty_script, None)
+    assert "with no tensors" in str(finding.message)
+    assert "state_dict()" not in str(finding.message)
+    # remap's own option is --rule: its collision hint says so (convert's says --remap)
+    clash = run_cli("remap", llama, tmp_path / "x.safetensors", "-r", r"\d=N")
+    assert clash.code == 2
+    assert "change the --rule rules" in clash.stderr
+
+
+def test_verdicts_are_coloured_on_a_terminal_only():
+    import io
+
+    from rich.console import Console
+
+    from ckptctl.report.render_verify import render_verify
+    from ckptctl.report.verify import FileResult, Finding, Status, VerifyReport
+
+    report = VerifyReport(
+        (
+            FileResult("a.pt", "pytorch-zip", None, 1, (Finding("readable", Status.OK, "ok"),)),
+            FileResult("b.pt", "pytorch-zip", None, 1, (Finding("readable", Status.FAIL, "no"),)),
+        )
+    )
+    tty = io.StringIO()
+    render_verify(report, Console(file=tty, force_terminal=True, color_system="standard"))
+    assert "\x1b[" in tty.getvalue()
+    pipe = io.StringIO()
+    render_verify(report, Console(file=pipe, no_color=True, soft_wrap=True))
+    assert "\x1b[" not in pipe.getvalue()
+    assert pipe.getvalue().splitlines()[-1] == "failed: b.pt"
