@@ -18,7 +18,8 @@ import pytest
 
 from ckptctl.errors import CkptError, CorruptCheckpointError, UnsafePickleError
 from ckptctl.formats import open_checkpoint
-from ckptctl.formats.pytorch._safety import WEIGHTS_ONLY_GLOBALS, assess_pickle, classify
+from ckptctl.formats.pytorch._allowlist import WEIGHTS_ONLY_GLOBALS, classify
+from ckptctl.formats.pytorch._safety import assess_pickle
 from ckptctl.formats.pytorch._unpickler import _rebuild_tensor_v2, load_pickle
 from ckptctl.safety import PickleSafety, Verdict
 

@@ -20,7 +20,7 @@ from collections import Counter, OrderedDict
 from typing import TYPE_CHECKING, Any, cast
 
 from ckptctl.errors import CkptError, CorruptCheckpointError, UnsafePickleError
-from ckptctl.formats.pytorch._safety import classify
+from ckptctl.formats.pytorch._allowlist import classify
 from ckptctl.formats.pytorch._scan import PickleTruncatedError, scan_pickle
 from ckptctl.safety import Verdict
 
