@@ -38,11 +38,11 @@ from ckptctl.fix import Command, Note, Option
 from ckptctl.formats import detect_format, open_checkpoint
 from ckptctl.model import CheckpointKind, describe_groups
 from ckptctl.ops._optimizer import OptimizerRecord, check_optimizer, load_record
+from ckptctl.ops._pickle_check import safe_pickle_finding
 from ckptctl.ops.inspect import select_state_key, top_level_groups
 from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.optimizer import OptimizerCheck, Orphan
 from ckptctl.report.verify import CHECKS, FileResult, Finding, Status, VerifyReport
-from ckptctl.safety import PickleSafety, Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -190,17 +190,30 @@ def _verify_file(path: str, opts: _Options) -> FileResult:
     try:
         ckpt = open_checkpoint(path)
     except UnsafePickleError as exc:
-        findings.insert(0, _unsafe_from(exc, opts))
+        finding = (
+            _fail_from("safe-pickle", exc)
+            if exc.safety is None
+            else safe_pickle_finding(exc.safety, allow_globals=opts.allow_globals, trust=opts.trust)
+        )
+        findings.insert(0, finding)
         return FileResult(path, fmt, None, None, tuple(findings))
     except CkptError as exc:
         findings.insert(0, _fail_from("readable", exc))
         if exc.safety is not None:  # judged before the reader gave up
-            findings.insert(1, _safe_pickle(exc.safety, opts))
+            findings.insert(
+                1,
+                safe_pickle_finding(exc.safety, allow_globals=opts.allow_globals, trust=opts.trust),
+            )
         return FileResult(path, fmt, None, None, tuple(findings))
     with ckpt:
         findings.insert(0, _readable(ckpt))
         if ckpt.safety is not None:
-            findings.insert(1, _safe_pickle(ckpt.safety, opts))
+            findings.insert(
+                1,
+                safe_pickle_finding(
+                    ckpt.safety, allow_globals=opts.allow_globals, trust=opts.trust
+                ),
+            )
         flat, entries = _flat_reader(ckpt, opts.state_key)
         findings.append(flat)
         if entries is None:  # nothing below --state-key: the other checks have nothing to see
@@ -228,88 +241,6 @@ def _guard(check: str, run: Callable[[], Finding]) -> Finding:
         return run()
     except CkptError as exc:
         return _fail_from(check, exc)
-
-
-# --- safe-pickle ---------------------------------------------------------------------------------
-
-#: Globals named in a safe-pickle message before "and N more".
-GLOBALS_SHOWN = 6
-
-
-def _names(names: list[str]) -> str:
-    shown = ", ".join(dict.fromkeys(names[:GLOBALS_SHOWN]))
-    return shown + (f" and {len(names) - GLOBALS_SHOWN} more" if len(names) > GLOBALS_SHOWN else "")
-
-
-def _unsafe_from(exc: UnsafePickleError, opts: _Options) -> Finding:
-    if exc.safety is None:
-        return _fail_from("safe-pickle", exc)
-    return _safe_pickle(exc.safety, opts)
-
-
-def _safe_pickle(safety: PickleSafety, opts: _Options) -> Finding:
-    """The verdict as a finding: what was found, what it means, what to do."""
-    safety = safety.allowing(opts.allow_globals)
-    verdict = safety.verdict
-    reached = [g for g in safety.globals if g.reached]
-    if verdict is Verdict.UNSAFE:
-        bad = [g.name for g in reached if g.verdict is Verdict.UNSAFE]
-        constructs = [p for p in safety.problems if p.reached and p.verdict is Verdict.UNSAFE]
-        what = f"globals {_names(bad)}" if bad else constructs[0].message
-        where = next((g.where for g in reached if g.verdict is Verdict.UNSAFE), None)
-        where = where or constructs[0].where
-        return Finding(
-            "safe-pickle",
-            Status.FAIL,
-            f"unsafe: {what} in {where}: loading it with torch.load(weights_only=False) or pickle "
-            "runs code",
-            "do not load this file; ask its author for safetensors or a weights-only state_dict",
-            safety=safety,
-        )
-    if verdict is Verdict.NEEDS_TRUST:
-        untrusted = [g.name for g in safety.untrusted()]
-        problems = [p.message for p in safety.problems if p.reached and p.verdict is verdict]
-        what = (
-            f"globals outside torch's weights-only allowlist: {_names(untrusted)}"
-            if (untrusted)
-            else problems[0]
-        )
-        hint: str | Note = "re-save a state_dict with torch.save (or save safetensors)"
-        if untrusted and not problems:
-            allow = Command(
-                options=tuple(
-                    Option("allow_globals", n) for n in dict.fromkeys(untrusted[:GLOBALS_SHOWN])
-                )
-            )
-            hint = Note(f"{hint}; or if you trust its source: {{fix0}}", (allow,))
-        return Finding(
-            "safe-pickle",
-            Status.WARN if opts.trust else Status.FAIL,
-            f"needs trust: {what}; torch.load(weights_only=True) refuses it and "
-            "weights_only=False would run that code",
-            hint,
-            safety=safety,
-        )
-    found = f"{_plural(len(reached), 'global')}, all on its allowlist" if reached else "no globals"
-    unreached = safety.unreached_verdict
-    if unreached is not None and unreached is not Verdict.SAFE:
-        streams = sorted(
-            {g.where for g in safety.globals if not g.reached and g.verdict is not Verdict.SAFE}
-            | {p.where for p in safety.problems if not p.reached}
-        )
-        return Finding(
-            "safe-pickle",
-            Status.WARN,
-            f"safe for torch.load ({found}), but {', '.join(streams)} is {unreached.value}",
-            "torch.load does not read it, other tools may: remove it or re-save the file",
-            safety=safety,
-        )
-    return Finding(
-        "safe-pickle",
-        Status.OK,
-        f"safe: torch.load(weights_only=True) loads it ({found})",
-        safety=safety,
-    )
 
 
 # --- readable, sharded-index --------------------------------------------------------------------

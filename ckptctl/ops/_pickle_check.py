@@ -1,0 +1,96 @@
+"""The ``safe-pickle`` check of ``verify``: a pickle verdict (``ckptctl.safety``) as a finding."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ckptctl.fix import Command, Note, Option
+from ckptctl.report.verify import Finding, Status
+from ckptctl.safety import Verdict
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
+    from ckptctl.safety import PickleSafety
+
+#: Globals named in a safe-pickle message before "and N more".
+GLOBALS_SHOWN = 6
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(dict.fromkeys(names[:GLOBALS_SHOWN]))
+    return shown + (f" and {len(names) - GLOBALS_SHOWN} more" if len(names) > GLOBALS_SHOWN else "")
+
+
+def safe_pickle_finding(
+    safety: PickleSafety, *, allow_globals: Collection[str] = (), trust: bool = False
+) -> Finding:
+    """The ``safe-pickle`` finding of a verdict: what was found, what it means, what to do.
+
+    Args:
+        safety: the verdict of every pickle stream of one file.
+        allow_globals: globals to trust, as torch's ``add_safe_globals`` does.
+        trust: a needs-trust verdict warns instead of failing.
+    """
+    safety = safety.allowing(allow_globals)
+    verdict = safety.verdict
+    reached = [g for g in safety.globals if g.reached]
+    if verdict is Verdict.UNSAFE:
+        bad = [g.name for g in reached if g.verdict is Verdict.UNSAFE]
+        constructs = [p for p in safety.problems if p.reached and p.verdict is Verdict.UNSAFE]
+        what = f"globals {_names(bad)}" if bad else constructs[0].message
+        where = next((g.where for g in reached if g.verdict is Verdict.UNSAFE), None)
+        where = where or constructs[0].where
+        return Finding(
+            "safe-pickle",
+            Status.FAIL,
+            f"unsafe: {what} in {where}: loading it with torch.load(weights_only=False) or pickle "
+            "runs code",
+            "do not load this file; ask its author for safetensors or a weights-only state_dict",
+            safety=safety,
+        )
+    if verdict is Verdict.NEEDS_TRUST:
+        untrusted = [g.name for g in safety.untrusted()]
+        problems = [p.message for p in safety.problems if p.reached and p.verdict is verdict]
+        what = (
+            f"globals outside torch's weights-only allowlist: {_names(untrusted)}"
+            if (untrusted)
+            else problems[0]
+        )
+        hint: str | Note = "re-save a state_dict with torch.save (or save safetensors)"
+        if untrusted and not problems:
+            allow = Command(
+                options=tuple(
+                    Option("allow_globals", n) for n in dict.fromkeys(untrusted[:GLOBALS_SHOWN])
+                )
+            )
+            hint = Note(f"{hint}; or if you trust its source: {{fix0}}", (allow,))
+        return Finding(
+            "safe-pickle",
+            Status.WARN if trust else Status.FAIL,
+            f"needs trust: {what}; torch.load(weights_only=True) refuses it and "
+            "weights_only=False would run that code",
+            hint,
+            safety=safety,
+        )
+    count = f"{len(reached):,} global{'s' if len(reached) != 1 else ''}"
+    found = f"{count}, all on its allowlist" if reached else "no globals"
+    unreached = safety.unreached_verdict
+    if unreached is not None and unreached is not Verdict.SAFE:
+        streams = sorted(
+            {g.where for g in safety.globals if not g.reached and g.verdict is not Verdict.SAFE}
+            | {p.where for p in safety.problems if not p.reached}
+        )
+        return Finding(
+            "safe-pickle",
+            Status.WARN,
+            f"safe for torch.load ({found}), but {', '.join(streams)} is {unreached.value}",
+            "torch.load does not read it, other tools may: remove it or re-save the file",
+            safety=safety,
+        )
+    return Finding(
+        "safe-pickle",
+        Status.OK,
+        f"safe: torch.load(weights_only=True) loads it ({found})",
+        safety=safety,
+    )
