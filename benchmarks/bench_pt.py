@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import run  # the same timing and peak-RSS accounting as bench.py
+from bench import precompile, run  # the same timing, peak-RSS and bytecode set-up as bench.py
 
 WORK = Path(__file__).resolve().parent / "_work"
 CKPTCTL = [sys.executable, "-m", "ckptctl"]
@@ -87,6 +87,7 @@ def main() -> None:
     if args.quick:
         args.runs, args.tensors, args.size_mib = 1, 500, 32
     many, big = make_inputs(args.tensors, args.size_mib)
+    precompile()
     out = WORK / "out.safetensors"
     py = sys.executable
     rows = []

@@ -56,6 +56,13 @@ class ByteSource:
         self.size = os.fstat(self._file.fileno()).st_size
         self._map: mmap.mmap | None = None
 
+    #: True for :class:`ckptctl._remote.RemoteSource` (every byte costs a request).
+    is_remote = False
+
+    def fetch_all(self, reason: str) -> None:
+        """Make the whole file local before a parse that reads it end to end (remote sources
+        download it; a local file already is)."""
+
     def fileno(self) -> int:
         """The OS file descriptor (for ``os.copy_file_range``)."""
         return self._file.fileno()
@@ -112,6 +119,17 @@ class ByteSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def open_source(path: str | os.PathLike[str]) -> ByteSource:
+    """A :class:`ByteSource` for a local path, or a remote one for a URL (``https://``,
+    ``hf://``, ``s3://`` ...; needs the ``remote`` extra, imported only here)."""
+    if isinstance(path, str) and "://" in path:
+        from ckptctl._remote import is_url, open_remote
+
+        if is_url(path):
+            return open_remote(path)
+    return ByteSource(path)
 
 
 def _file_kind(mode: int) -> str:

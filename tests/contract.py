@@ -220,6 +220,8 @@ BYTE_SOURCE_MEMBERS = {
     "fileno": "os.pread/os.read on any descriptor of the file are recorded; mmap.mmap is guarded",
     "check_range": "reads nothing",
     "close": "reads nothing",
+    "is_remote": "a class constant (False), reads nothing",
+    "fetch_all": "reads nothing for a local file (a remote source downloads itself)",
 }
 
 _PROT_NONE = 0

@@ -24,6 +24,7 @@ BASE = frozenset(
     {
         "ckptctl.model",
         "ckptctl._io",
+        "ckptctl._remote",
         "ckptctl.dtypes",
         "ckptctl.errors",
         "ckptctl.safety",

@@ -102,7 +102,9 @@ def cli(ctx: click.Context, no_color: bool, debug: bool) -> None:
     """Inspect, verify and convert deep-learning checkpoints: PyTorch .pt/.pth/.bin,
     safetensors and Burn .bpk, without torch and without running pickled code.
 
-    Formats are detected from file content, never from the extension.
+    Formats are detected from file content, never from the extension. Where a FILE is read,
+    a URL works too (https://..., hf://ORG/REPO/FILE[@REVISION], s3://...; pip install
+    'ckptctl[remote]'): only the bytes needed are fetched, by range requests.
     """
     ctx.ensure_object(dict)
     ctx.obj["no_color"] = no_color or "NO_COLOR" in os.environ

@@ -103,6 +103,7 @@ def print_error(exc: CkptError, fmt: OutputFormat) -> None:
     click.echo(f"ckptctl: error: {sanitize(str(exc))}", err=True)
     if exc.hint:
         click.echo(f"hint: {sanitize(str(exc.hint))}", err=True)
+    _remote_traffic()  # the next file counts its own requests
     if fmt is OutputFormat.JSON:
         error = {
             "type": type(exc).__name__,
@@ -145,11 +146,49 @@ def emit(
     if fmt is OutputFormat.JSON:
         from ckptctl.report.json import dumps, to_json
 
-        click.echo(dumps(to_json(report)), nl=False)
+        obj = to_json(report)
+        traffic = _remote_traffic()
+        if traffic is not None:
+            obj["remote"] = traffic
+        click.echo(dumps(obj), nl=False)
         return
+    _remote_traffic()  # the next report counts its own requests
     from ckptctl.report.render import render
 
     render(report, console or make_console(), **options)
+
+
+def _remote_traffic() -> dict[str, int] | None:
+    """Requests and bytes fetched for this report, when it read a URL (else None)."""
+    remote = sys.modules.get("ckptctl._remote")  # imported only when a URL was opened
+    return None if remote is None else remote.TRAFFIC.take()
+
+
+def remote_options(func: F) -> F:
+    """``--download`` and ``--yes`` for commands that read URLs (``https://``, ``hf://``, ...)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: object, download: bool, yes: bool, **kwargs: object) -> object:
+        if not (download or yes):
+            return func(*args, **kwargs)
+        from ckptctl._remote import policy
+
+        with policy(download=download, yes=yes):
+            return func(*args, **kwargs)
+
+    wrapper = click.option(
+        "--yes",
+        "-y",
+        is_flag=True,
+        help="For URLs: fetch the whole file when reading it needs that (legacy and TAR .pt) "
+        "even when it is large.",
+    )(wrapper)
+    return click.option(  # type: ignore[return-value]  # the wrapper keeps func's click params
+        "--download",
+        is_flag=True,
+        help="For URLs: fetch each remote file whole before reading it (servers without range "
+        "requests).",
+    )(wrapper)
 
 
 _SIZE_UNITS = {
@@ -188,6 +227,19 @@ def fsync_option(func: F) -> F:
         help="Do not flush DST to disk before renaming it into place (faster; a power loss "
         "right after may leave DST empty).",
     )(func)
+
+
+def jobs_option(help_text: str) -> Callable[[F], F]:
+    """``--jobs/-j N``: how many shards at once (default: the number of cores)."""
+    return click.option(
+        "--jobs",
+        "-j",
+        type=click.IntRange(min=1),
+        default=lambda: os.cpu_count() or 1,
+        show_default="number of cores",
+        metavar="N",
+        help=help_text,
+    )
 
 
 def dry_run_option(func: F) -> F:

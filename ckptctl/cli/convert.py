@@ -13,11 +13,13 @@ from ckptctl.cli._options import (
     adapter_option,
     byte_progress,
     emit,
+    jobs_option,
     make_console,
     module_type_option,
     output_options,
     print_warnings,
     remap_option,
+    remote_options,
     state_key_option,
     write_options,
 )
@@ -132,7 +134,11 @@ def run_conversion(
     "most SIZE (e.g. 5GB, 500MB, 2GiB) named like model-00001-of-00003.safetensors, plus "
     "DST.index.json.",
 )
+@jobs_option(
+    "With --max-shard-size: write N shards at once; the files are the same for any N."
+)
 @write_options
+@remote_options
 @output_options
 def command(
     src: str,
@@ -150,6 +156,7 @@ def command(
     paths_from: str | None,
     dedupe_tied: bool,
     max_shard_size: int | None,
+    jobs: int,
     to: str | None,
     force: bool,
     no_fsync: bool,
@@ -192,6 +199,7 @@ def command(
         to=to,
         force=force,
         fsync=not no_fsync,
+        jobs=jobs,
         dry_run=dry_run,
     )
     return run_conversion(src, dst, options, fmt=fmt, quiet=quiet)

@@ -15,6 +15,7 @@ from ckptctl.cli._options import (
     print_warnings,
     quiet_option,
     remap_option,
+    remote_options,
     state_key_option,
 )
 from ckptctl.errors import ExitCode
@@ -65,6 +66,7 @@ from ckptctl.errors import ExitCode
     "--all", "show_all", is_flag=True, help="List every common tensor, not only those that differ."
 )
 @quiet_option("Print nothing; only the exit status says whether A and B differ.")
+@remote_options
 @output_options
 def command(
     a: str,

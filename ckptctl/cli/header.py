@@ -6,7 +6,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ckptctl.cli._options import OutputFormat, emit_each, output_options, print_error
+from ckptctl.cli._options import (
+    OutputFormat,
+    emit_each,
+    output_options,
+    print_error,
+    remote_options,
+)
 from ckptctl.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -17,6 +23,7 @@ if TYPE_CHECKING:
 @click.command("header")
 @click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=False))
 @click.option("--all", "all_regions", is_flag=True, help="Show every region, however many.")
+@remote_options
 @output_options
 def command(files: tuple[str, ...], all_regions: bool, fmt: OutputFormat) -> int:
     """Show each FILE's raw header, decoded, and account for every byte of the file.

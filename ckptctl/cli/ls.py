@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from ckptctl.cli._options import OutputFormat, emit_each, output_options, state_key_option
+from ckptctl.cli._options import (
+    OutputFormat,
+    emit_each,
+    output_options,
+    remote_options,
+    state_key_option,
+)
 
 
 @click.command("ls")
@@ -21,6 +27,7 @@ from ckptctl.cli._options import OutputFormat, emit_each, output_options, state_
 @click.option(
     "--bytes", "exact_bytes", is_flag=True, help="Sizes as exact byte counts, not KiB/MiB/GiB."
 )
+@remote_options
 @output_options
 def command(
     files: tuple[str, ...],
@@ -36,7 +43,9 @@ def command(
     state_dict, a nested checkpoint (and where the tensors are), a whole pickled model or a
     TorchScript archive. A directory stands for the checkpoint in it (its *.index.json, or its
     one checkpoint file); several files are listed one after the other (one JSON object per line
-    with --json).
+    with --json). A FILE may be a URL (https://, hf://ORG/REPO/FILE, s3://): a safetensors
+    header costs two or three range requests, and --json adds "remote": {requests,
+    bytes_fetched}.
 
     \b
     Examples:

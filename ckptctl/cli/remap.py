@@ -8,6 +8,7 @@ from ckptctl.cli._options import (
     OutputFormat,
     output_options,
     remap_option,
+    remote_options,
     state_key_option,
     write_options,
 )
@@ -28,6 +29,7 @@ from ckptctl.cli._options import (
     "--strict", is_flag=True, help="Fail (exit 1, nothing written) when a rule matches no tensor."
 )
 @write_options
+@remote_options
 @output_options
 def command(
     src: str,

@@ -7,8 +7,10 @@ import click
 from ckptctl.cli._options import (
     OutputFormat,
     emit_verdict,
+    jobs_option,
     output_options,
     quiet_option,
+    remote_options,
     state_key_option,
 )
 from ckptctl.errors import ExitCode
@@ -73,7 +75,9 @@ from ckptctl.report.verify import CHECKS
     is_flag=True,
     help="Accept needs-trust pickles with a warning instead of failing (unsafe ones still fail).",
 )
+@jobs_option("With --no-nan: scan N tensors at once (shards in parallel); same report for any N.")
 @quiet_option("Show only files that fail or warn.")
+@remote_options
 @output_options
 def command(
     files: tuple[str, ...],
@@ -86,6 +90,7 @@ def command(
     skip: tuple[str, ...],
     allow_globals: tuple[str, ...],
     trust: bool,
+    jobs: int,
     quiet: bool,
     fmt: OutputFormat,
 ) -> int:
@@ -122,6 +127,7 @@ def command(
         skip=skip,
         allow_globals=allow_globals,
         trust=trust,
+        jobs=jobs,
     )
     code = ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
     return emit_verdict(report, fmt, code, quiet=quiet)

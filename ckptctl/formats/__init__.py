@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from ckptctl._io import ByteSource, atomic_write, refuse_sources
+from ckptctl._io import ByteSource, atomic_write, open_source, refuse_sources
 from ckptctl.errors import (
     CkptError,
     InputError,
@@ -88,6 +88,11 @@ def resolve_path(path: str | os.PathLike[str]) -> str:
         InputError: the directory holds no checkpoint, or several (named, to choose from).
     """
     name = os.fspath(path)
+    if "://" in name:  # a URL: a bare hf://ORG/REPO stands for its index or one checkpoint
+        from ckptctl._remote import is_url, resolve_url
+
+        if is_url(name):
+            return resolve_url(name, CHECKPOINT_SUFFIXES)
     if not os.path.isdir(name):
         return name
     files = sorted(f for f in os.listdir(name) if os.path.isfile(os.path.join(name, f)))
@@ -114,7 +119,7 @@ def detect_format(path: str | os.PathLike[str]) -> FormatSpec:
         UnknownFormatError: no format recognises it; the message says what the file looks like.
     """
     _ensure_loaded()
-    with ByteSource(resolve_path(path)) as source:
+    with open_source(resolve_path(path)) as source:
         return _sniff(source)
 
 
@@ -137,7 +142,7 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         ...     print(ckpt["fc.weight"].shape)
     """
     _ensure_loaded()
-    source = ByteSource(resolve_path(path))
+    source = open_source(resolve_path(path))
     try:
         spec = _sniff(source)
         return spec.open(source)
@@ -157,7 +162,7 @@ def read_layout(path: str | os.PathLike[str]) -> HeaderLayout:
         UnsupportedError: the format has no byte-level layout view.
     """
     _ensure_loaded()
-    with ByteSource(resolve_path(path)) as source:
+    with open_source(resolve_path(path)) as source:
         spec = _sniff(source)
         if spec.layout is None:
             raise UnsupportedError(f"no header view for {spec.name} files", path=source.path)

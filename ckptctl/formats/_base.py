@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
@@ -55,6 +56,30 @@ def has_fileno(out: IO[bytes]) -> bool:
     except (OSError, ValueError):  # io.UnsupportedOperation (BytesIO) is both
         return False
     return True
+
+
+def preallocate(out: IO[bytes], size: int) -> None:
+    """Reserve ``size`` bytes for ``out`` up front with Linux ``fallocate(2)``, if it can.
+
+    The writer must then write exactly ``size`` bytes (the file's length becomes ``size`` at
+    once). Allocating the extents in one call instead of block by block during the copy saves
+    0.07 s per GiB on ext4 (benchmarks/RESULTS.md, round two). Not ``os.posix_fallocate``:
+    glibc emulates that by writing every block where the filesystem lacks ``fallocate``, which
+    would cost more than it saves; here any failure just leaves the file to grow as it is written.
+    """
+    if size <= 0 or not sys.platform.startswith("linux") or not has_fileno(out):
+        return
+    import ctypes  # 1.5 ms, only on the writing path
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fallocate = libc.fallocate
+    except (OSError, AttributeError):
+        return
+    fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    fallocate.restype = ctypes.c_int
+    out.flush()
+    fallocate(out.fileno(), 0, 0, size)  # -1 (EOPNOTSUPP, ENOSPC...) is fine: see above
 
 
 def read_entry_bytes(entry: TensorEntry) -> memoryview:

@@ -44,7 +44,7 @@ from ckptctl.dtypes import DType
 from ckptctl.errors import CorruptCheckpointError, OutputError, TruncatedError, UnsupportedError
 from ckptctl.fix import Note, Option
 from ckptctl.formats import register_format
-from ckptctl.formats._base import FormatSpec, write_entry_bytes
+from ckptctl.formats._base import FormatSpec, preallocate, write_entry_bytes
 from ckptctl.model import (
     Checkpoint,
     FileData,
@@ -589,7 +589,9 @@ def write(
         OutputError, UnsupportedError, CorruptCheckpointError: see :func:`plan_header`.
     """
     del scalars  # safetensors cannot hold them (documented above)
-    out.write(plan_header(entries, metadata))
+    header = plan_header(entries, metadata)
+    preallocate(out, len(header) + sum(entry.nbytes for entry in entries))
+    out.write(header)
     for entry in entries:
         write_entry_bytes(out, entry)
 

@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
-from ckptctl._io import ByteSource, atomic_write, refuse_sources
+from ckptctl._io import ByteSource, atomic_write, open_source, refuse_sources
 from ckptctl.errors import (
     CkptError,
     CorruptCheckpointError,
@@ -138,8 +138,21 @@ def _read_index(source: ByteSource) -> _Index:
         norm = _shard_name(shard, tensor)
         weight_map[tensor] = norm
         shards[norm] = None
-    directory = os.path.dirname(os.path.abspath(source.path))
+    directory = _remote_dir(source) or os.path.dirname(os.path.abspath(source.path))
     return _Index(directory, weight_map, tuple(shards), metadata.get("total_size"))
+
+
+def _remote_dir(source: ByteSource) -> str | None:
+    """The URL prefix of a remote index's folder (shards are fetched next to it), else None."""
+    if not source.is_remote:
+        return None
+    return source.sibling("")  # type: ignore[attr-defined, no-any-return]  # RemoteSource
+
+
+def _shard_path(index: _Index, shard: str) -> str:
+    if "://" in index.directory:  # a URL: shard names were checked to stay inside the folder
+        return index.directory + shard
+    return os.path.join(index.directory, shard)
 
 
 def _shard_opener(shard: str, source: ByteSource) -> Callable[[ByteSource], Checkpoint]:
@@ -159,9 +172,9 @@ def _shard_opener(shard: str, source: ByteSource) -> Callable[[ByteSource], Chec
 
 
 def _open_shard(index: _Index, shard: str) -> tuple[ByteSource, Checkpoint]:
-    path = os.path.join(index.directory, shard)
+    path = _shard_path(index, shard)
     try:
-        source = ByteSource(path)
+        source = open_source(path)
     except InputError as exc:
         raise CorruptCheckpointError(
             f"shard {shard!r} listed in the index cannot be opened: {exc.message}",
@@ -173,7 +186,7 @@ def _open_shard(index: _Index, shard: str) -> tuple[ByteSource, Checkpoint]:
         source.close()
         if exc.safety is not None:  # name the shard in the verdict's stream names
             exc.safety = PickleSafety().merge(exc.safety, prefix=f"{shard}: ")
-        raise exc.with_path(path) from None
+        raise exc.with_path(source.path) from None
     except BaseException:
         source.close()
         raise
@@ -195,14 +208,38 @@ def _open_all(index: _Index) -> tuple[list[ByteSource], dict[str, Checkpoint]]:
     sources: list[ByteSource] = []
     opened: dict[str, Checkpoint] = {}
     try:
+        if "://" in index.directory and len(index.shards) > 1:  # remote: headers in parallel
+            _open_parallel(index, sources, opened)
         for shard in index.shards:
-            source, opened[shard] = _open_shard(index, shard)
-            sources.append(source)
+            if shard not in opened:
+                source, opened[shard] = _open_shard(index, shard)
+                sources.append(source)
     except BaseException:
         for source in sources:
             source.close()
         raise
     return sources, opened
+
+
+#: Shard headers fetched at once from a remote index.
+MAX_PARALLEL_SHARDS = 8
+
+
+def _open_parallel(index: _Index, sources: list[ByteSource], opened: dict[str, Checkpoint]) -> None:
+    """Open every shard in threads, in index order; the first error is raised after all end."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(MAX_PARALLEL_SHARDS, len(index.shards))) as pool:
+        futures = [(s, pool.submit(_open_shard, index, s)) for s in index.shards]
+    error: BaseException | None = None
+    for shard, future in futures:
+        try:
+            source, opened[shard] = future.result()
+            sources.append(source)
+        except BaseException as exc:  # noqa: PERF203  # one per shard, not per byte
+            error = error or exc
+    if error is not None:
+        raise error
 
 
 def _try_open(index: _Index, shard: str) -> Checkpoint | str:
@@ -343,7 +380,7 @@ def layout_index(source: ByteSource) -> HeaderLayout:
         counts[shard] = counts.get(shard, 0) + 1
     shards = []
     for shard in index.shards:
-        path = os.path.join(index.directory, shard)
+        path = _shard_path(index, shard)
         size = os.path.getsize(path) if os.path.isfile(path) else None
         shards.append({"shard": shard, "tensors": counts[shard], "bytes": size})
     header = {
@@ -421,11 +458,16 @@ def write_sharded(
     force: bool = False,
     sources: Sequence[str | os.PathLike[str]] = (),
     fsync: bool = True,
+    jobs: int = 1,
 ) -> list[str]:
     """Write ``entries`` as Hugging Face sharded safetensors next to ``path``, all or nothing.
 
     Every shard and the index are written to temporary files first and renamed into place only
-    when all of them were written, so a failure leaves no new file behind.
+    when all of them were written, so a failure leaves no new file behind. With ``jobs`` > 1 up
+    to that many shards are written (and flushed to disk) at once, in threads: the copies are
+    system calls and the adapters numpy loops, both of which release the GIL. Each shard's bytes
+    do not depend on the others, so the files are identical to ``jobs=1``'s; when several shards
+    fail, the first one in shard order is reported.
 
     Returns:
         The paths written, shards first, the index last.
@@ -448,13 +490,42 @@ def write_sharded(
     targets = [*names, index_path]
     refuse_sources(targets, sources)
     # Contexts close last-in first-out: entered first, the index is renamed into place last.
+    write = spec.write
+
+    def write_shard(out: IO[bytes], shard: Sequence[TensorEntry], name: str) -> None:
+        try:
+            write(out, shard, dict(metadata or {}), {})
+            if fsync and jobs > 1:  # in this thread, so the shards reach the disk in parallel
+                out.flush()
+                os.fsync(out.fileno())
+        except CkptError as exc:
+            raise exc.with_path(name) from None
+
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_write(index_path, force=force, fsync=fsync))
         write_index(out, shards, names)
-        for shard, name in zip(shards, names, strict=True):
-            out = stack.enter_context(atomic_write(name, force=force, fsync=fsync))
-            try:
-                spec.write(out, shard, dict(metadata or {}), {})
-            except CkptError as exc:
-                raise exc.with_path(name) from None
+        if jobs <= 1 or len(shards) == 1:
+            for shard, name in zip(shards, names, strict=True):
+                write_shard(stack.enter_context(atomic_write(name, force=force, fsync=fsync)),
+                            shard, name)  # fmt: skip
+            return targets
+        outs = [stack.enter_context(atomic_write(n, force=force, fsync=fsync)) for n in names]
+        _run_parallel(write_shard, list(zip(outs, shards, names, strict=True)), jobs)
     return targets
+
+
+def _run_parallel(
+    work: Callable[[IO[bytes], Sequence[TensorEntry], str], None],
+    tasks: list[tuple[IO[bytes], Sequence[TensorEntry], str]],
+    jobs: int,
+) -> None:
+    """Run ``work(*task)`` for every task on ``jobs`` threads; re-raise the first failure in
+    task order once all have ended (so the temporary files are not yanked from under a writer)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(jobs, len(tasks))) as pool:
+        futures = [pool.submit(work, *task) for task in tasks]
+    for future in futures:
+        error = future.exception()
+        if error is not None:
+            raise error

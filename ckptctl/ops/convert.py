@@ -65,6 +65,7 @@ class ConvertOptions:
             (``tied_weights``: a JSON map of kept name to dropped names).
         force: overwrite the destination.
         fsync: flush the output to disk before renaming it into place.
+        jobs: shards written at once with ``max_shard_bytes`` (the files do not depend on it).
         dry_run: plan only, write nothing.
         progress: called as ``progress(nbytes, total)`` when each tensor is written, with the
             tensor's size and the total bytes of all output tensors.
@@ -89,6 +90,7 @@ class ConvertOptions:
     dedupe_tied: bool = False
     force: bool = False
     fsync: bool = True
+    jobs: int = 1
     dry_run: bool = False
     progress: Progress | None = field(default=None, compare=False)
 
@@ -223,6 +225,7 @@ def convert(
                 force=opts.force,
                 sources=_sources(src, ckpt),
                 fsync=opts.fsync,
+                jobs=opts.jobs,
             )
             return replace(
                 report,
@@ -401,6 +404,11 @@ class _ProgressData(TensorData):
     def file_range(self) -> tuple[ByteSource, int] | None:
         self._tick()
         return self.inner.file_range()
+
+    def read_range(self, start: int, length: int) -> bytes | memoryview:
+        # delegated, so block-wise adapters keep reading with pread, not through the map
+        self._tick()
+        return self.inner.read_range(start, length)
 
 
 def _with_progress(entry: TensorEntry, report: Callable[[int], None]) -> TensorEntry:

@@ -87,6 +87,7 @@ class _Options:
     expect_specs: Specs | CkptError | None
     optimizer: str | None
     record: OptimizerRecord | CkptError | None
+    jobs: int = 1
 
 
 def verify(
@@ -101,6 +102,7 @@ def verify(
     skip: Iterable[str] = (),
     allow_globals: Iterable[str] = (),
     trust: bool = False,
+    jobs: int = 1,
 ) -> VerifyReport:
     """Check checkpoint files for CI; bad files become failed findings, never exceptions.
 
@@ -115,6 +117,7 @@ def verify(
         skip: do not report these checks.
         allow_globals: ``module.name`` globals to trust, as torch's ``add_safe_globals`` does.
         trust: accept needs-trust pickles (a warning, not a failure); unsafe ones still fail.
+        jobs: tensors scanned at once for ``no_nan`` (the report does not depend on it).
 
     Returns:
         A :class:`VerifyReport`; ``report.ok`` is true when every file passed every check.
@@ -145,6 +148,7 @@ def verify(
         expect_specs=None if expect is None else _load_specs(expect),
         optimizer=None if optimizer is None else os.fspath(optimizer),
         record=None if optimizer is None else load_record(optimizer),
+        jobs=jobs,
     )
     return VerifyReport(tuple(_verify_one(os.fspath(p), options) for p in paths))
 
@@ -223,7 +227,7 @@ def _verify_file(path: str, opts: _Options) -> FileResult:
         if opts.expect is not None:
             findings.append(_expect(path, entries, opts, opts.expect))
         if opts.no_nan:
-            findings.append(_guard("no-nan", lambda: _no_nan(entries)))
+            findings.append(_guard("no-nan", lambda: _no_nan(entries, opts.jobs)))
         if opts.optimizer is not None:
             optim, record = opts.optimizer, opts.record
             findings.append(
@@ -533,14 +537,23 @@ def _scan(entry: TensorEntry) -> tuple[int, int]:
     return nan, inf
 
 
-def _no_nan(entries: list[TensorEntry]) -> Finding:
+def _scan_all(entries: list[TensorEntry], jobs: int) -> list[tuple[int, int]]:
+    """``_scan`` of every entry, in order; with ``jobs`` > 1 on that many threads (``pread``
+    and numpy's reductions release the GIL, so tensors of different shards scan in parallel)."""
+    if jobs <= 1 or len(entries) < 2:
+        return [_scan(entry) for entry in entries]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(jobs, len(entries))) as pool:
+        return list(pool.map(_scan, entries))
+
+
+def _no_nan(entries: list[TensorEntry], jobs: int = 1) -> Finding:
     scanned = 0
     elements = 0
     bad: list[dict[str, JSONValue]] = []
-    for entry in entries:
-        if not (entry.dtype.is_float or entry.dtype in _SCANNED):
-            continue
-        nan, inf = _scan(entry)
+    floats = [e for e in entries if e.dtype.is_float or e.dtype in _SCANNED]
+    for entry, (nan, inf) in zip(floats, _scan_all(floats, jobs), strict=True):
         scanned += 1
         elements += entry.numel
         if nan or inf:

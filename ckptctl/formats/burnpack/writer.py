@@ -12,7 +12,7 @@ from typing import IO, TYPE_CHECKING
 from ckptctl.dtypes import DType
 from ckptctl.errors import SelectionError, UnsupportedError
 from ckptctl.fix import Note, Option
-from ckptctl.formats._base import read_entry_bytes, write_entry_bytes
+from ckptctl.formats._base import preallocate, read_entry_bytes, write_entry_bytes
 from ckptctl.formats.burnpack._cbor import encode_cbor
 from ckptctl.formats.burnpack._schema import (
     BOOL_STORE_ITEMSIZE,
@@ -199,9 +199,9 @@ def _is_text_pair(key: object, value: object) -> bool:
 
 
 def _write_payload(item: _Item, out: IO[bytes]) -> None:
-    import numpy as np
-
     if item.u32_bools:  # canonical 0/1 bytes re-encoded as the u32 bool store
+        import numpy as np  # here, not above: a raw copy must not pay numpy's import (0.1 s)
+
         data = read_entry_bytes(item.entry)
         out.write((np.frombuffer(data, dtype=np.uint8) != 0).astype("<u4").tobytes())
     else:
@@ -232,6 +232,7 @@ def write_burnpack(
         ...     write_burnpack(f, ckpt.entries(), ckpt.metadata, ckpt.scalars)
     """
     plan = plan_layout(entries, metadata, scalars)
+    preallocate(out, plan.file_size)
     out.write(plan.head)
     pos = plan.data_start
     for item in plan._items:

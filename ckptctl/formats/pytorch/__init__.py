@@ -91,6 +91,8 @@ def _parse(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
     kind = _container(head, source)
     if kind == "zip":
         return _containers.read_zip(source, ledger)
+    if kind in ("tar", "pickle"):  # read from start to end: a remote file is fetched whole
+        source.fetch_all(f"a {'TAR' if kind == 'tar' else 'legacy or pickle'} .pt is read whole")
     if kind == "tar":
         return _containers.read_tar(source, ledger)
     if kind == "pickle" and _is_legacy(source):

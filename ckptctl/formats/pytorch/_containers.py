@@ -313,7 +313,10 @@ def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
             raise CorruptCheckpointError(
                 f"storage record {record!r} has {info.file_size} bytes, the pickle says {nbytes}"
             )
-        if records.is_stored(info):
+        if records.is_stored(info) and source.is_remote:
+            # Each local header would cost a request: find it when the bytes are loaded.
+            parsed.storages[key] = StorageBytes(nbytes, None, _deferred_loader(records, info))
+        elif records.is_stored(info):
             offset = records.data_offset(info)
             parsed.storages[key] = StorageBytes(
                 nbytes, offset, _file_loader(source, offset, nbytes)
@@ -379,6 +382,10 @@ def _bad_persistent_id(pid: object, where: str) -> CorruptCheckpointError:
 
 def _file_loader(source: ByteSource, offset: int, nbytes: int) -> Callable[[], memoryview]:
     return lambda: source.view(offset, nbytes)
+
+
+def _deferred_loader(records: _ZipRecords, info: ZipRecord) -> Callable[[], memoryview]:
+    return lambda: records.source.view(records.data_offset(info), info.file_size)
 
 
 _CLASS_RE = re.compile(r"^class\s+(\w+)\s*\(", re.MULTILINE)

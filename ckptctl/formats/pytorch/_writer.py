@@ -253,8 +253,12 @@ def _fill_storage(views: list[_View], numel: int, itemsize: int) -> NDArray[np.u
     return buffer
 
 
-def _read_exact(entry: TensorEntry) -> memoryview:
-    raw = entry.data.read()
+def _read_exact(entry: TensorEntry) -> bytes | memoryview:
+    # File-backed bytes are read with ``pread`` (``read_range``), not through the memory map:
+    # mapped pages stay resident until the map closes, so a pass over the input would grow the
+    # peak RSS to the size of the file instead of one tensor.
+    where = entry.data.file_range()
+    raw = entry.data.read() if where is None else where[0].read(where[1], entry.nbytes)
     if len(raw) != entry.nbytes:
         raise CorruptCheckpointError(
             f"tensor {entry.name!r} has {len(raw)} bytes, expected {entry.nbytes}"
@@ -262,7 +266,7 @@ def _read_exact(entry: TensorEntry) -> memoryview:
     return raw
 
 
-def _storage_chunks(storage: _Storage) -> Iterator[memoryview]:
+def _storage_chunks(storage: _Storage) -> Iterator[bytes | memoryview]:
     """The storage's bytes, in chunks, reading at most one tensor (or shared storage) at once."""
     if not storage.is_plain:
         buffer = _fill_storage(storage.members, storage.numel, storage.dtype.itemsize)
@@ -273,12 +277,14 @@ def _storage_chunks(storage: _Storage) -> Iterator[memoryview]:
     if where is None:
         yield _read_exact(entry)
         return
-    # Stream from the source's memory map. (``copy_range`` could copy without touching the
-    # bytes, but the data descriptor needs their CRC, so we read them once here instead.)
+    # Stream with ``pread`` in CHUNK_BYTES pieces: each is CRC'd and written, then freed, so
+    # memory stays one chunk whatever the tensor size. (``copy_range`` could copy without
+    # touching the bytes, but the data descriptor needs their CRC, so we read them once here;
+    # views of the memory map would keep every page resident until the end.)
     source, offset = where
     source.check_range(offset, entry.nbytes, f"tensor {entry.name!r}")
     for start in range(0, entry.nbytes, CHUNK_BYTES):
-        yield source.view(offset + start, min(CHUNK_BYTES, entry.nbytes - start))
+        yield source.read(offset + start, min(CHUNK_BYTES, entry.nbytes - start))
 
 
 # --- pickle: a minimal protocol-2 emitter ---------------------------------------------------------

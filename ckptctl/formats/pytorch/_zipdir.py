@@ -110,7 +110,9 @@ def read_directory(source: ByteSource) -> ZipDirectory:
     size = source.size
     buf = source.buffer
     eocd = _find_eocd(buf, size)
-    _, disk, cd_disk, _n_disk, count, cd_size, cd_offset, comment = _EOCD.unpack_from(buf, eocd)
+    _, disk, cd_disk, _n_disk, count, cd_size, cd_offset, comment = _EOCD.unpack(
+        bytes(buf[eocd : eocd + _EOCD.size])
+    )
     if disk or cd_disk:
         raise _corrupt("multi-disk archives are not supported")
     eocd_range = (eocd, min(size, eocd + 22 + comment))
@@ -119,15 +121,15 @@ def read_directory(source: ByteSource) -> ZipDirectory:
     end_of_cd = eocd
     loc = eocd - _LOCATOR.size
     if loc >= 0 and bytes(buf[loc : loc + 4]) == b"PK\x06\x07":
-        _, _, z64_offset, _ = _LOCATOR.unpack_from(buf, loc)
+        _, _, z64_offset, _ = _LOCATOR.unpack(bytes(buf[loc : loc + _LOCATOR.size]))
         locator = (loc, eocd)
         # The zip64 end record sits right before the locator; its own offset field may be
         # shifted by a prefix, so find it by position, as zipfile does.
         z64 = loc - _ZIP64_EOCD.size
         if z64 < 0 or bytes(buf[z64 : z64 + 4]) != b"PK\x06\x06":
             raise _corrupt("zip64 locator without a zip64 end record")
-        sig, rec_size, *_v, d1, d2, _n, count64, size64, offset64 = _ZIP64_EOCD.unpack_from(
-            buf, z64
+        sig, rec_size, *_v, d1, d2, _n, count64, size64, offset64 = _ZIP64_EOCD.unpack(
+            bytes(buf[z64 : z64 + _ZIP64_EOCD.size])
         )
         if d1 or d2:
             raise _corrupt("multi-disk archives are not supported")
@@ -203,7 +205,7 @@ def local_header(buf: memoryview, record: ZipRecord, size: int) -> tuple[int, in
     offset = record.header_offset
     if offset < 0 or offset + 30 > size:
         raise CorruptCheckpointError(f"zip record {record.name!r} has no local header")
-    sig, *_rest, n, m = _LOCAL.unpack_from(buf, offset)
+    sig, *_rest, n, m = _LOCAL.unpack(bytes(buf[offset : offset + _LOCAL.size]))
     if sig != b"PK\x03\x04":
         raise CorruptCheckpointError(f"zip record {record.name!r} has no local header")
     return n, m

@@ -1,0 +1,321 @@
+"""Remote checkpoints (issue 16): every command that reads a file reads a URL, by range requests.
+
+A loopback server (``tests/loopback.py``, 127.0.0.1, random port) serves the fixture set; no test
+touches the internet. Skipped, with the reason, when the ``remote`` extra is not installed (the
+``dev`` extra installs it, so CI runs these).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, VALID
+
+pytest.importorskip("fsspec", reason="the 'remote' extra (fsspec) is not installed")
+pytest.importorskip("aiohttp", reason="the 'remote' extra (aiohttp) is not installed")
+
+from ckptctl import _remote
+from tests.loopback import LoopbackServer, serve
+
+FIXTURES = sorted(
+    p.relative_to(VALID).as_posix()
+    for p in VALID.rglob("*")
+    if p.is_file() and p.suffix not in (".md", ".py") and p.name != "truth.json"
+)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with serve(VALID) as srv:
+        yield srv
+
+
+@pytest.fixture(autouse=True)
+def _reset(server: LoopbackServer, monkeypatch: pytest.MonkeyPatch):
+    server.no_range = False
+    server.drop = 0
+    server.forbidden = set()
+    server.required_token = None
+    server.log.clear()
+    monkeypatch.setattr(_remote, "RETRY_DELAY_SECONDS", 0.01)
+    _remote.TRAFFIC.take()
+
+
+def _strip_paths(obj: object) -> object:
+    if isinstance(obj, dict):
+        return {k: _strip_paths(v) for k, v in obj.items() if k not in ("path", "remote")}
+    if isinstance(obj, list):
+        return [_strip_paths(v) for v in obj]
+    return obj
+
+
+def _json(text: str) -> object:
+    return json.loads(text) if text.strip() else None
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_remote_ls_matches_local(name: str, server: LoopbackServer, run_cli) -> None:
+    local = run_cli("ls", "--json", VALID / name)
+    remote = run_cli("ls", "--json", f"{server.url}/{name}")
+    assert remote.code == local.code, remote.stderr
+    lj, rj = _json(local.stdout), _json(remote.stdout)
+    assert _strip_paths(rj) == _strip_paths(lj)
+    if local.code == 0:
+        assert isinstance(rj, dict)
+        assert rj["path"] == f"{server.url}/{name}"
+        assert rj["remote"]["requests"] >= 2
+        assert rj["remote"]["bytes_fetched"] <= 4 * (VALID / name).stat().st_size + (1 << 20)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_remote_convert_matches_local(
+    name: str, server: LoopbackServer, run_cli, tmp_path: Path
+) -> None:
+    local = run_cli("convert", VALID / name, tmp_path / "local.safetensors", "-q", "--no-fsync")
+    remote = run_cli(
+        "convert", f"{server.url}/{name}", tmp_path / "remote.safetensors", "-q", "--no-fsync"
+    )
+    assert remote.code == local.code, remote.stderr
+    if (tmp_path / "local.safetensors").exists():
+        assert (tmp_path / "remote.safetensors").read_bytes() == (
+            tmp_path / "local.safetensors"
+        ).read_bytes()
+    else:
+        assert not (tmp_path / "remote.safetensors").exists()
+
+
+def _sparse_safetensors(path: Path, total: int, tensors: int = 64) -> None:
+    """A safetensors file of ``total`` bytes whose data is a hole (a sparse file)."""
+    each = (total - 65536) // tensors // 4 * 4
+    header = {f"layers.{i}.weight": {"dtype": "F32", "shape": [each // 4],
+                                     "data_offsets": [i * each, (i + 1) * each]}
+              for i in range(tensors)}  # fmt: skip
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        f.truncate(8 + len(raw) + each * tensors)
+
+
+def test_one_gib_safetensors_lists_cheaply(tmp_path: Path, run_cli) -> None:
+    _sparse_safetensors(tmp_path / "big.safetensors", 1 << 30)
+    with serve(tmp_path) as srv:
+        result = run_cli("ls", "--json", f"{srv.url}/big.safetensors")
+    assert result.code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert len(report["tensors"]) == 64
+    assert report["remote"]["requests"] <= 3
+    assert report["remote"]["bytes_fetched"] < 1 << 20
+    assert report["remote"]["requests"] == len(srv.log)
+
+
+def test_pt_zip_lists_in_few_requests(server: LoopbackServer, run_cli) -> None:
+    zips = [n for n in FIXTURES if n.endswith(".pt") and (VALID / n).read_bytes()[:2] == b"PK"]
+    assert zips
+    for name in zips:
+        server.log.clear()
+        result = run_cli("ls", "--json", f"{server.url}/{name}")
+        if result.code == 0:
+            assert json.loads(result.stdout)["remote"]["requests"] <= 6, name
+            assert len(server.log) <= 6, name
+
+
+def test_header_and_verify_read_urls(server: LoopbackServer, run_cli) -> None:
+    url = f"{server.url}/safetensors/tiny.safetensors"
+    local = run_cli("header", "--json", VALID / "safetensors" / "tiny.safetensors")
+    remote = run_cli("header", "--json", url)
+    assert remote.code == local.code == 0
+    assert _strip_paths(json.loads(remote.stdout)) == _strip_paths(json.loads(local.stdout))
+    verify = run_cli("verify", "--json", "--no-nan", url)
+    assert verify.code == 0, verify.stderr
+    assert json.loads(verify.stdout)["remote"]["requests"] >= 2
+
+
+def test_diff_remote_against_local(server: LoopbackServer, run_cli) -> None:
+    name = "safetensors/tiny.safetensors"
+    result = run_cli("diff", "--json", f"{server.url}/{name}", VALID / name)
+    assert result.code == 0, result.stdout + result.stderr
+
+
+def test_sharded_index_opens_shards_remotely(server: LoopbackServer, run_cli) -> None:
+    indexes = [n for n in FIXTURES if n.endswith(".index.json")]
+    assert indexes
+    for name in indexes:
+        local = run_cli("ls", "--json", VALID / name)
+        remote = run_cli("ls", "--json", f"{server.url}/{name}")
+        assert remote.code == local.code, remote.stderr
+        assert _strip_paths(_json(remote.stdout)) == _strip_paths(_json(local.stdout))
+
+
+def test_404_and_403_exit_3_with_status_and_url(server: LoopbackServer, run_cli) -> None:
+    missing = run_cli("ls", f"{server.url}/nope.safetensors")
+    assert missing.code == 3
+    assert "404" in missing.stderr
+    assert f"{server.url}/nope.safetensors" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    server.forbidden = {"safetensors/tiny.safetensors"}
+    forbidden = run_cli("ls", f"{server.url}/safetensors/tiny.safetensors")
+    assert forbidden.code == 3
+    assert "403" in forbidden.stderr
+
+
+def test_credentials_never_printed(server: LoopbackServer, run_cli) -> None:
+    url = server.url.replace("http://", "http://user:s3cret@") + "/nope.bin?token=abc123&v=1"
+    result = run_cli("ls", "--json", url)
+    assert result.code == 3
+    for secret in ("s3cret", "abc123"):
+        assert secret not in result.stderr + result.stdout
+
+
+def test_no_range_support_is_refused_unless_download(
+    server: LoopbackServer, run_cli, tmp_path: Path
+) -> None:
+    _sparse_safetensors(tmp_path / "mid.safetensors", 4 << 20, tensors=4)
+    with serve(tmp_path) as srv:
+        srv.no_range = True
+        # a header beyond the first block: the second read starts past byte 0
+        refused = run_cli("ls", f"{srv.url}/mid.safetensors", "--filter", "x")
+        small = _remote.BLOCK_BYTES * (1 + _remote.READAHEAD_BLOCKS)
+        if (tmp_path / "mid.safetensors").stat().st_size > small:
+            big = run_cli("verify", "--no-nan", f"{srv.url}/mid.safetensors")
+            assert big.code == 1
+            assert "range requests" in big.stdout + big.stderr
+        assert refused.code in (0, 3)
+        fetched = run_cli("verify", "--no-nan", "--download", f"{srv.url}/mid.safetensors")
+        assert fetched.code == 0, fetched.stdout + fetched.stderr
+
+
+def test_dropped_connections_are_retried(server: LoopbackServer, run_cli) -> None:
+    server.drop = 2
+    result = run_cli("ls", "--json", f"{server.url}/safetensors/tiny.safetensors")
+    assert result.code == 0, result.stderr
+
+
+def test_dropped_connections_give_up_with_exit_3(server: LoopbackServer, run_cli) -> None:
+    server.drop = 1000
+    result = run_cli("ls", f"{server.url}/safetensors/tiny.safetensors")
+    assert result.code == 3
+    assert f"failed {_remote.MAX_ATTEMPTS} times" in result.stderr
+    assert len(server.log) <= 4 * _remote.MAX_ATTEMPTS  # info: HEAD, then GET; bounded
+
+
+def test_file_changed_between_requests_exits_3(tmp_path: Path) -> None:
+    _sparse_safetensors(tmp_path / "moving.safetensors", 8 << 20, tensors=4)
+    with serve(tmp_path) as srv:
+        source = _remote.RemoteSource(f"{srv.url}/moving.safetensors")
+        try:
+            source.read(0, 8)
+            st = (tmp_path / "moving.safetensors").stat()
+            os.utime(tmp_path / "moving.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+            with pytest.raises(_remote.RemoteError, match="changed"):
+                source.read(4 << 20, 16)
+        finally:
+            source.close()
+
+
+def test_legacy_pt_needs_yes_above_the_threshold(
+    server: LoopbackServer, run_cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    legacy = [n for n in FIXTURES if n.endswith(".pt") and (VALID / n).read_bytes()[:1] == b"\x80"]
+    assert legacy
+    name = legacy[0]
+    monkeypatch.setattr(_remote, "MAX_UNCONFIRMED_FETCH_BYTES", 16)
+    refused = run_cli("ls", f"{server.url}/{name}")
+    assert refused.code == 2
+    assert "--yes" in refused.stderr
+    allowed = run_cli("ls", "--yes", "--json", f"{server.url}/{name}")
+    local = run_cli("ls", "--json", VALID / name)
+    assert allowed.code == local.code
+    assert _strip_paths(_json(allowed.stdout)) == _strip_paths(_json(local.stdout))
+
+
+def test_hf_urls_resolve_against_hf_endpoint(
+    server: LoopbackServer, run_cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_token")
+    server.required_token = "hf_secret_token"
+    local = run_cli("ls", "--json", VALID / "safetensors" / "tiny.safetensors")
+    remote = run_cli("ls", "--json", "hf://safetensors/tiny.safetensors@main")
+    assert remote.code == 0, remote.stderr
+    assert _strip_paths(json.loads(remote.stdout)) == _strip_paths(json.loads(local.stdout))
+    assert json.loads(remote.stdout)["path"] == "hf://safetensors/tiny.safetensors"
+    assert any("/safetensors/resolve/main/tiny.safetensors" in p for _, p, _, _ in server.log)
+    monkeypatch.setenv("HF_TOKEN", "wrong")
+    denied = run_cli("ls", "hf://safetensors/tiny.safetensors")
+    assert denied.code == 3
+    assert "401" in denied.stderr
+    assert "wrong" not in denied.stderr
+
+
+def test_hf_parse_and_bare_repo_resolution(
+    server: LoopbackServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert _remote.parse_hf("hf://org/repo/model.safetensors@v1") == _remote.HubFile(
+        "org/repo", "model.safetensors", "v1"
+    )
+    assert _remote.parse_hf("hf://org/repo@v1/sub/model.bin") == _remote.HubFile(
+        "org/repo", "sub/model.bin", "v1"
+    )
+    assert _remote.parse_hf("hf://org/repo").filename is None
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.example")
+    assert _remote.HubFile("org/repo", "a b.bin", "refs/pr/1").url() == (
+        "https://hub.example/org/repo/resolve/refs%2Fpr%2F1/a%20b.bin"
+    )
+    (tmp_path / "org" / "repo").mkdir(parents=True)
+    for name in ("config.json", "model.safetensors"):
+        (tmp_path / "org" / "repo" / name).write_bytes(b"{}")
+    with serve(tmp_path) as srv:
+        monkeypatch.setenv("HF_ENDPOINT", srv.url)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "no-token"))
+        resolved = _remote.resolve_url("hf://org/repo", (".safetensors", ".bin"))
+    assert resolved == "hf://org/repo/model.safetensors"
+
+
+def test_redact() -> None:
+    assert _remote.redact("https://u:p@h/x.pt?X-Amz-Signature=s&v=1") == (
+        "https://h/x.pt?X-Amz-Signature=REDACTED&v=1"
+    )
+
+
+def test_local_paths_never_import_fsspec() -> None:
+    code = (
+        "import sys; from ckptctl.cli import main\n"
+        "try:\n    main(['ls', sys.argv[1]])\nexcept SystemExit:\n    pass\n"
+        "bad = [m for m in ('fsspec', 'aiohttp', 'requests', 'ckptctl._remote')\n"
+        "       if m in sys.modules]\n"
+        "assert not bad, bad"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(VALID / "safetensors" / "tiny.safetensors")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_without_fsspec_a_url_names_the_extra(server: LoopbackServer) -> None:
+    code = (
+        "import sys; sys.modules['fsspec'] = None\n"
+        "from ckptctl.cli import main\nmain(['ls', sys.argv[1]])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, f"{server.url}/safetensors/tiny.safetensors"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "pip install 'ckptctl[remote]'" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
