@@ -319,3 +319,19 @@ def test_without_fsspec_a_url_names_the_extra(server: LoopbackServer) -> None:
     assert done.returncode == 2
     assert "pip install 'ckptctl[remote]'" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_reference_and_optimizer_options_take_urls(
+    server: LoopbackServer, run_cli, tmp_path
+) -> None:
+    model, optim = f"{server.url}/optim/model.bpk", f"{server.url}/optim/optim.bpk"
+    attached = run_cli("verify", VALID / "optim" / "model.bpk", "--optimizer", optim)
+    assert attached.code == 0, attached.stdout + attached.stderr
+    expect = run_cli("verify", VALID / "optim" / "model.bpk", "--expect", model)
+    assert expect.code == 0, expect.stdout + expect.stderr
+    out = tmp_path / "fitted.bpk"
+    fitted = run_cli("convert", VALID / "optim" / "model.bpk", out, "--target", model)
+    assert fitted.code == 0, fitted.stderr
+    missing = run_cli("verify", VALID / "optim" / "model.bpk", "--expect", f"{server.url}/nope.bpk")
+    assert missing.code == 1
+    assert "cannot be read" in missing.stdout

@@ -197,6 +197,23 @@ _SIZE_UNITS = {
 }  # fmt: skip
 
 
+class CheckpointRef(click.Path):
+    """A checkpoint a command only reads: an existing local file, or a URL (checked on use)."""
+
+    def __init__(self) -> None:
+        super().__init__(exists=True, dir_okay=False)
+
+    def convert(
+        self,
+        value: str | os.PathLike[str],
+        param: click.Parameter | None,
+        ctx: click.Context | None,
+    ) -> str | bytes | os.PathLike[str]:
+        if isinstance(value, str) and "://" in value:
+            return value
+        return super().convert(value, param, ctx)
+
+
 class ByteSize(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.5 on
     """A size: ``5GB`` → 5_000_000_000, ``2GiB`` → 2**31, ``1048576`` bytes (as Hugging Face)."""
 

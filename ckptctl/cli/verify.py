@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ckptctl.cli._options import (
+    CheckpointRef,
     OutputFormat,
     emit_verdict,
     jobs_option,
@@ -28,7 +29,7 @@ from ckptctl.report.verify import CHECKS
 @click.option(
     "--expect",
     metavar="REF",
-    type=click.Path(exists=True, dir_okay=False),
+    type=CheckpointRef(),
     help="Fail unless the tensor names and shapes match the reference checkpoint REF "
     "(prints the Tensor Loading Summary with 'Did you mean').",
 )
@@ -41,7 +42,7 @@ from ckptctl.report.verify import CHECKS
 @click.option(
     "--optimizer",
     metavar="OPTIM",
-    type=click.Path(exists=True, dir_okay=False),
+    type=CheckpointRef(),
     help="Check that the Burn optimizer record OPTIM (optim-N.bpk) attaches to each FILE's "
     "ParamIds (prints the Optimizer State Check).",
 )
