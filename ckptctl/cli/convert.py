@@ -134,9 +134,7 @@ def run_conversion(
     "most SIZE (e.g. 5GB, 500MB, 2GiB) named like model-00001-of-00003.safetensors, plus "
     "DST.index.json.",
 )
-@jobs_option(
-    "With --max-shard-size: write N shards at once; the files are the same for any N."
-)
+@jobs_option("With --max-shard-size: write N shards at once; the files are the same for any N.")
 @write_options
 @remote_options
 @output_options

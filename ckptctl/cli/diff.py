@@ -9,6 +9,7 @@ from ckptctl.cli._options import (
     adapter_option,
     byte_progress,
     emit_verdict,
+    jobs_option,
     make_console,
     module_type_option,
     output_options,
@@ -65,6 +66,7 @@ from ckptctl.errors import ExitCode
 @click.option(
     "--all", "show_all", is_flag=True, help="List every common tensor, not only those that differ."
 )
+@jobs_option("Compare N tensors at once (shards read in parallel); same report for any N.")
 @quiet_option("Print nothing; only the exit status says whether A and B differ.")
 @remote_options
 @output_options
@@ -80,6 +82,7 @@ def command(
     atol: float,
     values_only: bool,
     show_all: bool,
+    jobs: int,
     quiet: bool,
     fmt: OutputFormat,
 ) -> int:
@@ -121,12 +124,12 @@ def command(
     )
     err = make_console(stderr=True)
     if quiet or fmt is OutputFormat.JSON or not err.is_terminal:
-        report = diff_checkpoints(a, b, options)
+        report = diff_checkpoints(a, b, options, jobs=jobs)
     else:
         from dataclasses import replace
 
         with byte_progress(err, "comparing") as advance:
-            report = diff_checkpoints(a, b, replace(options, progress=advance))
+            report = diff_checkpoints(a, b, replace(options, progress=advance), jobs=jobs)
     code = ExitCode.OK if report.identical else ExitCode.CHECK_FAILED
     if quiet:  # like diff -q / git diff --quiet: the exit code says it all
         return code
