@@ -8,6 +8,7 @@ everything succeeded, so a failure leaves the destination exactly as it was.
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import os
 import stat
@@ -18,7 +19,7 @@ from ckptctl.errors import CorruptCheckpointError, InputError, OutputError
 from ckptctl.fix import Note, Option
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
 #: Chunk size for streamed copies and chunked comparisons.
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -204,6 +205,8 @@ def atomic_write(
         raise OutputError(f"cannot write: {exc.strerror or exc}", path=dest) from None
     try:
         os.fchmod(fd, mode)  # mkstemp makes 0600; teammates must read what we write
+        if fsync:
+            _WRITEBACK_FDS.add(fd)
         with os.fdopen(fd, "wb") as out:
             yield out
             out.flush()
@@ -216,6 +219,49 @@ def atomic_write(
     except BaseException:
         _unlink_quietly(tmp)
         raise
+    finally:
+        _WRITEBACK_FDS.discard(fd)
+
+
+#: Descriptors of outputs that :func:`atomic_write` will fsync when they are complete.
+_WRITEBACK_FDS: set[int] = set()
+_SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start writeback, do not wait for it
+
+
+def start_writeback(out: IO[bytes], offset: int, length: int) -> None:
+    """Start writing ``length`` bytes at ``offset`` of ``out`` to disk, without waiting.
+
+    Only for outputs :func:`atomic_write` will ``fsync``: the disk then writes one tensor while
+    the next is copied, and the final ``fsync`` has little left to do (1 GiB: copy + fsync
+    0.66 s -> 0.43 s, benchmarks/RESULTS.md, round two). A no-op elsewhere, on other systems,
+    and when ``sync_file_range(2)`` is missing: the ``fsync`` still makes the file durable.
+    """
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError):  # BytesIO and friends
+        return
+    if fd not in _WRITEBACK_FDS or length <= 0:
+        return
+    call = _sync_file_range()
+    if call is not None:
+        call(fd, offset, length, _SYNC_FILE_RANGE_WRITE)  # errors: fsync reports what matters
+
+
+@functools.cache
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    call.restype = ctypes.c_int
+    return call
 
 
 def _mode_for(dest: str) -> int:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
-from ckptctl._io import CHUNK_BYTES, copy_range
+from ckptctl._io import CHUNK_BYTES, copy_range, start_writeback
 from ckptctl.errors import CorruptCheckpointError
 from ckptctl.model import HeaderLayout
 
@@ -103,12 +103,17 @@ def write_entry_bytes(out: IO[bytes], entry: TensorEntry) -> None:
     file, else through ``CHUNK_BYTES`` views of the memory map; computed bytes are read once.
     """
     where = entry.data.file_range()
+    if has_fileno(out):
+        start = out.tell()
+        if where is None:
+            out.write(read_entry_bytes(entry))
+        else:
+            copy_range(where[0], where[1], entry.nbytes, out)
+        start_writeback(out, start, entry.nbytes)  # the disk works while the next tensor comes
+        return
     if where is None:
         out.write(read_entry_bytes(entry))
         return
     source, offset = where
-    if has_fileno(out):
-        copy_range(source, offset, entry.nbytes, out)
-        return
     for done in range(0, entry.nbytes, CHUNK_BYTES):
         out.write(source.view(offset + done, min(CHUNK_BYTES, entry.nbytes - done)))
