@@ -1,0 +1,527 @@
+"""Edge cases of ``ckptctl._io`` that mutation testing found untested (issue 17).
+
+The error texts asserted here are what ``ckptctl`` prints (``ckptctl: error: PATH: MESSAGE`` and a
+``hint:`` line, CLI-CONTRACT), so a changed word is a changed interface. ``copy_range`` is checked
+on both of its paths: ``os.copy_file_range`` (here a stand-in with the kernel's semantics that can
+return short counts, give up with 0 or fail part-way) and the chunked fallback.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import stat
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from ckptctl import _io, save_checkpoint
+from ckptctl._io import ByteSource, _file_kind, _unlink_quietly, copy_range, refuse_sources
+from ckptctl.errors import CorruptCheckpointError, ExitCode, InputError, OutputError
+from tests.strategies import array_entry
+
+DATA = bytes(range(256)) * 4  # 1024 distinct-enough bytes: a misplaced byte shows
+
+
+@pytest.fixture
+def source(tmp_path):
+    path = tmp_path / "src.bin"
+    path.write_bytes(DATA)
+    with ByteSource(path) as src:
+        yield src
+
+
+# --- ByteSource: opening --------------------------------------------------------------------
+
+
+def test_missing_file_error_names_the_path(tmp_path):
+    path = tmp_path / "missing.safetensors"
+    with pytest.raises(InputError) as info:
+        ByteSource(path)
+    assert info.value.message == "no such file"
+    assert info.value.path == str(path)
+    assert info.value.exit_code == ExitCode.INPUT
+
+
+def test_unreadable_path_error_gives_the_os_reason(tmp_path):
+    (tmp_path / "plain").write_bytes(b"x")
+    path = tmp_path / "plain" / "inside.pt"  # a file used as a directory: ENOTDIR from stat
+    with pytest.raises(InputError) as info:
+        ByteSource(path)
+    assert info.value.message == f"cannot open: {os.strerror(errno.ENOTDIR)}"
+    assert info.value.path == str(path)
+
+
+def test_open_failure_after_stat_gives_the_os_reason(tmp_path, monkeypatch):
+    path = tmp_path / "locked.bin"
+    path.write_bytes(b"x")
+
+    def refuse(*args: object, **kwargs: object) -> object:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    monkeypatch.setattr(_io, "open", refuse, raising=False)  # root ignores chmod 000
+    with pytest.raises(InputError) as info:
+        ByteSource(path)
+    assert info.value.message == f"cannot open: {os.strerror(errno.EACCES)}"
+    assert info.value.path == str(path)
+
+
+def test_directory_error_text(tmp_path):
+    with pytest.raises(InputError) as info:
+        ByteSource(tmp_path)
+    assert info.value.message == "is a directory, not a checkpoint file"
+    assert info.value.path == str(tmp_path)
+
+
+def test_special_file_errors_name_the_kind(tmp_path):
+    fifo = tmp_path / "pipe.pt"
+    os.mkfifo(fifo)
+    sock_path = tmp_path / "sock.pt"
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(sock_path))
+        cases = [(fifo, "named pipe"), ("/dev/null", "character device"), (sock_path, "socket")]
+        for path, kind in cases:
+            with pytest.raises(InputError) as info:
+                ByteSource(path)
+            assert info.value.message == f"is not a regular file (a {kind}), not a checkpoint file"
+            assert info.value.path == str(path)
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind"),
+    [
+        (stat.S_IFIFO | 0o644, "named pipe"),
+        (stat.S_IFCHR | 0o644, "character device"),
+        (stat.S_IFBLK | 0o660, "block device"),  # mknod needs privileges a test may not have
+        (stat.S_IFSOCK | 0o755, "socket"),
+        (0o644, "special file"),  # no file-type bits: none of the above
+    ],
+)
+def test_file_kind_names(mode, kind):
+    assert _file_kind(mode) == kind
+
+
+def test_size_and_buffer_of_a_regular_and_an_empty_file(tmp_path):
+    (tmp_path / "empty").write_bytes(b"")
+    with ByteSource(tmp_path / "empty") as src:
+        assert src.size == 0
+        assert bytes(src.buffer) == b""
+        assert src.read(0, 0) == b""
+    with ByteSource(tmp_path / "empty") as src, pytest.raises(CorruptCheckpointError):
+        src.read(0, 1)
+
+
+# --- ByteSource: bounds -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("what", ["read", "view"])
+def test_range_error_text_names_the_operation(source, what):
+    with pytest.raises(CorruptCheckpointError) as info:
+        getattr(source, what)(1020, 8)
+    err = info.value
+    assert err.message == (
+        f"{what} of 8 bytes at offset 1020 is past the end of the file (1024 bytes)"
+    )
+    assert err.path == source.path
+    assert err.hint == "the file looks truncated; re-download or re-save it"
+    assert str(err) == f"{source.path}: {err.message}"
+    assert err.exit_code == ExitCode.INPUT
+
+
+@pytest.mark.parametrize(
+    ("offset", "length"),
+    [(-1, 1), (0, -1), (1024, 1), (0, 1025), (1023, 2)],
+)
+def test_ranges_outside_the_file_are_refused(source, offset, length):
+    with pytest.raises(CorruptCheckpointError):
+        source.check_range(offset, length, "read")
+
+
+@pytest.mark.parametrize(("offset", "length"), [(0, 0), (0, 1024), (1023, 1), (1024, 0)])
+def test_ranges_inside_the_file_are_accepted(source, offset, length):
+    source.check_range(offset, length, "read")
+    assert source.read(offset, length) == DATA[offset : offset + length]
+    assert bytes(source.view(offset, length)) == DATA[offset : offset + length]
+
+
+def test_zero_length_read_and_view_are_empty(source):
+    assert source.read(7, 0) == b""
+    assert source.read(1024, 0) == b""
+    assert bytes(source.view(7, 0)) == b""
+
+
+def test_close_releases_map_and_file(tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(DATA)
+    src = ByteSource(path)
+    assert bytes(src.view(0, 4)) == DATA[:4]  # creates the map
+    fd = src.fileno()
+    src.close()
+    assert src._map is None
+    with pytest.raises(OSError, match="Bad file descriptor"):  # the descriptor is closed
+        os.fstat(fd)
+    with pytest.raises(ValueError, match="closed file"):
+        src.fileno()
+
+
+def test_close_with_a_live_view_still_closes_the_file(tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(DATA)
+    src = ByteSource(path)
+    view = src.view(10, 4)  # keeps the map exported: mmap.close() raises BufferError
+    src.close()
+    assert src._map is None
+    with pytest.raises(ValueError, match="closed file"):
+        src.fileno()
+    assert bytes(view) == DATA[10:14]  # the map lives on until the view is dropped
+    view.release()
+
+
+# --- copy_range -------------------------------------------------------------------------------
+
+
+class FakeCopyFileRange:
+    """``os.copy_file_range`` with the kernel's semantics, copying at most ``cap`` bytes a call.
+
+    ``fail_after`` calls raise ``OSError(EXDEV)``; ``give_up`` makes every call return 0 (what the
+    kernel does at the source's end of file).
+    """
+
+    def __init__(self, cap: int, *, fail_after: int | None = None, give_up: bool = False) -> None:
+        self.cap, self.fail_after, self.give_up = cap, fail_after, give_up
+        self.calls: list[tuple[int, int, int, int | None, int | None]] = []
+        self.copied = 0
+
+    def __call__(
+        self,
+        src: int,
+        dst: int,
+        count: int,
+        offset_src: int | None = None,
+        offset_dst: int | None = None,
+    ) -> int:
+        self.calls.append((src, dst, count, offset_src, offset_dst))
+        assert len(self.calls) < 10_000, "copy_range keeps calling copy_file_range"
+        if self.fail_after is not None and len(self.calls) > self.fail_after:
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+        if self.give_up:
+            return 0
+        n = min(count, self.cap)
+        data = os.pread(src, n, offset_src) if offset_src is not None else os.read(src, n)
+        written = os.write(dst, data) if offset_dst is None else os.pwrite(dst, data, offset_dst)
+        self.copied += written
+        return written
+
+
+def _copy(tmp_path, src, offset, length):
+    """copy_range into a file that already holds a 3-byte head; returns the file's bytes."""
+    path = tmp_path / "dst.bin"
+    with open(path, "wb") as out:
+        out.write(b"HDR")
+        copy_range(src, offset, length, out)
+        out.write(b"END")
+    return path.read_bytes()
+
+
+def test_copy_range_uses_copy_file_range_for_the_whole_range(tmp_path, source, monkeypatch):
+    fake = FakeCopyFileRange(cap=100)
+    monkeypatch.setattr(os, "copy_file_range", fake)
+    # 350 bytes in 100-byte calls: three full and one short, every one at the right offsets
+    assert _copy(tmp_path, source, 17, 350) == b"HDR" + DATA[17:367] + b"END"
+    assert fake.copied == 350  # nothing left to the fallback
+    src_fd = source.fileno()
+    assert [(c[0], c[3], c[4]) for c in fake.calls] == [
+        (src_fd, 17, 3),
+        (src_fd, 117, 103),
+        (src_fd, 217, 203),
+        (src_fd, 317, 303),
+    ]
+    assert [c[2] for c in fake.calls] == [350, 250, 150, 50]  # asks only for what is left
+
+
+def test_copy_range_does_not_copy_past_the_range_after_short_counts(tmp_path, source, monkeypatch):
+    monkeypatch.setattr(os, "copy_file_range", FakeCopyFileRange(cap=64))
+    assert _copy(tmp_path, source, 5, 100) == b"HDR" + DATA[5:105] + b"END"
+
+
+def test_copy_range_falls_back_when_copy_file_range_copies_nothing(tmp_path, source, monkeypatch):
+    fake = FakeCopyFileRange(cap=100, give_up=True)
+    monkeypatch.setattr(os, "copy_file_range", fake)
+    assert _copy(tmp_path, source, 9, 200) == b"HDR" + DATA[9:209] + b"END"
+    assert len(fake.calls) == 1  # a 0 return ends the copy_file_range loop
+
+
+def test_copy_range_finishes_with_the_fallback_after_a_failure(tmp_path, source, monkeypatch):
+    fake = FakeCopyFileRange(cap=100, fail_after=2)
+    monkeypatch.setattr(os, "copy_file_range", fake)
+    assert _copy(tmp_path, source, 3, 450) == b"HDR" + DATA[3:453] + b"END"
+    assert fake.copied == 200  # two calls went through, the rest was streamed
+
+
+@pytest.mark.parametrize(("offset", "length"), [(0, 0), (11, 1), (11, 5), (11, 23), (1, 1023)])
+def test_copy_range_fallback_streams_chunks(tmp_path, source, monkeypatch, offset, length):
+    monkeypatch.delattr(os, "copy_file_range")  # an OS without it
+    monkeypatch.setattr(_io, "CHUNK_BYTES", 5)  # ranges cross several chunks
+    expected = b"HDR" + DATA[offset : offset + length] + b"END"
+    assert _copy(tmp_path, source, offset, length) == expected
+
+
+def test_copy_range_fallback_reads_views_of_at_most_one_chunk(tmp_path, source, monkeypatch):
+    monkeypatch.delattr(os, "copy_file_range")
+    monkeypatch.setattr(_io, "CHUNK_BYTES", 8)
+    sizes: list[int] = []
+    view = source.view
+
+    def spy(offset: int, length: int) -> memoryview:
+        sizes.append(length)
+        return memoryview(view(offset, length))
+
+    monkeypatch.setattr(source, "view", spy)
+    assert _copy(tmp_path, source, 100, 30) == b"HDR" + DATA[100:130] + b"END"
+    assert sizes == [8, 8, 8, 6]
+
+
+def test_copy_range_with_the_real_system_call(tmp_path, source):
+    assert _copy(tmp_path, source, 255, 700) == b"HDR" + DATA[255:955] + b"END"
+
+
+def test_copy_range_refuses_a_range_past_the_end(tmp_path, source):
+    with open(tmp_path / "dst.bin", "wb") as out, pytest.raises(CorruptCheckpointError) as info:
+        copy_range(source, 1000, 25, out)
+    assert info.value.message == (
+        "copy of 25 bytes at offset 1000 is past the end of the file (1024 bytes)"
+    )
+    assert info.value.path == source.path
+    assert (tmp_path / "dst.bin").read_bytes() == b""
+
+
+# --- refuse_sources, _unlink_quietly ---------------------------------------------------------
+
+
+def test_refuse_sources_error_text(tmp_path):
+    src = tmp_path / "model.safetensors"
+    src.write_bytes(b"x")
+    link = tmp_path / "link.safetensors"
+    link.symlink_to(src)
+    other = tmp_path / "new.safetensors"
+    refuse_sources([other], [src])  # a new file: fine
+    with pytest.raises(OutputError) as info:
+        refuse_sources([other, link], [tmp_path / "missing", src])
+    err = info.value
+    assert err.message == "is also an input; writing it would destroy the data being read"
+    assert err.path == str(link)
+    assert err.hint == "write to a new file, then rename it"
+    assert err.exit_code == ExitCode.OUTPUT
+
+
+def test_convert_onto_its_own_input_prints_the_error_and_hint(tmp_path, run_cli):
+    path = tmp_path / "m.safetensors"
+    save_checkpoint(path, [array_entry("w", np.arange(4, dtype="<f4"))])
+    before = path.read_bytes()
+    result = run_cli("convert", path, path, "--force")
+    assert result.code == ExitCode.OUTPUT
+    assert result.stderr.splitlines() == [
+        f"ckptctl: error: {path}: is also an input; writing it would destroy the data being read",
+        "hint: write to a new file, then rename it",
+    ]
+    assert path.read_bytes() == before
+
+
+def test_unlink_quietly_ignores_a_missing_file(tmp_path):
+    path = tmp_path / "gone.tmp"
+    path.write_bytes(b"x")
+    _unlink_quietly(str(path))
+    assert not path.exists()
+    _unlink_quietly(str(path))  # already gone: no error
+
+
+# --- open_source ------------------------------------------------------------------------------
+
+
+def test_open_source_sends_urls_to_the_remote_source(monkeypatch):
+    from ckptctl import _remote
+
+    opened: list[str] = []
+    remote = object()
+
+    def open_remote(url: str) -> object:
+        opened.append(url)
+        return remote
+
+    monkeypatch.setattr(_remote, "open_remote", open_remote)
+    assert _io.open_source("https://example.invalid/m.safetensors") is remote
+    assert opened == ["https://example.invalid/m.safetensors"]
+
+
+def test_open_source_opens_local_paths_even_with_a_scheme_like_part(tmp_path):
+    folder = tmp_path / "a:"
+    folder.mkdir()
+    (folder / "m.bin").write_bytes(DATA)
+    for path in (f"{tmp_path}/a://m.bin", folder / "m.bin"):
+        with _io.open_source(path) as src:
+            assert type(src) is ByteSource
+            assert src.read(0, 4) == DATA[:4]
+
+
+# --- atomic_write -----------------------------------------------------------------------------
+
+
+def test_atomic_write_error_texts(tmp_path):
+    with pytest.raises(OutputError) as info, _io.atomic_write(tmp_path):
+        pass
+    assert (info.value.message, info.value.path) == ("is a directory", str(tmp_path))
+    dest = tmp_path / "out.bin"
+    dest.write_bytes(b"x")
+    with pytest.raises(OutputError) as info, _io.atomic_write(dest):
+        pass
+    assert (info.value.message, info.value.path) == ("already exists", str(dest))
+    assert info.value.exit_code == ExitCode.OUTPUT
+    nowhere = tmp_path / "no-such-dir" / "out.bin"
+    with pytest.raises(OutputError) as info, _io.atomic_write(nowhere):
+        pass
+    assert info.value.message == f"cannot write: {os.strerror(errno.ENOENT)}"
+    assert info.value.path == str(nowhere)
+
+
+def test_atomic_write_refuses_a_dangling_symlink_without_force(tmp_path):
+    dest = tmp_path / "link.bin"
+    dest.symlink_to(tmp_path / "missing")
+    with pytest.raises(OutputError, match="already exists"), _io.atomic_write(dest):
+        pass
+    with _io.atomic_write(dest, force=True) as out:
+        out.write(b"new")
+    assert dest.read_bytes() == b"new"
+    assert not dest.is_symlink()  # replaced, not written through
+
+
+def test_atomic_write_writes_through_a_hidden_temp_file(tmp_path):
+    dest = tmp_path / "out.bin"
+    with _io.atomic_write(dest) as out:
+        out.write(b"data")
+        (tmp,) = os.listdir(tmp_path)
+        assert tmp.startswith(".ckptctl-")
+        assert tmp.endswith(".tmp")
+        assert not dest.exists()  # nothing at the destination until the end
+    assert dest.read_bytes() == b"data"
+    assert os.listdir(tmp_path) == ["out.bin"]
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+def test_atomic_write_fsyncs_only_when_asked(tmp_path, monkeypatch, fsync):
+    synced: list[int] = []
+    real = os.fsync
+
+    def fsync_spy(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync_spy)
+    with _io.atomic_write(tmp_path / "out.bin", fsync=fsync) as out:
+        out.write(b"data")
+        fd = out.fileno()
+        assert (fd in _io._WRITEBACK_FDS) is fsync
+    assert synced == ([fd] if fsync else [])
+    assert fd not in _io._WRITEBACK_FDS
+
+
+def test_atomic_write_forgets_the_descriptor_after_a_failure(tmp_path):
+    with pytest.raises(RuntimeError), _io.atomic_write(tmp_path / "out.bin") as out:
+        fd = out.fileno()
+        raise RuntimeError("boom")
+    assert fd not in _io._WRITEBACK_FDS
+    assert os.listdir(tmp_path) == []
+
+
+def test_new_files_get_the_umask_mode_and_replaced_files_keep_theirs(tmp_path):
+    old = os.umask(0o027)
+    try:
+        fresh = tmp_path / "fresh.bin"
+        with _io.atomic_write(fresh) as out:
+            out.write(b"a")
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o640
+        kept = tmp_path / "kept.bin"
+        kept.write_bytes(b"old")
+        kept.chmod(0o604)
+        with _io.atomic_write(kept, force=True) as out:
+            out.write(b"new")
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o604
+        assert os.umask(0o027) == 0o027  # the umask is left as it was
+    finally:
+        os.umask(old)
+
+
+# --- start_writeback --------------------------------------------------------------------------
+
+
+def test_sync_file_range_takes_64_bit_offsets_and_reports_errors(tmp_path):
+    import ctypes
+    import sys
+
+    _io._sync_file_range.cache_clear()
+    call = _io._sync_file_range()
+    if not sys.platform.startswith("linux"):
+        assert call is None
+        return
+    assert call is not None
+    with open(tmp_path / "f.bin", "wb") as out:
+        out.write(b"x" * 4096)
+        out.flush()
+        assert call(out.fileno(), 1 << 33, 4096, 2) == 0  # past 4 GiB: no 32-bit truncation
+        ctypes.set_errno(0)
+        assert call(out.fileno(), -1, 4096, 2) == -1
+        assert ctypes.get_errno() == errno.EINVAL
+
+
+def test_sync_file_range_is_not_looked_up_off_linux(monkeypatch):
+    import sys
+
+    _io._sync_file_range.cache_clear()
+    monkeypatch.setattr(sys, "platform", "darwin")
+    try:
+        assert _io._sync_file_range() is None
+    finally:
+        _io._sync_file_range.cache_clear()
+
+
+def test_writeback_without_sync_file_range_is_a_no_op(tmp_path, monkeypatch):
+    monkeypatch.setattr(_io, "_sync_file_range", lambda: None)
+    with _io.atomic_write(tmp_path / "out.bin") as out:
+        out.write(b"z" * 10)
+        _io.start_writeback(out, 0, 10)
+    assert (tmp_path / "out.bin").read_bytes() == b"z" * 10
+
+
+def _recorder(calls: list[tuple[int, ...]]) -> Callable[..., int]:
+    """A stand-in for ``sync_file_range`` that records its arguments and succeeds."""
+
+    def call(*args: int) -> int:
+        calls.append(args)
+        return 0
+
+    return call
+
+
+def test_writeback_of_a_closed_file_is_a_no_op(tmp_path, monkeypatch):
+    calls: list[tuple[int, ...]] = []
+    monkeypatch.setattr(_io, "_sync_file_range", lambda: _recorder(calls))
+    out = open(tmp_path / "f.bin", "wb")  # noqa: SIM115
+    out.close()
+    _io.start_writeback(out, 0, 10)  # fileno() raises ValueError
+    assert calls == []
+
+
+def test_writeback_of_a_single_byte_is_started(tmp_path, monkeypatch):
+    calls: list[tuple[int, ...]] = []
+    monkeypatch.setattr(_io, "_sync_file_range", lambda: _recorder(calls))
+    with _io.atomic_write(tmp_path / "out.bin") as out:
+        out.write(b"z")
+        _io.start_writeback(out, 0, 1)
+        _io.start_writeback(out, 1, 0)
+        _io.start_writeback(out, 1, -1)
+        fd = out.fileno()
+    assert calls == [(fd, 0, 1, 2)]
