@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from ckptctl import save_checkpoint
-from ckptctl._io import ByteSource
+from ckptctl._io import ByteSource, open_source
 from tests.contract import (
     BYTE_SOURCE_MEMBERS,
     assert_header_only,
@@ -94,3 +94,33 @@ def test_spy_knows_every_byte_source_member():
         "ByteSource changed: describe (and spy on) its members in tests/contract.py "
         "BYTE_SOURCE_MEMBERS"
     )
+
+
+@pytest.mark.parametrize("registration", ["as loaded", "reversed"])
+def test_detection_reads_only_the_head_whatever_the_import_order(
+    registration: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyTorch's text-pickle sniffer reads up to 64 KiB, and a burnpack starts with ``N`` (a
+    pickle opcode); detection must try it last even when ``formats.pytorch`` registered first."""
+    from ckptctl import formats
+
+    formats._ensure_loaded()
+    specs = list(formats._REGISTRY.items())
+    if registration == "reversed":
+        monkeypatch.setattr(formats, "_REGISTRY", dict(reversed(specs)))
+    entries = [*sample_entries(), array_entry("big", np.zeros(8192, dtype="<f4"))]
+    for suffix in (".bpk", ".safetensors"):
+        save_checkpoint(tmp_path / f"m{suffix}", entries)
+    reads: list[tuple[int, int]] = []
+    real = ByteSource.read
+
+    def spy(self: ByteSource, offset: int, length: int) -> bytes:
+        reads.append((offset, length))
+        return real(self, offset, length)
+
+    monkeypatch.setattr(ByteSource, "read", spy)
+    for name, expected in (("m.bpk", "burnpack"), ("m.safetensors", "safetensors")):
+        reads.clear()
+        with open_source(tmp_path / name) as source:
+            assert formats._sniff(source).name == expected
+        assert all(offset + length <= formats.SNIFF_BYTES for offset, length in reads), reads

@@ -335,3 +335,12 @@ def test_reference_and_optimizer_options_take_urls(
     missing = run_cli("verify", VALID / "optim" / "model.bpk", "--expect", f"{server.url}/nope.bpk")
     assert missing.code == 1
     assert "cannot be read" in missing.stdout
+
+
+def test_a_failed_remote_command_leaves_no_count_for_the_next(run_cli) -> None:
+    """Counts left by a command that failed after fetching (no report took them) must not show
+    up in the next command's report in the same process."""
+    _remote.TRAFFIC.add(2, 4096)  # what a remote read that then failed leaves behind
+    local = run_cli("ls", "--json", VALID / "safetensors" / "tiny.safetensors")
+    assert local.code == 0
+    assert "remote" not in json.loads(local.stdout)

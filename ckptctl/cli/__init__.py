@@ -156,9 +156,11 @@ def _error(message: str, hint: object = None) -> None:
 
 def main(args: Sequence[str] | None = None) -> None:
     """Run the CLI and exit with the documented code; never show a traceback unless asked."""
+    from ckptctl.cli._options import _remote_traffic
     from ckptctl.cli._spelling import CURRENT, spell_cli
     from ckptctl.fix import SPELLER
 
+    _remote_traffic()  # a report counts only its own requests, not a failed earlier command's
     # The library's suggestions are spelled as this CLI's flags while it runs.
     speller, current = SPELLER.set(spell_cli), CURRENT.set(None)
     try:

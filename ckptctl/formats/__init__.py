@@ -40,7 +40,7 @@ _LOADED = False
 
 
 def register_format(spec: FormatSpec) -> None:
-    """Add a format; detection tries formats in registration order."""
+    """Add a format; detection tries formats in registration order, weak sniffers last."""
     _REGISTRY[spec.name] = spec
 
 
@@ -68,7 +68,8 @@ def get_format(name: str) -> FormatSpec:
 
 def _sniff(source: ByteSource) -> FormatSpec:
     head = source.read(0, min(source.size, SNIFF_BYTES))
-    for spec in _REGISTRY.values():
+    # Stable sort: the order never depends on which format module was imported first.
+    for spec in sorted(_REGISTRY.values(), key=lambda spec: spec.weak_sniff):
         if spec.sniff(head, source):
             return spec
     raise UnknownFormatError(_diagnose(head, source.size), path=source.path, hint=_hint(head))

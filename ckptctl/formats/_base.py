@@ -39,6 +39,8 @@ class FormatSpec:
         open: parse the header and return a lazy checkpoint.
         layout: decode the raw header and account for every byte (``ckptctl header``).
         write: ``(out, entries, metadata, scalars)``: write a file to ``out``, streaming.
+        weak_sniff: ``sniff`` may read past ``head`` to guess (PyTorch's text pickles have no
+            magic number), so detection tries this format after every other one.
     """
 
     name: str
@@ -47,6 +49,7 @@ class FormatSpec:
     open: Opener
     layout: LayoutFn | None = None
     write: WriteFn | None = None
+    weak_sniff: bool = False
 
 
 def has_fileno(out: IO[bytes]) -> bool:

@@ -205,5 +205,6 @@ register_format(
         open=open_pytorch,
         layout=layout_pytorch,
         write=_write,
+        weak_sniff=True,
     )
 )
