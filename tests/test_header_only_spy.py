@@ -103,6 +103,7 @@ def test_detection_reads_only_the_head_whatever_the_import_order(
     """PyTorch's text-pickle sniffer reads up to 64 KiB, and a burnpack starts with ``N`` (a
     pickle opcode); detection must try it last even when ``formats.pytorch`` registered first."""
     from ckptctl import formats
+    from ckptctl.formats._base import SNIFF_BYTES
 
     formats._ensure_loaded()
     specs = list(formats._REGISTRY.items())
@@ -123,4 +124,4 @@ def test_detection_reads_only_the_head_whatever_the_import_order(
         reads.clear()
         with open_source(tmp_path / name) as source:
             assert formats._sniff(source).name == expected
-        assert all(offset + length <= formats.SNIFF_BYTES for offset, length in reads), reads
+        assert all(offset + length <= SNIFF_BYTES for offset, length in reads), reads
