@@ -188,16 +188,16 @@ def layout_burnpack(source: ByteSource) -> HeaderLayout:
         )
     for t in p.tensors:
         start = p.data_start + t.start
-        if start > pos:
-            zero = _is_zero(source, pos, start)
+        gap_end = min(start, size)  # a truncated file may end before the tensor starts
+        if gap_end > pos:
+            zero = _is_zero(source, pos, gap_end)
             if zero and start - pos < ALIGNMENT_BYTES and not p.legacy:
                 note = f"alignment of {t.name!r} to {ALIGNMENT_BYTES} bytes"
-                regions.append(Region(RegionKind.PADDING, pos, start, note=note))
+                regions.append(Region(RegionKind.PADDING, pos, gap_end, note=note))
             else:
-                note = f"{start - pos} unused bytes before tensor {t.name!r}"
-                regions.append(
-                    Region(RegionKind.PADDING if zero else RegionKind.OTHER, pos, start, note=note)
-                )
+                note = f"{gap_end - pos} unused bytes before tensor {t.name!r}"
+                kind = RegionKind.PADDING if zero else RegionKind.OTHER
+                regions.append(Region(kind, pos, gap_end, note=note))
         end = start + t.length
         if end > size:
             short.append(t.name)
