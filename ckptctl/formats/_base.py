@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sys
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
-from ckptctl._io import CHUNK_BYTES, copy_range, start_writeback
+from ckptctl._io import CHUNK_BYTES, copy_range, libc_function, start_writeback
 from ckptctl.errors import CorruptCheckpointError
 from ckptctl.model import HeaderLayout
 
@@ -70,19 +70,18 @@ def preallocate(out: IO[bytes], size: int) -> None:
     glibc emulates that by writing every block where the filesystem lacks ``fallocate``, which
     would cost more than it saves; here any failure just leaves the file to grow as it is written.
     """
-    if size <= 0 or not sys.platform.startswith("linux") or not has_fileno(out):
+    if size <= 0 or not has_fileno(out):
         return
-    import ctypes  # 1.5 ms, only on the writing path
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fallocate = libc.fallocate
-    except (OSError, AttributeError):
+    fallocate = _fallocate()
+    if fallocate is None:
         return
-    fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-    fallocate.restype = ctypes.c_int
     out.flush()
     fallocate(out.fileno(), 0, 0, size)  # -1 (EOPNOTSUPP, ENOSPC...) is fine: see above
+
+
+@functools.cache
+def _fallocate() -> Callable[..., int] | None:
+    return libc_function("fallocate", "c_int", "c_int", "c_int64", "c_int64")
 
 
 def read_entry_bytes(entry: TensorEntry) -> memoryview:
