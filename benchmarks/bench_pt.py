@@ -5,6 +5,7 @@ Usage (a Python with torch, safetensors and ckptctl installed)::
     python benchmarks/bench_pt.py                  # 20,000 small tensors; 1 GiB; 5 runs each
     python benchmarks/bench_pt.py --runs 7 --size-mib 2048
     python benchmarks/bench_pt.py --quick          # small inputs, 1 run: a smoke test
+    python benchmarks/bench_pt.py --floor          # also the listing's floor (floor_pt.py)
 
 Cases, each a whole child process (interpreter start and ``import torch`` included):
 
@@ -21,12 +22,14 @@ once before timing so every command sees a warm page cache.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 from bench import precompile, run  # the same timing, peak-RSS and bytecode set-up as bench.py
+from floor_pt import floor
 
 WORK = Path(__file__).resolve().parent / "_work"
 CKPTCTL = [sys.executable, "-m", "ckptctl"]
@@ -67,6 +70,7 @@ def measure(name: str, cmd: list[str], runs: int, cleanup: Path | None) -> tuple
     for _ in range(runs):
         if cleanup is not None and cleanup.exists():
             cleanup.unlink()
+        os.sync()  # no dirty pages of the run before (bench.py does the same)
         timed = run(cmd)
         seconds, kib = timed.seconds, timed.max_rss_kib
         times.append(seconds)
@@ -83,6 +87,9 @@ def main() -> None:
     parser.add_argument("--tensors", type=int, default=20_000, help="tensors in the ls input")
     parser.add_argument("--size-mib", type=int, default=1024, help="size of the convert input")
     parser.add_argument("--quick", action="store_true", help="small inputs, one run")
+    parser.add_argument(
+        "--floor", action="store_true", help="also time the parts no design can drop (floor_pt.py)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.runs, args.tensors, args.size_mib = 1, 500, 32
@@ -127,6 +134,17 @@ def main() -> None:
             f"| {case} | {t1:.2f} s | {t2:.2f} s | {t2 / t1:.1f}x | {r1 / 1024:.0f} MiB "
             f"| {r2 / 1024:.0f} MiB | {what} |"
         )
+    if args.floor:
+        small = Path(__file__).resolve().parent.parent / "fixtures/valid/pytorch/min_zip.pt"
+        torch_s = ls_torch[0]
+        print(f"\nfloor of ls --json ({args.tensors:,} tensors; torch {torch_s:.2f} s):\n")
+        print("| part | seconds | torch / (running sum) |")
+        print("| --- | ---: | ---: |")
+        total = 0.0
+        for part, seconds in floor(many, small, args.runs).items():
+            if part != "floor (sum)":
+                total += seconds
+                print(f"| {part} | {seconds:.3f} | {torch_s / total:.1f}x |")
 
 
 if __name__ == "__main__":

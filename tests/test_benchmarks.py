@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
+import struct
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.conftest import REPO, VALID
+
+BENCHMARKS = REPO / "benchmarks"
 
 
 def test_bench_smoke(tmp_path):
     # bench.py generates its inputs in _work/ beside itself: run a copy so they land in tmp_path.
     script = tmp_path / "benchmarks" / "bench.py"
     script.parent.mkdir()
-    shutil.copy2(REPO / "benchmarks" / "bench.py", script)
+    for name in ("bench.py", "floor_copy.py"):
+        shutil.copy2(BENCHMARKS / name, script.parent / name)
     out = subprocess.run(
         [
             sys.executable,
@@ -24,6 +29,9 @@ def test_bench_smoke(tmp_path):
             "st-bpk-nofsync",
             "--case",
             "st-bpk-transpose",
+            "--case",
+            "floor-nofsync",
+            "--copies",
             "--json",
         ],
         capture_output=True,
@@ -33,8 +41,54 @@ def test_bench_smoke(tmp_path):
         cwd=tmp_path,
     )
     report = json.loads(out.stdout)
-    assert [r["case"] for r in report["results"]] == ["st-bpk-nofsync", "st-bpk-transpose"]
+    assert [c["copy"] for c in report["copies"]] == [
+        "copy_file_range, page-congruent",
+        "copy_file_range, 248 bytes off",
+        "preadv + pwrite, one 8 MiB buffer, 248 bytes off",
+    ]
+    assert all(0 < c["best_s"] <= c["median_s"] for c in report["copies"])
+    cases = [r["case"] for r in report["results"]]
+    assert cases == ["st-bpk-nofsync", "floor-nofsync", "st-bpk-transpose"]
     for result in report["results"]:
         assert result["ckptctl_s"] > 0
         assert result["ckptctl_peak_rss_MiB"] > 0
         assert result["input_bytes"] >= 8 << 20
+
+
+def test_floor_copy_puts_every_tensor_at_its_aligned_offset(tmp_path):
+    src = VALID / "safetensors" / "dtypes.safetensors"
+    out = tmp_path / "floor.bin"
+    subprocess.run(
+        [sys.executable, str(BENCHMARKS / "floor_copy.py"), str(src), str(out)],
+        check=True,
+        timeout=60,
+    )
+    raw, data = src.read_bytes(), out.read_bytes()
+    (length,) = struct.unpack_from("<Q", raw)
+    header = json.loads(raw[8 : 8 + length])
+    ranges = sorted(v["data_offsets"] for k, v in header.items() if k != "__metadata__")
+    assert len(ranges) > 3
+    # the floor's layout: a header's room after the source header, then 256-byte alignment
+    pos = (8 + length + 511) // 256 * 256
+    for start, end in ranges:
+        assert data[pos : pos + end - start] == raw[8 + length + start : 8 + length + end]
+        pos = (pos + end - start + 255) // 256 * 256
+    assert len(data) == pos  # pre-sized to the aligned end
+
+
+def test_floor_pt_times_every_part(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # floor_pt imports bench, as bench_pt does
+    floor = importlib.import_module("floor_pt").floor
+
+    small = VALID / "pytorch" / "min_zip.pt"
+    parts = floor(small, small, runs=1)
+    assert list(parts) == [
+        "start-up (ls --json of a 1-tensor .pt, whole process)",
+        "bounds pass over data.pkl",
+        "safety walk over data.pkl",
+        "C unpickler, callbacks that do nothing",
+        "json.dumps of the report",
+        "floor (sum)",
+    ]
+    assert all(seconds > 0 for seconds in parts.values())
+    assert parts["floor (sum)"] == sum(v for k, v in parts.items() if k != "floor (sum)")

@@ -2,8 +2,9 @@
 
 The error texts asserted here are what ``ckptctl`` prints (``ckptctl: error: PATH: MESSAGE`` and a
 ``hint:`` line, CLI-CONTRACT), so a changed word is a changed interface. ``copy_range`` is checked
-on both of its paths: ``os.copy_file_range`` (here a stand-in with the kernel's semantics that can
-return short counts, give up with 0 or fail part-way) and the chunked fallback.
+on both of its paths: ``os.copy_file_range`` for a range that keeps its place in the page (here a
+stand-in with the kernel's semantics that can return short counts, give up with 0 or fail
+part-way) and ``read_chunks`` + write for any other range, or where the kernel call fails.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import errno
 import os
 import socket
 import stat
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -228,38 +230,67 @@ def _copy(tmp_path, src, offset, length):
     return path.read_bytes()
 
 
+# _copy writes a 3-byte head first: a range starting at byte 3 (or a page later) keeps its
+# place in the page, any other start does not.
+ALIGNED = 3
+
+
 def test_copy_range_uses_copy_file_range_for_the_whole_range(tmp_path, source, monkeypatch):
     fake = FakeCopyFileRange(cap=100)
     monkeypatch.setattr(os, "copy_file_range", fake)
     # 350 bytes in 100-byte calls: three full and one short, every one at the right offsets
-    assert _copy(tmp_path, source, 17, 350) == b"HDR" + DATA[17:367] + b"END"
+    assert _copy(tmp_path, source, ALIGNED, 350) == b"HDR" + DATA[3:353] + b"END"
     assert fake.copied == 350  # nothing left to the fallback
     src_fd = source.fileno()
     assert [(c[0], c[3], c[4]) for c in fake.calls] == [
-        (src_fd, 17, 3),
-        (src_fd, 117, 103),
-        (src_fd, 217, 203),
-        (src_fd, 317, 303),
+        (src_fd, 3, 3),
+        (src_fd, 103, 103),
+        (src_fd, 203, 203),
+        (src_fd, 303, 303),
     ]
     assert [c[2] for c in fake.calls] == [350, 250, 150, 50]  # asks only for what is left
 
 
+@pytest.mark.parametrize("offset", [0, 1, 2, 4, 17, 1 + ALIGNED, 1023])
+def test_copy_range_reads_and_writes_a_range_off_its_place_in_the_page(
+    tmp_path, source, monkeypatch, offset
+):
+    fake = FakeCopyFileRange(cap=100)
+    monkeypatch.setattr(os, "copy_file_range", fake)
+    length = len(DATA) - offset
+    assert _copy(tmp_path, source, offset, length) == b"HDR" + DATA[offset:] + b"END"
+    assert fake.calls == []  # the kernel would split every page: one buffer is faster
+
+
+def test_copy_range_page_congruence_is_taken_modulo_the_page_size(tmp_path, monkeypatch):
+    page = os.sysconf("SC_PAGE_SIZE")
+    data = DATA * (2 * page // len(DATA) + 1)
+    (tmp_path / "big.bin").write_bytes(data)
+    fake = FakeCopyFileRange(cap=1 << 20)
+    monkeypatch.setattr(os, "copy_file_range", fake)
+    with ByteSource(tmp_path / "big.bin") as big:
+        assert (
+            _copy(tmp_path, big, page + ALIGNED, 10) == b"HDR" + data[page + 3 : page + 13] + b"END"
+        )
+    assert [(c[3], c[4]) for c in fake.calls] == [(page + 3, 3)]
+
+
 def test_copy_range_does_not_copy_past_the_range_after_short_counts(tmp_path, source, monkeypatch):
     monkeypatch.setattr(os, "copy_file_range", FakeCopyFileRange(cap=64))
-    assert _copy(tmp_path, source, 5, 100) == b"HDR" + DATA[5:105] + b"END"
+    assert _copy(tmp_path, source, ALIGNED, 100) == b"HDR" + DATA[3:103] + b"END"
 
 
 def test_copy_range_falls_back_when_copy_file_range_copies_nothing(tmp_path, source, monkeypatch):
     fake = FakeCopyFileRange(cap=100, give_up=True)
     monkeypatch.setattr(os, "copy_file_range", fake)
-    assert _copy(tmp_path, source, 9, 200) == b"HDR" + DATA[9:209] + b"END"
+    assert _copy(tmp_path, source, ALIGNED, 200) == b"HDR" + DATA[3:203] + b"END"
     assert len(fake.calls) == 1  # a 0 return ends the copy_file_range loop
 
 
 def test_copy_range_finishes_with_the_fallback_after_a_failure(tmp_path, source, monkeypatch):
     fake = FakeCopyFileRange(cap=100, fail_after=2)
     monkeypatch.setattr(os, "copy_file_range", fake)
-    assert _copy(tmp_path, source, 3, 450) == b"HDR" + DATA[3:453] + b"END"
+    assert _copy(tmp_path, source, ALIGNED, 450) == b"HDR" + DATA[3:453] + b"END"
     assert fake.copied == 200  # two calls went through, the rest was streamed
 
 
@@ -271,23 +302,132 @@ def test_copy_range_fallback_streams_chunks(tmp_path, source, monkeypatch, offse
     assert _copy(tmp_path, source, offset, length) == expected
 
 
-def test_copy_range_fallback_reads_views_of_at_most_one_chunk(tmp_path, source, monkeypatch):
+def test_copy_range_fallback_reads_at_most_one_chunk_at_a_time(tmp_path, source, monkeypatch):
     monkeypatch.delattr(os, "copy_file_range")
     monkeypatch.setattr(_io, "CHUNK_BYTES", 8)
-    sizes: list[int] = []
-    view = source.view
+    reads: list[tuple[int, int]] = []
+    preadv = os.preadv
 
-    def spy(offset: int, length: int) -> memoryview:
-        sizes.append(length)
-        return memoryview(view(offset, length))
+    def spy(fd: int, buffers: list[memoryview], offset: int) -> int:
+        reads.append((offset, sum(len(b) for b in buffers)))
+        return preadv(fd, buffers, offset)
 
-    monkeypatch.setattr(source, "view", spy)
+    monkeypatch.setattr(os, "preadv", spy)
     assert _copy(tmp_path, source, 100, 30) == b"HDR" + DATA[100:130] + b"END"
-    assert sizes == [8, 8, 8, 6]
+    assert reads == [(100, 8), (108, 8), (116, 8), (124, 6)]
 
 
-def test_copy_range_with_the_real_system_call(tmp_path, source):
-    assert _copy(tmp_path, source, 255, 700) == b"HDR" + DATA[255:955] + b"END"
+@pytest.mark.parametrize("offset", [ALIGNED, 255])
+def test_copy_range_with_the_real_system_calls(tmp_path, source, offset):
+    assert _copy(tmp_path, source, offset, 700) == b"HDR" + DATA[offset : offset + 700] + b"END"
+
+
+# --- read_chunks ------------------------------------------------------------------------------
+
+
+def test_read_chunks_reuses_one_buffer(source, monkeypatch):
+    monkeypatch.setattr(_io, "CHUNK_BYTES", 16)
+    monkeypatch.setattr(_io, "_SPARE", threading.local())
+    pieces, owners = [], []
+    for piece in _io.read_chunks(source, 10, 40):
+        assert isinstance(piece, memoryview)
+        pieces.append(bytes(piece))
+        owners.append(piece.obj)
+    assert pieces == [DATA[10:26], DATA[26:42], DATA[42:50]]
+    assert len(owners[0]) == 16  # type: ignore[arg-type]  # the bytearray behind the views
+    assert owners[1] is owners[0]
+    assert owners[2] is owners[0]
+    again = next(_io.read_chunks(source, 0, 5))  # the next call in this thread: the same buffer
+    assert isinstance(again, memoryview)
+    assert bytes(again) == DATA[:5]
+    assert again.obj is owners[0]
+    assert list(_io.read_chunks(source, 7, 0)) == []
+
+
+def test_read_chunks_grows_the_spare_buffer_to_a_chunk(source, monkeypatch):
+    monkeypatch.setattr(_io, "CHUNK_BYTES", 16)
+    monkeypatch.setattr(_io, "_SPARE", threading.local())
+    small = next(_io.read_chunks(source, 0, 4))
+    assert isinstance(small, memoryview)
+    assert len(small.obj) == 4  # type: ignore[arg-type]  # no chunk-sized buffer for 4 bytes
+    big = [bytes(p) for p in _io.read_chunks(source, 4, 20)]
+    assert big == [DATA[4:20], DATA[20:24]]
+    assert len(_io._SPARE.buffer) == 16
+
+
+def test_read_chunks_readers_in_one_thread_never_share_a_buffer(source, monkeypatch):
+    monkeypatch.setattr(_io, "CHUNK_BYTES", 8)
+    monkeypatch.setattr(_io, "_SPARE", threading.local())
+    first = _io.read_chunks(source, 0, 32)
+    second = _io.read_chunks(source, 500, 32)
+    got = [(bytes(a), bytes(b)) for a, b in zip(first, second, strict=True)]
+    assert got == [(DATA[i : i + 8], DATA[500 + i : 508 + i]) for i in range(0, 32, 8)]
+
+
+def test_read_chunks_threads_have_their_own_buffers(source, monkeypatch):
+    monkeypatch.setattr(_io, "CHUNK_BYTES", 8)
+    monkeypatch.setattr(_io, "_SPARE", threading.local())
+
+    def owner() -> object:
+        piece = next(_io.read_chunks(source, 0, 8))
+        assert isinstance(piece, memoryview)
+        return piece.obj
+
+    mine = owner()
+    theirs: list[object] = []
+    thread = threading.Thread(target=lambda: theirs.append(owner()))
+    thread.start()
+    thread.join()
+    assert theirs[0] is not mine
+
+
+class _NoDescriptor:
+    """A source without a file descriptor (as a remote one is)."""
+
+    def __init__(self, src: ByteSource) -> None:
+        self.src = src
+        self.reads: list[tuple[int, int]] = []
+
+    def fileno(self) -> int:
+        raise OSError("no descriptor")
+
+    def read(self, offset: int, length: int) -> bytes:
+        self.reads.append((offset, length))
+        return bytes(self.src.read(offset, length))
+
+
+def test_read_chunks_reads_a_source_without_descriptor(source, monkeypatch):
+    monkeypatch.setattr(_io, "CHUNK_BYTES", 16)
+    remote = _NoDescriptor(source)
+    got = b"".join(bytes(p) for p in _io.read_chunks(remote, 10, 40))  # type: ignore[arg-type]
+    assert got == DATA[10:50]
+    assert remote.reads == [(10, 16), (26, 16), (42, 8)]
+
+
+def test_read_chunks_without_preadv_reads_through_the_source(source, monkeypatch):
+    monkeypatch.setattr(_io, "CHUNK_BYTES", 16)
+    monkeypatch.delattr(os, "preadv")
+    reads: list[tuple[int, int]] = []
+    read = source.read
+
+    def spy(offset: int, length: int) -> bytes:
+        reads.append((offset, length))
+        return bytes(read(offset, length))
+
+    monkeypatch.setattr(source, "read", spy)
+    assert b"".join(bytes(p) for p in _io.read_chunks(source, 1, 20)) == DATA[1:21]
+    assert reads == [(1, 16), (17, 4)]
+
+
+def test_read_chunks_refuses_a_file_that_shrank(tmp_path):
+    path = tmp_path / "shrinks.bin"
+    path.write_bytes(DATA)
+    with ByteSource(path) as src:
+        os.truncate(path, 100)
+        with pytest.raises(CorruptCheckpointError) as info:
+            list(_io.read_chunks(src, 90, 20))
+    assert info.value.message == "read 10 of 20 bytes at offset 90: file truncated"
+    assert info.value.path == str(path)
 
 
 def test_copy_range_refuses_a_range_past_the_end(tmp_path, source):

@@ -208,10 +208,9 @@ class _ZipRecords:
         if len(self.infos) != len(records):
             raise CorruptCheckpointError("zip archive has duplicate record names")
         self.data_end = min(self.directory.cd_start, source.size)
-        self._buf = source.buffer
 
     def data_offset(self, info: ZipRecord) -> int:
-        n, m = local_header(self._buf, info, self.source.size)
+        n, m = local_header(self.source, info)
         offset = info.header_offset + 30 + n + m
         if offset + info.compress_size > self.data_end:
             raise CorruptCheckpointError(

@@ -182,7 +182,7 @@ def _zip_layout(
     small: dict[str, str] = {}
     ordered = sorted(directory.records, key=lambda r: r.header_offset)
     for index, record in enumerate(ordered):
-        n, m = local_header(buf, record, source.size)
+        n, m = local_header(source, record)
         start = record.header_offset
         data_offset = start + 30 + n + m
         data_end = data_offset + record.compress_size
@@ -272,7 +272,7 @@ def _zip_layout(
     }
     if pkl is not None:
         # the reader's unpickler saw every global as it resolved it: no second disassembly
-        head = _record_bytes(source, pkl, local_header(buf, pkl, source.size))[:2]
+        head = _record_bytes(source, pkl, local_header(source, pkl))[:2]
         protocol = head[1] if head[:1] == b"\x80" else 0
         header["pickle"] = {"protocol": protocol, "globals": list(dict.fromkeys(parsed.globals))}
     header["byteorder"] = small.get("byteorder", "little")
@@ -300,7 +300,7 @@ def _alignment(source: ByteSource, records: list[ZipRecord], prefix: str) -> int
 
     for record in records:
         if record.name == prefix + ".storage_alignment" and record.method == 0:
-            n, m = local_header(source.buffer, record, source.size)
+            n, m = local_header(source, record)
             text = source.read(record.header_offset + 30 + n + m, min(record.file_size, 16))
             if text.strip().isdigit() and 0 < int(text) <= 1 << 20:
                 return int(text)

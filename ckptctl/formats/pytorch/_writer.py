@@ -36,14 +36,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 import struct
 import zlib
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
-from ckptctl._io import CHUNK_BYTES, start_writeback
+from ckptctl._io import read_chunks, start_writeback
 from ckptctl.dtypes import TORCH_NAMES, DType
 from ckptctl.errors import CorruptCheckpointError, OutputError
 
@@ -53,7 +52,6 @@ if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
 
-    from ckptctl._io import ByteSource
     from ckptctl.model import JSONValue, TensorEntry
 
 __all__ = ["ALIGNMENT_BYTES", "archive_prefix", "write_zip"]
@@ -285,33 +283,7 @@ def _storage_chunks(storage: _Storage) -> Iterator[bytes | memoryview]:
     # views of the memory map would keep every page resident until the end.)
     source, offset = where
     source.check_range(offset, entry.nbytes, f"tensor {entry.name!r}")
-    yield from _read_chunks(source, offset, entry.nbytes)
-
-
-def _read_chunks(source: ByteSource, offset: int, nbytes: int) -> Iterator[bytes | memoryview]:
-    """``nbytes`` at ``offset`` in ``CHUNK_BYTES`` pieces, each valid until the next is taken.
-
-    A local file is read with ``preadv`` into one reused buffer (no page faults for a fresh
-    buffer per piece); a remote one, which has no descriptor, through ``read``.
-    """
-    try:
-        fd = source.fileno()
-    except (OSError, ValueError):  # io.UnsupportedOperation is both
-        fd = None
-    if fd is None:
-        for start in range(0, nbytes, CHUNK_BYTES):
-            yield source.read(offset + start, min(CHUNK_BYTES, nbytes - start))
-        return
-    buffer = memoryview(bytearray(min(CHUNK_BYTES, nbytes)))
-    for start in range(0, nbytes, CHUNK_BYTES):
-        piece = buffer[: min(CHUNK_BYTES, nbytes - start)]
-        got = os.preadv(fd, [piece], offset + start)
-        if got != len(piece):  # the file shrank since it was opened
-            raise CorruptCheckpointError(
-                f"read {got} of {len(piece)} bytes at offset {offset + start}: file truncated",
-                path=source.path,
-            )
-        yield piece
+    yield from read_chunks(source, offset, entry.nbytes)
 
 
 # --- pickle: a minimal protocol-2 emitter ---------------------------------------------------------

@@ -196,16 +196,21 @@ def _zip64_extra(extra: bytes, fsize: int, csize: int, offset: int) -> tuple[int
     return fsize, csize, offset
 
 
-def local_header(buf: memoryview, record: ZipRecord, size: int) -> tuple[int, int]:
+def local_header(source: ByteSource, record: ZipRecord) -> tuple[int, int]:
     """``(name length, extra length)`` of ``record``'s local header (spec 2.4 step 2).
+
+    Read with ``source.read`` (``pread``), not through the memory map: a fault on a mapped
+    page-cache folio can map all of it (up to 2 MiB), and reading the 64 local headers of a
+    1 GiB ``.pt`` through the map once took opening it from 15 to 146 MiB resident
+    (benchmarks/RESULTS.md, round two, continued).
 
     Raises:
         CorruptCheckpointError: no local header signature at the record's offset.
     """
     offset = record.header_offset
-    if offset < 0 or offset + 30 > size:
+    if offset < 0 or offset + 30 > source.size:
         raise CorruptCheckpointError(f"zip record {record.name!r} has no local header")
-    sig, *_rest, n, m = _LOCAL.unpack(bytes(buf[offset : offset + _LOCAL.size]))
+    sig, *_rest, n, m = _LOCAL.unpack(source.read(offset, _LOCAL.size))
     if sig != b"PK\x03\x04":
         raise CorruptCheckpointError(f"zip record {record.name!r} has no local header")
     return n, m
