@@ -8,9 +8,11 @@ stopped (``--budget``, Ctrl-C) resumes where it stopped: mutmut keeps each verdi
 
 Results go to ``benchmarks/mutation_results.json`` (machine-readable, kept in the repository)
 and ``benchmarks/MUTATION.md`` (the table: mutants, killed, survived, equivalent, score per unit,
-then every survivor and every equivalent mutant with its reason). Equivalent mutants are listed
-by hand in ``benchmarks/mutation_equivalent.toml``; an entry whose mutated line no longer
-matches the mutant of that name is stale and counts as a survivor again.
+then every survivor and every equivalent mutant with its reason). Reasons are written by hand in
+``benchmarks/mutation_reasons.toml``: ``[[equivalent]]`` entries (the same behaviour as the
+original: left out of the score) and ``[[survivor]]`` entries (a real change no test catches,
+and why it is left: still counted as survived). An entry whose mutated line no longer matches
+the mutant of that name is stale: the mutant is then an unexplained survivor again.
 
     python benchmarks/mutation.py --list
     python benchmarks/mutation.py dtypes.py _io.py --jobs 2 --budget 900
@@ -43,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 WORK = REPO / "benchmarks" / "_work" / "mutation"
 RESULTS_JSON = REPO / "benchmarks" / "mutation_results.json"
 RESULTS_MD = REPO / "benchmarks" / "MUTATION.md"
-EQUIVALENT_TOML = REPO / "benchmarks" / "mutation_equivalent.toml"
+REASONS_TOML = REPO / "benchmarks" / "mutation_reasons.toml"
 
 #: mutmut's verdicts, grouped the way the score counts them.
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
@@ -213,12 +215,12 @@ def mutated_lines(work: Path, name: str) -> list[str]:
     ]
 
 
-def equivalents() -> dict[str, tuple[str, str]]:
-    """Mutant name -> (its mutated line, the reason it is equivalent)."""
-    if not EQUIVALENT_TOML.exists():
+def reasons(kind: str) -> dict[str, tuple[str, str]]:
+    """Mutant name -> (mutated line, reason) for ``kind``: ``equivalent`` or ``survivor``."""
+    if not REASONS_TOML.exists():
         return {}
-    data = tomllib.loads(EQUIVALENT_TOML.read_text(encoding="utf-8"))
-    return {e["mutant"]: (e["mutated"], e["reason"]) for e in data.get("equivalent", [])}
+    data = tomllib.loads(REASONS_TOML.read_text(encoding="utf-8"))
+    return {e["mutant"]: (e["mutated"], e["reason"]) for e in data.get(kind, [])}
 
 
 @dataclass
@@ -240,7 +242,7 @@ class UnitResult:
 
 
 def summarise(unit: str, work: Path, seconds: float) -> UnitResult:
-    known = equivalents()
+    known, explained = reasons("equivalent"), reasons("survivor")
     result = UnitResult(unit, seconds=seconds, date=f"{dt.date.today():%Y-%m-%d}")
     for name, status in sorted(verdicts(work).items(), key=lambda kv: _natural(kv[0])):
         result.mutants += 1
@@ -251,10 +253,13 @@ def summarise(unit: str, work: Path, seconds: float) -> UnitResult:
         else:
             lines = mutated_lines(work, name)
             entry: dict[str, object] = {"mutant": name, "status": status, "diff": lines}
-            if name in known and any(known[name][0] in line for line in lines if line[0] == "+"):
+            added = [line for line in lines if line[0] == "+"]
+            if name in known and any(known[name][0] in line for line in added):
                 entry["reason"] = known[name][1]
                 result.equivalent.append(entry)
             else:
+                if name in explained and any(explained[name][0] in line for line in added):
+                    entry["reason"] = explained[name][1]
                 result.survivors.append(entry)
     return result
 
@@ -348,8 +353,9 @@ def render(results: dict[str, dict[str, object]]) -> str:
         "Written by `python benchmarks/mutation.py` (mutmut, config in `pyproject.toml`",
         "`[tool.mutmut]`); see README, Development. Score = killed / (killed + survived);",
         "equivalent mutants (the same behaviour as the original, reasons below and in",
-        "`benchmarks/mutation_equivalent.toml`) and mutants not run yet are left out. A survivor",
-        "marked *no tests* is code the fast tiers never reach.",
+        "`benchmarks/mutation_reasons.toml`) and mutants not run yet are left out. Every survivor",
+        "is listed with the reason no test kills it (`[[survivor]]` in the same file); one marked",
+        "*no tests* is code the fast tiers never reach.",
         "",
         "| unit | mutants | killed | survived | equivalent | not run | score | run on | run time |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
@@ -374,6 +380,9 @@ def render(results: dict[str, dict[str, object]]) -> str:
     lines += ["", "## Survivors", ""]
     if not total.survivors:
         lines.append("None.")
+    unexplained = sum(1 for s in total.survivors if not s.get("reason"))
+    if unexplained:
+        lines += [f"**{unexplained} without a recorded reason yet.**", ""]
     for s in total.survivors:
         diff = "; ".join(f"`{d}`" for d in s["diff"])  # type: ignore[attr-defined]  # list[str]
         lines.append(f"- `{s['mutant']}` ({s['status']}): {diff}")
@@ -423,7 +432,7 @@ def main() -> None:
             print(f"{slug(unit):28} {unit}")
         return
     results = load_results()
-    if args.report:  # re-read the verdicts (and mutation_equivalent.toml) of every copy
+    if args.report:  # re-read the verdicts (and mutation_reasons.toml) of every copy
         for unit in units():
             work = WORK / slug(unit)
             if (work / "mutants").is_dir():

@@ -20,18 +20,9 @@ def decode_cbor(blob: bytes) -> object:
     """Decode the metadata item; every decoder failure becomes CorruptCheckpointError."""
     # A decoder on a stream reads one item: trailing bytes inside N are ignored, as in burn.
     stream = io.BytesIO(blob)
-    try:
-        try:
-            decoder = cbor2.CBORDecoder(
-                stream, max_depth=MAX_CBOR_DEPTH, allow_duplicate_keys=False
-            )
-        except TypeError:  # cbor2 < 6 has no depth limit; RecursionError below bounds it
-            decoder = cbor2.CBORDecoder(stream)
+    try:  # cbor2 >= 6 (pyproject.toml) bounds the nesting itself
+        decoder = cbor2.CBORDecoder(stream, max_depth=MAX_CBOR_DEPTH, allow_duplicate_keys=False)
         return decoder.decode()
-    except RecursionError:
-        raise CorruptCheckpointError(
-            f"CBOR metadata is nested deeper than {MAX_CBOR_DEPTH} levels"
-        ) from None
     except Exception as exc:  # cbor2's tag decoders can raise almost anything on hostile input
         raise CorruptCheckpointError(f"invalid CBOR metadata: {exc}") from None
 

@@ -1,0 +1,119 @@
+"""benchmarks/mutation.py: how verdicts and hand-written reasons become MUTATION.md (issue 17).
+
+mutmut itself is not needed: the harness's calls into it are replaced by fixed verdicts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import tomllib
+
+from tests.conftest import REPO
+
+REASONS = REPO / "benchmarks" / "mutation_reasons.toml"
+
+
+@pytest.fixture
+def harness(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("mutation", REPO / "benchmarks" / "mutation.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "mutation", module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fake_run(
+    harness: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reasons: str
+) -> ModuleType:
+    toml = tmp_path / "reasons.toml"
+    toml.write_text(reasons, encoding="utf-8")
+    monkeypatch.setattr(harness, "REASONS_TOML", toml)
+    verdicts = {
+        "ckptctl.m.x_f__mutmut_1": "killed",
+        "ckptctl.m.x_f__mutmut_2": "survived",  # equivalent
+        "ckptctl.m.x_f__mutmut_3": "survived",  # explained survivor
+        "ckptctl.m.x_f__mutmut_4": "survived",  # stale entry: the mutant changed
+        "ckptctl.m.x_f__mutmut_10": "no tests",  # no entry
+        "ckptctl.m.x_f__mutmut_5": "not checked",
+    }
+    diffs = {
+        "ckptctl.m.x_f__mutmut_2": ["-    a = 1", "+    a = 1.0"],
+        "ckptctl.m.x_f__mutmut_3": ["-    b = x", "+    b = None"],
+        "ckptctl.m.x_f__mutmut_4": ["-    c = y", "+    c = z"],
+        "ckptctl.m.x_f__mutmut_10": ["-    d = 0", "+    d = 1"],
+    }
+    monkeypatch.setattr(harness, "verdicts", lambda work: verdicts)
+    monkeypatch.setattr(harness, "mutated_lines", lambda work, name: diffs[name])
+    return harness
+
+
+def test_reasons_sort_mutants_into_equivalent_explained_and_unexplained(
+    harness: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    reasons = """
+[[equivalent]]
+mutant = "ckptctl.m.x_f__mutmut_2"
+mutated = "a = 1.0"
+reason = "an int and a float compare equal here"
+
+[[survivor]]
+mutant = "ckptctl.m.x_f__mutmut_3"
+mutated = "b = None"
+reason = "only reachable with a 100 MiB input"
+
+[[survivor]]
+mutant = "ckptctl.m.x_f__mutmut_4"
+mutated = "c = w"
+reason = "stale: the mutant now writes z"
+"""
+    result = _fake_run(harness, monkeypatch, tmp_path, reasons).summarise("u", tmp_path, 1.0)
+    assert (result.mutants, result.killed, result.pending) == (6, 1, 1)
+    assert [e["mutant"] for e in result.equivalent] == ["ckptctl.m.x_f__mutmut_2"]
+    survivors = {s["mutant"]: s.get("reason") for s in result.survivors}
+    assert survivors == {
+        "ckptctl.m.x_f__mutmut_3": "only reachable with a 100 MiB input",
+        "ckptctl.m.x_f__mutmut_4": None,
+        "ckptctl.m.x_f__mutmut_10": None,  # natural order: 10 after 4
+    }
+    assert list(survivors) == sorted(survivors, key=lambda n: int(n.rpartition("_")[2]))
+    assert result.score == pytest.approx(1 / 4)
+    text = harness.render({"u": result.__dict__})
+    assert "| `u` | 6 | 1 | 3 | 1 | 1 | 25.0% |" in text
+    assert "**2 without a recorded reason yet.**" in text
+    assert "  only reachable with a 100 MiB input" in text
+    assert "`+    a = 1.0` — an int and a float compare equal here" in text
+
+
+def test_no_reason_line_when_every_survivor_is_explained(
+    harness: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    reasons = "".join(
+        f'[[survivor]]\nmutant = "ckptctl.m.x_f__mutmut_{n}"\nmutated = "{m}"\nreason = "r{n}"\n'
+        for n, m in ((2, "a = 1.0"), (3, "b = None"), (4, "c = z"), (10, "d = 1"))
+    )
+    result = _fake_run(harness, monkeypatch, tmp_path, reasons).summarise("u", tmp_path, 1.0)
+    assert [s["reason"] for s in result.survivors] == ["r2", "r3", "r4", "r10"]
+    assert result.equivalent == []
+    assert "without a recorded reason" not in harness.render({"u": result.__dict__})
+
+
+def test_the_reasons_file_is_well_formed() -> None:
+    data = tomllib.loads(REASONS.read_text(encoding="utf-8"))
+    assert set(data) <= {"equivalent", "survivor"}
+    seen: set[str] = set()
+    for entries in data.values():
+        for entry in entries:
+            assert set(entry) == {"mutant", "mutated", "reason"}, entry
+            assert entry["mutant"].startswith("ckptctl."), entry
+            assert "__mutmut_" in entry["mutant"], entry
+            assert entry["mutated"].strip(), entry
+            assert entry["reason"].strip(), entry
+            assert entry["mutant"] not in seen, f"{entry['mutant']} listed twice"
+            seen.add(entry["mutant"])
