@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import shutil
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import REPO, VALID
 
@@ -92,3 +94,60 @@ def test_floor_pt_times_every_part(monkeypatch):
     ]
     assert all(seconds > 0 for seconds in parts.values())
     assert parts["floor (sum)"] == sum(v for k, v in parts.items() if k != "floor (sum)")
+
+
+def _copy_scripts(tmp_path: Path) -> Path:
+    """The benchmark scripts in a copy of benchmarks/: their inputs land in tmp_path/_work."""
+    target = tmp_path / "benchmarks"
+    target.mkdir()
+    for script in BENCHMARKS.glob("*.py"):
+        shutil.copy2(script, target / script.name)
+    return target
+
+
+MPK_SMALL = ["--size-mib", "4", "--gz-size-mib", "2", "--runs", "1"]
+
+
+def test_bench_mpk_smoke(tmp_path):
+    scripts = _copy_scripts(tmp_path)
+    out = subprocess.run(
+        [sys.executable, str(scripts / "bench_mpk.py"), *MPK_SMALL],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    rows = [line.split(" | ") for line in out.stdout.splitlines() if line.startswith("| m")]
+    rows += [line.split(" | ") for line in out.stdout.splitlines() if line.startswith("| ls")]
+    assert [r[0] for r in rows] == [
+        "| mpk → bpk",
+        "| mpk → bpk, --no-fsync",
+        "| mpk.gz → bpk, --no-fsync",
+        "| ls mpk",
+    ]
+    for row in rows:
+        rss, budget = (int(cell.split()[0]) for cell in row[5:7])
+        assert 0 < rss <= budget  # the issue #12 memory goal holds even at this size
+
+
+def test_bench_remote_smoke(tmp_path):
+    scripts = _copy_scripts(tmp_path)
+    out = subprocess.run(
+        [sys.executable, str(scripts / "bench_remote.py"), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},  # it serves files with tests/loopback.py
+    )
+    results = {r["format"]: r for r in json.loads(out.stdout)["results"]}
+    assert {"safetensors", "burnpack", "pytorch-zip"} <= set(results)
+    for result in results.values():
+        assert result["tensors"] == 64
+        assert result["requests"] == result["server_requests"]
+    # header-only over the network (issue #16): a few requests, a small part of the file
+    assert results["safetensors"]["requests"] <= 2
+    assert results["pytorch-zip"]["requests"] <= 3
+    assert results["safetensors"]["bytes_fetched"] < results["safetensors"]["bytes"] // 8
