@@ -42,7 +42,9 @@ from pathlib import Path
 import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
-WORK = REPO / "benchmarks" / "_work" / "mutation"
+# resolved, so that mutmut runs in one real directory whichever worktree starts it (in a
+# second worktree, _work may be a symlink to the first one's)
+WORK = (REPO / "benchmarks" / "_work" / "mutation").resolve()
 RESULTS_JSON = REPO / "benchmarks" / "mutation_results.json"
 RESULTS_MD = REPO / "benchmarks" / "MUTATION.md"
 REASONS_TOML = REPO / "benchmarks" / "mutation_reasons.toml"
@@ -301,7 +303,8 @@ def run_unit(
     configure(work, unit, deselect)
     names: list[str] = []
     if rerun_survivors:
-        names = [n for n, s in verdicts(work).items() if s in SURVIVED]
+        # pending ones too: a run stopped (or failed) after forgetting the survivors left them so
+        names = [n for n, s in verdicts(work).items() if s in SURVIVED | PENDING]
         # new tests must be seen by the stats run that maps tests to functions
         (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
         forget(work, names)

@@ -96,6 +96,13 @@ def test_floor_pt_times_every_part(monkeypatch):
     assert parts["floor (sum)"] == sum(v for k, v in parts.items() if k != "floor (sum)")
 
 
+def _child_env(**extra: str) -> dict[str, str]:
+    """This environment for a child that imports ckptctl from the tree, never under a mutant:
+    mutmut's trampolines (benchmarks/mutation.py) work only inside mutmut's own processes."""
+    env = {k: v for k, v in os.environ.items() if k != "MUTANT_UNDER_TEST"}
+    return env | extra
+
+
 def _copy_scripts(tmp_path: Path) -> Path:
     """The benchmark scripts in a copy of benchmarks/: their inputs land in tmp_path/_work."""
     target = tmp_path / "benchmarks"
@@ -140,7 +147,7 @@ def test_bench_remote_smoke(tmp_path):
         check=True,
         timeout=300,
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},  # it serves files with tests/loopback.py
+        env=_child_env(PYTHONPATH=str(REPO)),  # it serves files with tests/loopback.py
     )
     results = {r["format"]: r for r in json.loads(out.stdout)["results"]}
     assert {"safetensors", "burnpack", "pytorch-zip"} <= set(results)

@@ -200,6 +200,8 @@ def test_tensor_limit_is_inclusive(tmp_path: Path) -> None:
          "tensor 'w' has 8 bytes in the file, but shape [3] of 'F32' needs 12"),
         (desc("F32", [1], 0, 8),
          "tensor 'w' has 8 bytes in the file, but shape [1] of 'F32' needs 4"),
+        (desc("F32", [1], 256, 264),  # the size is end - start, not end or end + start
+         "tensor 'w' has 8 bytes in the file, but shape [1] of 'F32' needs 4"),
         (desc(5, [2], 0, 8), "tensor 'w': dtype 5 is neither a text string nor a one-entry map"),
         (desc({"Bool": "U8", "x": 1}, [2], 0, 8),
          "tensor 'w': dtype {'Bool': 'U8', 'x': 1} is neither a text string nor a one-entry map"),
@@ -571,15 +573,18 @@ def test_quantized_notes(tmp_path: Path) -> None:
         "tensors": {
             "n": desc({"QFloat": {"value": "Q8S"}}, [2], 0, 4),
             "o": desc({"QFloat": {"param": 1}}, [2, 1], 256, 260),
+            "p": desc({"QFloat": {"level": "Tensor"}}, [3], 512, 516),
         }
     }
     path = tmp_path / "q.bpk"
-    path.write_bytes(pack(top, {0: bytes(4), 256: bytes(4)}))
+    path.write_bytes(pack(top, {0: bytes(4), 256: bytes(4), 512: bytes(4)}))
     with open_checkpoint(path) as ckpt:
         assert ckpt.notes == [
             "tensor 'n' is quantized (Q8S, shape [2]); listed as its opaque payload bytes (U8)",
             "tensor 'o' is quantized (unknown, shape [2, 1]); listed as its opaque payload bytes"
             " (U8); scheme in the burn 0.19-0.22.0-pre.2 form",
+            "tensor 'p' is quantized (unknown, shape [3]); listed as its opaque payload bytes"
+            " (U8); scheme in the burn 0.19-0.22.0-pre.2 form",  # `level` alone marks it too
         ]
 
 
@@ -889,3 +894,26 @@ def test_u32_bool_entry(tmp_path: Path) -> None:
         assert dict(b.extra) == {"bool_store": "U32"}
         assert b.source_dtype == {"Bool": "U32"}
         assert bytes(b.data.read()) == b"\x00\x01\x01"
+
+
+def test_version_is_unsigned(tmp_path: Path) -> None:
+    """The header's u16 version 0x8000 is 32768 (newer), not -32768 (older)."""
+    data = bytearray(one(desc("F32", [2], 0, 8)))
+    data[4:6] = struct.pack("<H", 0x8000)
+    err = parse_error(tmp_path, bytes(data), UnsupportedError)
+    assert err.message == "burnpack format version 32768 is newer than the supported version 1"
+
+
+def test_metadata_size_limit_is_inclusive(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptctl.formats.burnpack import writer
+
+    entries = [entry("w", DType.U8, (1,), b"\x01")]
+    size = plan_layout(entries, {}, {}).metadata_length
+    monkeypatch.setattr(writer, "MAX_METADATA_BYTES", size)
+    assert plan_layout(entries, {}, {}).metadata_length == size  # exactly at the limit: fine
+    monkeypatch.setattr(writer, "MAX_METADATA_BYTES", size - 1)
+    with pytest.raises(UnsupportedError) as info:
+        plan_layout(entries, {}, {})
+    assert info.value.message == (
+        f"metadata of {size} bytes exceeds burnpack's limit of {size - 1}"
+    )

@@ -258,7 +258,7 @@ def parse_file(
 
 
 def _check_ranges(
-    tensors: list[ParsedTensor], data_start: int, size: int, *, truncated_ok: bool = False
+    tensors: list[ParsedTensor], data_start: int, size: int, *, truncated_ok: bool
 ) -> None:
     """Every payload inside the file, no two non-empty payloads overlapping."""
     reach, owner = 0, ""
