@@ -42,8 +42,9 @@ MAX_WALK_NODES = 2_000_000
 MAX_LISTED_KEYS = 100
 #: Most tensors listed from one file.
 MAX_TENSORS = 10_000_000
-#: Largest element count (ignoring zero dimensions) a shape may describe: numpy's index range.
-MAX_ELEMENTS = 2**63 - 1
+#: Largest byte size (elements ignoring zero dimensions, times the item size) a shape may
+#: describe: numpy refuses any larger array, even an empty one.
+MAX_BYTES = 2**63 - 1
 
 _DTYPES: dict[str, DType] = {
     "float64": DType.F64, "float32": DType.F32, "float16": DType.F16, "bfloat16": DType.BF16,
@@ -296,8 +297,7 @@ def _contiguous(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
 def _storage_nbytes(parsed: Parsed, ref: StorageRef) -> int:
     if ref.inline is not None:
         return len(ref.inline)
-    found = parsed.storages.get(ref.key)
-    return found.nbytes if found is not None else 0
+    return parsed.storages[ref.key].nbytes  # _entry has refused a key not in the file
 
 
 def make_entries(
@@ -384,7 +384,7 @@ def _entry(parsed: Parsed, found: Found, source: ByteSource) -> TensorEntry:
         if (base + count) * itemsize > storage_bytes:
             raise CorruptCheckpointError(f"tensor {name!r} uses a storage view past its storage")
     numel = math.prod(t.size)
-    if (numel or math.prod(d for d in t.size if d)) > MAX_ELEMENTS:
+    if (numel or math.prod(d for d in t.size if d)) * itemsize > MAX_BYTES:
         # numpy cannot even describe an empty array this large (fixtures/hostile/limits)
         raise CorruptCheckpointError(
             f"tensor {name!r} has shape {list(t.size)}, too large to represent",
