@@ -13,6 +13,7 @@ import errno
 import os
 import socket
 import stat
+import sys
 import threading
 from collections.abc import Callable
 
@@ -665,3 +666,70 @@ def test_writeback_of_a_single_byte_is_started(tmp_path, monkeypatch):
         _io.start_writeback(out, 1, -1)
         fd = out.fileno()
     assert calls == [(fd, 0, 1, 2)]
+
+
+def test_read_chunks_reports_the_offset_of_the_short_piece(tmp_path, monkeypatch):
+    monkeypatch.setattr(_io, "CHUNK_BYTES", 16)
+    path = tmp_path / "shrinks.bin"
+    path.write_bytes(DATA)
+    with ByteSource(path) as src:
+        os.truncate(path, 100)
+        reader = _io.read_chunks(src, 80, 40)
+        assert bytes(next(reader)) == DATA[80:96]
+        with pytest.raises(CorruptCheckpointError) as info:
+            next(reader)
+    assert info.value.message == "read 4 of 16 bytes at offset 96: file truncated"
+
+
+def test_read_chunks_keeps_a_spare_of_exactly_the_size_asked(source, monkeypatch):
+    monkeypatch.setattr(_io, "CHUNK_BYTES", 16)
+    monkeypatch.setattr(_io, "_SPARE", threading.local())
+    first = next(_io.read_chunks(source, 0, 16))
+    again = next(_io.read_chunks(source, 16, 16))
+    assert isinstance(first, memoryview)
+    assert isinstance(again, memoryview)
+    assert again.obj is first.obj
+    assert bytes(again) == DATA[16:32]
+
+
+class _CountingCopy:
+    """``os.copy_file_range`` that claims every byte asked for and copies none (counts only)."""
+
+    def __init__(self) -> None:
+        self.counts: list[int] = []
+
+    def __call__(self, src: int, dst: int, count: int, *offsets: int) -> int:
+        self.counts.append(count)
+        return count
+
+
+def test_copy_range_asks_the_kernel_for_at_most_1_gib_a_call(tmp_path, monkeypatch):
+    big = tmp_path / "sparse.bin"
+    with open(big, "wb") as f:
+        f.truncate((5 << 29) + ALIGNED)  # 2.5 GiB + the head, sparse: no disk used
+    fake = _CountingCopy()
+    monkeypatch.setattr(os, "copy_file_range", fake)
+    with ByteSource(big) as src, open(tmp_path / "out.bin", "wb") as out:
+        out.write(b"HDR")
+        copy_range(src, ALIGNED, 5 << 29, out)
+    assert fake.counts == [1 << 30, 1 << 30, 1 << 29]  # what is left, at most 1 GiB a call
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="libc through ctypes: Linux")
+def test_libc_function_on_linux_passes_64_bit_arguments_and_keeps_errno(tmp_path):
+    call = _io.libc_function("sync_file_range", "c_int", "c_int64", "c_int64", "c_uint")
+    assert call is not None
+    with open(tmp_path / "f.bin", "wb") as f:
+        f.write(b"x" * 4096)
+        f.flush()
+        assert call(f.fileno(), 0, 1 << 40, 2) == 0  # a 64-bit length, an int result
+    import ctypes
+
+    assert call(-1, 0, 4096, 2) == -1
+    assert ctypes.get_errno() == errno.EBADF  # the call's errno is kept for the caller
+    assert _io.libc_function("no_such_function_in_libc", "c_int") is None
+
+
+def test_libc_function_is_none_off_linux(monkeypatch):
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert _io.libc_function("sync_file_range", "c_int") is None
