@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from floor_copy import copy_pieces  # the floor's copy loop, the same two ways
 
 WORK = Path(__file__).resolve().parent / "_work"
 CKPTCTL = [sys.executable, "-m", "ckptctl"]
@@ -297,6 +298,20 @@ def startup(runs: int) -> list[dict[str, object]]:
     return out
 
 
+def timings(
+    fn: Callable[[], object], runs: int, before: Callable[[], object] = lambda: None
+) -> list[float]:
+    """Wall seconds of ``runs`` calls of ``fn`` in this process, each after an untimed
+    ``before()``."""
+    times = []
+    for _ in range(runs):
+        before()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def micro(size_mib: int, runs: int) -> list[dict[str, object]]:
     """In-process throughput of the transpose and cast kernels against a plain memory copy."""
     from ckptctl.adapters.cast import convert_float
@@ -315,12 +330,7 @@ def micro(size_mib: int, runs: int) -> list[dict[str, object]]:
     results = []
     for name, kernel in kernels.items():
         kernel()  # warm up: first-touch page faults are not the kernel's cost
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            kernel()
-            times.append(time.perf_counter() - start)
-        seconds = statistics.median(times)
+        seconds = statistics.median(timings(kernel, runs))
         results.append({"kernel": name, "MiB": array.nbytes / (1 << 20), "seconds": seconds,
                         "GiB_s": array.nbytes / seconds / (1 << 30)})  # fmt: skip
     return results
@@ -336,37 +346,23 @@ def copies(size_mib: int, runs: int) -> list[dict[str, object]]:
     warm(src)
     dst = WORK / "copy-micro.bin"
     size = src.stat().st_size - 4096
-    chunk = 8 << 20
 
-    def kernel_copy(gap: int) -> None:
+    def copy(gap: int, *, kernel: bool) -> None:
         with open(src, "rb") as fin, open(dst, "wb") as fout:
-            done = 0
-            while done < size:
-                step = min(chunk, size - done)
-                done += os.copy_file_range(fin.fileno(), fout.fileno(), step, done, done + gap)
+            copy_pieces(fin.fileno(), fout.fileno(), [(0, gap, size)], kernel=kernel)
 
-    def buffer_copy(gap: int) -> None:
-        buffer = memoryview(bytearray(chunk))
-        with open(src, "rb") as fin, open(dst, "wb") as fout:
-            done = 0
-            while done < size:
-                got = os.preadv(fin.fileno(), [buffer[: min(chunk, size - done)]], done)
-                done += os.pwrite(fout.fileno(), buffer[:got], done + gap)
+    def fresh() -> None:
+        dst.unlink(missing_ok=True)
+        os.sync()
 
     ways = {
-        "copy_file_range, page-congruent": lambda: kernel_copy(0),
-        "copy_file_range, 248 bytes off": lambda: kernel_copy(248),
-        "preadv + pwrite, one 8 MiB buffer, 248 bytes off": lambda: buffer_copy(248),
+        "copy_file_range, page-congruent": lambda: copy(0, kernel=True),
+        "copy_file_range, 248 bytes off": lambda: copy(248, kernel=True),
+        "preadv + pwrite, one 8 MiB buffer, 248 bytes off": lambda: copy(248, kernel=False),
     }
     results = []
     for name, way in ways.items():
-        times = []
-        for _ in range(runs):
-            dst.unlink(missing_ok=True)
-            os.sync()
-            start = time.perf_counter()
-            way()
-            times.append(time.perf_counter() - start)
+        times = timings(way, runs, before=fresh)
         results.append({"copy": name, "MiB": size / (1 << 20), "median_s": statistics.median(times),
                         "best_s": min(times)})  # fmt: skip
     dst.unlink(missing_ok=True)

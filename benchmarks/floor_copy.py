@@ -21,10 +21,6 @@ import os
 import struct
 import sys
 
-if "--bare" not in sys.argv:
-    import click  # noqa: F401  (imported for its cost: the floor includes the CLI framework)
-    import rich.console  # noqa: F401  (and the report output)
-
 CHUNK = 8 << 20  # ckptctl._io.CHUNK_BYTES
 ALIGN = 256
 
@@ -48,23 +44,33 @@ def main(src: str, dst: str, *, same_offsets: bool = False) -> None:
     try:
         if out_pos:
             os.posix_fallocate(fd_out, 0, out_pos)  # pre-sized, as ckptctl's writers do
-        buffer = memoryview(bytearray(CHUNK))
-        for src_at, dst_at, size in plan:
-            done = 0
-            while done < size:
-                n = min(CHUNK, size - done)
-                if same_offsets:  # what cp does: the kernel moves whole pages
-                    got = os.copy_file_range(fd_in, fd_out, n, src_at + done, dst_at + done)
-                else:  # pages split in two: one buffer is faster (ckptctl's copy_range)
-                    got = os.preadv(fd_in, [buffer[:n]], src_at + done)
-                    os.pwrite(fd_out, buffer[:got], dst_at + done)
-                if got <= 0:
-                    raise OSError(f"copied {got} bytes")
-                done += got
+        copy_pieces(fd_in, fd_out, plan, kernel=same_offsets)
     finally:
         os.close(fd_in)
         os.close(fd_out)
 
 
+def copy_pieces(fd_in: int, fd_out: int, plan: list[tuple[int, int, int]], *, kernel: bool) -> None:
+    """Copy each ``(source offset, destination offset, size)`` in ``CHUNK`` pieces: with
+    ``copy_file_range`` (``kernel``, what cp does: the kernel moves the pages) or through one
+    buffer (what ckptctl's ``copy_range`` does where the offsets are not page-congruent)."""
+    buffer = memoryview(bytearray(CHUNK))
+    for src_at, dst_at, size in plan:
+        done = 0
+        while done < size:
+            n = min(CHUNK, size - done)
+            if kernel:
+                got = os.copy_file_range(fd_in, fd_out, n, src_at + done, dst_at + done)
+            else:
+                got = os.preadv(fd_in, [buffer[:n]], src_at + done)
+                os.pwrite(fd_out, buffer[:got], dst_at + done)
+            if got <= 0:
+                raise OSError(f"copied {got} bytes")
+            done += got
+
+
 if __name__ == "__main__":
+    if "--bare" not in sys.argv:  # imported for their cost: the floor includes the CLI framework
+        import click  # noqa: F401
+        import rich.console  # noqa: F401  (and the report output)
     main(sys.argv[1], sys.argv[2], same_offsets="--same-offsets" in sys.argv)

@@ -26,12 +26,11 @@ import pickle
 import statistics
 import subprocess
 import sys
-import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import child_env
+from bench import child_env, timings
 
 from ckptctl.formats.pytorch._safety import assess_pickle
 from ckptctl.formats.pytorch._scan import scan_pickle
@@ -54,13 +53,8 @@ class _Bare(pickle.Unpickler):
         return pid
 
 
-def _best(fn: Callable[[], object], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def _median(fn: Callable[[], object], runs: int) -> float:
+    return statistics.median(timings(fn, runs))
 
 
 def floor(many: Path, small: Path, runs: int) -> dict[str, float]:
@@ -73,13 +67,13 @@ def floor(many: Path, small: Path, runs: int) -> dict[str, float]:
         subprocess.run([*cmd, str(small)], check=True, env=child_env(), capture_output=True)
 
     parts = {
-        "start-up (ls --json of a 1-tensor .pt, whole process)": _best(start, runs),
-        "bounds pass over data.pkl": _best(lambda: scan_pickle(data, 0, "data.pkl"), runs),
-        "safety walk over data.pkl": _best(lambda: assess_pickle(data, "data.pkl"), runs),
-        "C unpickler, callbacks that do nothing": _best(
+        "start-up (ls --json of a 1-tensor .pt, whole process)": _median(start, runs),
+        "bounds pass over data.pkl": _median(lambda: scan_pickle(data, 0, "data.pkl"), runs),
+        "safety walk over data.pkl": _median(lambda: assess_pickle(data, "data.pkl"), runs),
+        "C unpickler, callbacks that do nothing": _median(
             lambda: _Bare(io.BytesIO(data)).load(), runs
         ),
-        "json.dumps of the report": _best(lambda: json.dumps(report), runs),
+        "json.dumps of the report": _median(lambda: json.dumps(report), runs),
     }
     parts["floor (sum)"] = sum(parts.values())
     return parts

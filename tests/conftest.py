@@ -10,6 +10,7 @@ instead, and so does a run that selects no test of a listed tier (see ``.ci/run`
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Generator
 from pathlib import Path
@@ -37,6 +38,16 @@ os.environ.setdefault(
 TIERS = ("torch", "corpus")
 _tier_counts = pytest.StashKey[dict[str, int]]()
 REQUIRE_TIERS_ENV = "CKPTCTL_REQUIRE_TIERS"
+
+
+def copy_benchmarks(tmp_path: Path) -> Path:
+    """The benchmark scripts in ``tmp_path/benchmarks``: inputs they generate in ``_work/``
+    beside themselves land in tmp_path, not in the checkout."""
+    target = tmp_path / "benchmarks"
+    target.mkdir()
+    for script in (REPO / "benchmarks").glob("*.py"):
+        shutil.copy2(script, target / script.name)
+    return target
 
 
 def required_tiers() -> set[str]:

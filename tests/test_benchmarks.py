@@ -5,23 +5,17 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import shutil
 import struct
 import subprocess
 import sys
-from pathlib import Path
 
-from tests.conftest import REPO, VALID
+from tests.conftest import REPO, VALID, copy_benchmarks
 
 BENCHMARKS = REPO / "benchmarks"
 
 
 def test_bench_smoke(tmp_path):
-    # bench.py generates its inputs in _work/ beside itself: run a copy so they land in tmp_path.
-    script = tmp_path / "benchmarks" / "bench.py"
-    script.parent.mkdir()
-    for name in ("bench.py", "floor_copy.py"):
-        shutil.copy2(BENCHMARKS / name, script.parent / name)
+    script = copy_benchmarks(tmp_path) / "bench.py"
     out = subprocess.run(
         [
             sys.executable,
@@ -103,20 +97,11 @@ def _child_env(**extra: str) -> dict[str, str]:
     return env | extra
 
 
-def _copy_scripts(tmp_path: Path) -> Path:
-    """The benchmark scripts in a copy of benchmarks/: their inputs land in tmp_path/_work."""
-    target = tmp_path / "benchmarks"
-    target.mkdir()
-    for script in BENCHMARKS.glob("*.py"):
-        shutil.copy2(script, target / script.name)
-    return target
-
-
 MPK_SMALL = ["--size-mib", "4", "--gz-size-mib", "2", "--runs", "1"]
 
 
 def test_bench_mpk_smoke(tmp_path):
-    scripts = _copy_scripts(tmp_path)
+    scripts = copy_benchmarks(tmp_path)
     out = subprocess.run(
         [sys.executable, str(scripts / "bench_mpk.py"), *MPK_SMALL],
         capture_output=True,
@@ -139,7 +124,7 @@ def test_bench_mpk_smoke(tmp_path):
 
 
 def test_bench_remote_smoke(tmp_path):
-    scripts = _copy_scripts(tmp_path)
+    scripts = copy_benchmarks(tmp_path)
     out = subprocess.run(
         [sys.executable, str(scripts / "bench_remote.py"), "--quick", "--json"],
         capture_output=True,

@@ -20,6 +20,47 @@ import struct
 import zipfile
 from collections import OrderedDict
 from pathlib import Path
+
+# Opcodes, from the stdlib's own table.
+from pickle import (
+    ADDITEMS,
+    APPEND,
+    APPENDS,
+    BINGET,
+    BINPERSID,
+    BINPUT,
+    BUILD,
+    DICT,
+    DUP,
+    EMPTY_DICT,
+    EMPTY_LIST,
+    EMPTY_SET,
+    FROZENSET,
+    GET,
+    GLOBAL,
+    INST,
+    LIST,
+    LONG_BINGET,
+    LONG_BINPUT,
+    MARK,
+    MEMOIZE,
+    NEWOBJ,
+    NEWOBJ_EX,
+    NONE,
+    OBJ,
+    POP,
+    POP_MARK,
+    PUT,
+    REDUCE,
+    SETITEM,
+    SETITEMS,
+    STACK_GLOBAL,
+    STOP,
+    TUPLE,
+    TUPLE1,
+    TUPLE2,
+    TUPLE3,
+)  # fmt: skip
 from typing import cast
 
 import pytest
@@ -34,40 +75,12 @@ from ckptctl.formats.pytorch._scan import (
     _scan_fast,
     scan_pickle,
 )
+from tests import conftest
 
 HINT = "the file is damaged or was not written by torch.save"
 WHERE = "data.pkl"
-VALID = Path(__file__).resolve().parents[2] / "fixtures" / "valid" / "pytorch"
+VALID = conftest.VALID / "pytorch"
 
-# Opcodes, from the stdlib's own table.
-MARK, STOP, POP, POP_MARK, DUP = pickle.MARK, pickle.STOP, pickle.POP, pickle.POP_MARK, pickle.DUP
-NONE, TUPLE, LIST, DICT, INST, OBJ = (
-    pickle.NONE,
-    pickle.TUPLE,
-    pickle.LIST,
-    pickle.DICT,
-    pickle.INST,
-    pickle.OBJ,
-)
-TUPLE1, TUPLE2, TUPLE3 = pickle.TUPLE1, pickle.TUPLE2, pickle.TUPLE3
-APPEND, APPENDS, BUILD, SETITEM, SETITEMS = (
-    pickle.APPEND, pickle.APPENDS, pickle.BUILD, pickle.SETITEM, pickle.SETITEMS)  # fmt: skip
-EMPTY_LIST, EMPTY_DICT, EMPTY_SET = pickle.EMPTY_LIST, pickle.EMPTY_DICT, pickle.EMPTY_SET
-ADDITEMS, FROZENSET = pickle.ADDITEMS, pickle.FROZENSET
-REDUCE, NEWOBJ, NEWOBJ_EX, BINPERSID = (
-    pickle.REDUCE,
-    pickle.NEWOBJ,
-    pickle.NEWOBJ_EX,
-    pickle.BINPERSID,
-)
-STACK_GLOBAL, GLOBAL = pickle.STACK_GLOBAL, pickle.GLOBAL
-BINPUT, BINGET, LONG_BINPUT, LONG_BINGET = (
-    pickle.BINPUT,
-    pickle.BINGET,
-    pickle.LONG_BINPUT,
-    pickle.LONG_BINGET,
-)
-PUT, GET, MEMOIZE = pickle.PUT, pickle.GET, pickle.MEMOIZE
 PROTO2 = pickle.PROTO + b"\x02"
 FRAME = pickle.FRAME
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, copy_benchmarks
 
 pytest.importorskip("torch")
 
@@ -16,10 +15,7 @@ pytestmark = pytest.mark.torch
 
 
 def test_bench_pt_quick_with_floor(tmp_path):
-    scripts = tmp_path / "benchmarks"  # inputs land in tmp_path/benchmarks/_work
-    scripts.mkdir()
-    for script in (REPO / "benchmarks").glob("*.py"):
-        shutil.copy2(script, scripts / script.name)
+    scripts = copy_benchmarks(tmp_path)
     (tmp_path / "fixtures").symlink_to(REPO / "fixtures")  # the floor's 1-tensor .pt
     out = subprocess.run(
         [sys.executable, str(scripts / "bench_pt.py"), "--quick", "--floor"],
