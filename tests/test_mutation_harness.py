@@ -50,7 +50,9 @@ def _fake_run(
         "ckptctl.m.x_f__mutmut_10": ["-    d = 0", "+    d = 1"],
     }
     monkeypatch.setattr(harness, "verdicts", lambda work: verdicts)
-    monkeypatch.setattr(harness, "mutated_lines", lambda work, name: diffs[name])
+    monkeypatch.setattr(
+        harness, "mutated_lines", lambda work, names: {name: diffs[name] for name in names}
+    )
     return harness
 
 
