@@ -351,6 +351,36 @@ def test_parameters(function: bytes) -> None:
         assert err.message == "parameter data is not a tensor"
 
 
+def test_newobj_builds_a_parameter_as_very_old_files_do() -> None:
+    # Spec 3.3: very old files build Parameter with NEWOBJ (cls.__new__(cls, *args)), which
+    # torch's weights_only loader allows. NEWOBJ needs a real class, not a wrapped callable.
+    t = load(g("torch.nn.parameter", "Parameter") + dense() + val(True) + TUPLE2 + NEWOBJ)
+    assert isinstance(t, TensorRef)
+    assert t.is_parameter is True
+    assert fields(t) == ("0", 0, (2,), (1,), "float32", frozenset(), None)
+
+
+def test_newobj_builds_an_ordered_dict_that_setitems_fills() -> None:
+    body = g("collections", "OrderedDict") + EMPTY_TUPLE + NEWOBJ
+    got = load(body + MARK + val("b") + val(2) + val("a") + val(1) + SETITEMS)
+    assert isinstance(got, OrderedDict)
+    assert list(got.items()) == [("b", 2), ("a", 1)]
+
+
+@pytest.mark.parametrize(
+    ("module", "name"), [("torch.nn.parameter", "Parameter"), ("collections", "OrderedDict")]
+)
+def test_build_on_a_class_newobj_builds_changes_nothing(module: str, name: str) -> None:
+    cls = SafeUnpickler(b"", WHERE).find_class(module, name)
+    assert isinstance(cls, type)
+    before = dict(vars(cls))
+    with pytest.raises(CkptError):
+        load(g(module, name) + NONE + val({"__new__": 1}) + TUPLE2 + BUILD)
+    with pytest.raises(CkptError):
+        load(g(module, name) + val({"__init__": 1}) + BUILD)
+    assert dict(vars(cls)) == before
+
+
 def test_device_tensor_from_a_cpu_tensor_is_the_cpu_tensor() -> None:
     function = g("torch._utils", "_rebuild_device_tensor_from_cpu_tensor")
     t = tensor(

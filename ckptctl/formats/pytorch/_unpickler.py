@@ -45,10 +45,11 @@ class _Sealed:
 
 
 class _Callable(_Sealed):
-    """An allowlisted callable as the pickle sees it: callable, and otherwise untouchable.
+    """An allowlisted function as the pickle sees it: callable, and otherwise untouchable.
 
-    ``find_class`` never returns our functions or classes themselves: a BUILD aimed at one would
-    rewrite it (its ``__defaults__``, a class attribute) for every later file in the process.
+    ``find_class`` never returns our functions themselves: a BUILD aimed at one would rewrite it
+    (its ``__defaults__``) for every later file in the process. Classes that NEWOBJ must build
+    are handed out as they are; their metaclass, :class:`_SealedType`, refuses a BUILD.
     """
 
     __slots__ = ("_function", "_qualname")
@@ -174,14 +175,14 @@ class TensorRef:
         raise CorruptCheckpointError("unexpected tensor state in pickle")
 
 
-class _StubType(type):
-    """The metaclass of stand-in types: a BUILD aimed at the type itself changes nothing."""
+class _SealedType(type):
+    """The metaclass of every class a pickle gets: a BUILD aimed at the class changes nothing."""
 
     def __setattr__(cls, name: str, value: object) -> None:
         raise CorruptCheckpointError(f"the pickle sets {name!r} on the class {cls.__name__}")
 
 
-class Stub(metaclass=_StubType):
+class Stub(metaclass=_SealedType):
     """Base of the inert stand-in types made for unknown globals: records, never acts."""
 
     qualname: str = "?"
@@ -221,8 +222,8 @@ class Stub(metaclass=_StubType):
 
 
 def _stub_type(qualname: str) -> type[Stub]:
-    short = qualname.rsplit(".", 1)[-1] or "Stub"
-    stub = _StubType(short, (Stub,), {"qualname": qualname, "__module__": __name__})
+    short = qualname.rsplit(".", 1)[-1]  # classify() refuses empty and dotted names
+    stub = _SealedType(short, (Stub,), {"qualname": qualname, "__module__": __name__})
     return cast("type[Stub]", stub)
 
 
@@ -347,7 +348,7 @@ def _identity(value: object, *_rest: object) -> object:
     return value
 
 
-class _Parameter:
+class _Parameter(metaclass=_SealedType):
     """``torch.nn.parameter.Parameter`` in very old files: ``Parameter(data, requires_grad)``."""
 
     def __new__(cls, data: object = None, *_rest: object) -> TensorRef:  # type: ignore[misc]  # a factory
@@ -402,7 +403,7 @@ def _ordered_dict(items: object = ()) -> OrderedDict[object, object]:
     return OrderedDict(items)
 
 
-class _OrderedDictType(OrderedDict[object, object]):
+class _OrderedDictType(OrderedDict[object, object], metaclass=_SealedType):
     """OrderedDict that NEWOBJ can make and BUILD can update harmlessly."""
 
     def __new__(cls, *args: object, **_kwargs: object) -> _OrderedDictType:
@@ -555,6 +556,8 @@ class SafeUnpickler(pickle.Unpickler):
                 hint="this file tries to run code when loaded; do not open it with torch.load",
             )
         target = self._extra.get((module, name)) or _REBUILDS.get((module, name))
+        if isinstance(target, _SealedType):
+            return target  # a class NEWOBJ can build (old files: Parameter, OrderedDict)
         if target is not None:
             return _Callable(target, qualname)  # type: ignore[arg-type]  # every entry is callable
         if module.startswith("torch") and name.endswith("Storage"):
