@@ -232,14 +232,6 @@ class _ZipRecords:
             return self.source.read(self.data_offset(info), info.file_size)
         return self.decompress(info, info.file_size)
 
-    def view(self, info: ZipRecord, cap: int) -> bytes | memoryview:
-        """Like :meth:`read`, but a zero-copy view of a stored record."""
-        if info.file_size > cap:
-            raise CorruptCheckpointError(f"zip record {info.name!r} is larger than {cap} bytes")
-        if self.is_stored(info):
-            return self.source.view(self.data_offset(info), info.file_size)
-        return self.decompress(info, info.file_size)
-
     def decompress(self, info: ZipRecord, expected: int) -> bytes:
         if expected > max(MIN_BOMB_BYTES, MAX_COMPRESSION_RATIO * info.compress_size):
             raise CorruptCheckpointError(
