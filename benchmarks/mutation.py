@@ -18,6 +18,7 @@ the mutant of that name is stale: the mutant is then an unexplained survivor aga
     python benchmarks/mutation.py dtypes.py _io.py --jobs 2 --budget 900
     python benchmarks/mutation.py dtypes.py --rerun-survivors   # after adding tests
     python benchmarks/mutation.py --report                      # rewrite MUTATION.md only
+    python benchmarks/mutation.py --report --renumber           # ... after editing a module
 
 Needs ``mutmut`` (3.x) in the running environment: ``pip install -e '.[dev]' mutmut``.
 """
@@ -296,6 +297,42 @@ def summarise(unit: str, work: Path, seconds: float) -> UnitResult:
     return result
 
 
+def renumber(result: UnitResult) -> list[tuple[str, str]]:
+    """Move stale reasons to the mutants they now describe; return the ``(old, new)`` names.
+
+    An edit to a function renumbers its mutants. A survivor without a reason takes over the one
+    stale entry of the same function whose mutated line it contains (none or several: it is
+    left for a person to judge). mutation_reasons.toml is rewritten in place.
+    """
+    if not REASONS_TOML.exists():
+        return []
+    text = REASONS_TOML.read_text(encoding="utf-8")
+    data = tomllib.loads(text)
+    entries = [entry for kind in ("equivalent", "survivor") for entry in data.get(kind, [])]
+    found = result.survivors + result.equivalent
+    used = {str(e["mutant"]) for e in found if "reason" in e}
+    moved: list[tuple[str, str]] = []
+    for survivor in result.survivors:
+        if "reason" in survivor:
+            continue
+        name = str(survivor["mutant"])
+        function = name.rpartition("__mutmut_")[0]
+        added = [line for line in survivor["diff"] if line[:1] == "+"]  # type: ignore[attr-defined]  # list[str]
+        stale = [
+            entry["mutant"]
+            for entry in entries
+            if entry["mutant"].rpartition("__mutmut_")[0] == function
+            and entry["mutant"] not in used
+            and any(entry["mutated"] in line for line in added)
+        ]
+        if len(stale) == 1:
+            text = text.replace(f'mutant = "{stale[0]}"\n', f'mutant = "{name}"\n', 1)
+            used.add(stale[0])
+            moved.append((stale[0], name))
+    REASONS_TOML.write_text(text, encoding="utf-8")
+    return moved
+
+
 def _natural(name: str) -> tuple[str, int]:
     head, _, number = name.rpartition("_")
     return (head, int(number)) if number.isdigit() else (name, 0)
@@ -454,6 +491,11 @@ def main() -> None:
         "--report", action="store_true", help="only re-read the verdicts, rewrite MUTATION.md"
     )
     parser.add_argument(
+        "--renumber",
+        action="store_true",
+        help="with --report: move stale reasons to the renumbered mutants they describe",
+    )
+    parser.add_argument(
         "--source",
         type=Path,
         default=REPO,
@@ -470,7 +512,12 @@ def main() -> None:
             work = WORK / slug(unit)
             if (work / "mutants").is_dir():
                 seconds = float(results.get(unit, {}).get("seconds", 0.0))  # type: ignore[arg-type]  # a float in the JSON
-                results[unit] = summarise(unit, work, seconds).__dict__
+                result = summarise(unit, work, seconds)
+                if args.renumber and (moved := renumber(result)):
+                    for old, new in moved:
+                        print(f"{old} -> {new}")
+                    result = summarise(unit, work, seconds)
+                results[unit] = result.__dict__
         save(results)
         return
     chosen = resolve(args.units) if args.units else units()

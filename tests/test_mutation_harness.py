@@ -106,6 +106,49 @@ def test_no_reason_line_when_every_survivor_is_explained(
     assert "without a recorded reason" not in harness.render({"u": result.__dict__})
 
 
+def test_renumber_moves_a_stale_reason_to_the_mutant_it_describes(
+    harness: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # An edit renumbered f's mutants: the reason written for mutant 9 ("c = z") now belongs to
+    # mutant 4, the one for 7 ("d = 1") to 10; mutant 8's line matches no survivor, and g's
+    # entry ("b = None", like f's mutant 3) stays with g.
+    reasons = """
+[[survivor]]
+mutant = "ckptctl.m.x_f__mutmut_9"
+mutated = "c = z"
+reason = "r9"
+
+[[equivalent]]
+mutant = "ckptctl.m.x_f__mutmut_7"
+mutated = "d = 1"
+reason = "r7"
+
+[[survivor]]
+mutant = "ckptctl.m.x_f__mutmut_8"
+mutated = "q = 0"
+reason = "r8"
+
+[[survivor]]
+mutant = "ckptctl.m.x_g__mutmut_4"
+mutated = "b = None"
+reason = "another function: never moved to f"
+"""
+    module = _fake_run(harness, monkeypatch, tmp_path, reasons)
+    result = module.summarise("u", tmp_path, 1.0)
+    assert module.renumber(result) == [
+        ("ckptctl.m.x_f__mutmut_9", "ckptctl.m.x_f__mutmut_4"),
+        ("ckptctl.m.x_f__mutmut_7", "ckptctl.m.x_f__mutmut_10"),
+    ]
+    again = module.summarise("u", tmp_path, 1.0)
+    assert [e["mutant"] for e in again.equivalent] == ["ckptctl.m.x_f__mutmut_10"]
+    assert {s["mutant"]: s.get("reason") for s in again.survivors} == {
+        "ckptctl.m.x_f__mutmut_2": None,
+        "ckptctl.m.x_f__mutmut_3": None,
+        "ckptctl.m.x_f__mutmut_4": "r9",
+    }
+    assert module.renumber(again) == []  # nothing stale left that matches
+
+
 def test_the_reasons_file_is_well_formed() -> None:
     data = tomllib.loads(REASONS.read_text(encoding="utf-8"))
     assert set(data) <= {"equivalent", "survivor"}
