@@ -272,6 +272,12 @@ class UnitResult:
         return None if denominator == 0 else self.killed / denominator
 
 
+def _mutated(diff: list[str]) -> list[str]:
+    """The lines a reason's ``mutated`` text is looked for in: the ``+`` lines, or the ``-``
+    lines of a mutant that only deletes."""
+    return [line for line in diff if line[:1] == "+"] or [line for line in diff if line[:1] == "-"]
+
+
 def summarise(unit: str, work: Path, seconds: float) -> UnitResult:
     known, explained = reasons("equivalent"), reasons("survivor")
     result = UnitResult(unit, seconds=seconds, date=f"{dt.date.today():%Y-%m-%d}")
@@ -286,7 +292,7 @@ def summarise(unit: str, work: Path, seconds: float) -> UnitResult:
         else:
             lines = diffs[name]
             entry: dict[str, object] = {"mutant": name, "status": status, "diff": lines}
-            added = [line for line in lines if line[0] == "+"]
+            added = _mutated(lines)
             if name in known and any(known[name][0] in line for line in added):
                 entry["reason"] = known[name][1]
                 result.equivalent.append(entry)
@@ -317,7 +323,7 @@ def renumber(result: UnitResult) -> list[tuple[str, str]]:
             continue
         name = str(survivor["mutant"])
         function = name.rpartition("__mutmut_")[0]
-        added = [line for line in survivor["diff"] if line[:1] == "+"]  # type: ignore[attr-defined]  # list[str]
+        added = _mutated(survivor["diff"])  # type: ignore[arg-type]  # list[str]
         stale = [
             entry["mutant"]
             for entry in entries

@@ -106,6 +106,27 @@ def test_no_reason_line_when_every_survivor_is_explained(
     assert "without a recorded reason" not in harness.render({"u": result.__dict__})
 
 
+def test_a_reason_for_a_deletion_matches_its_minus_line(
+    harness: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    reasons = """
+[[equivalent]]
+mutant = "ckptctl.m.x_f__mutmut_3"
+mutated = "None,"
+reason = "the default is None"
+"""
+    module = _fake_run(harness, monkeypatch, tmp_path, reasons)
+    deleted = {"ckptctl.m.x_f__mutmut_3": ["-        None,"]}
+    plain = module.mutated_lines
+    monkeypatch.setattr(
+        module, "mutated_lines", lambda work, names: {**plain(work, names), **deleted}
+    )
+    result = module.summarise("u", tmp_path, 1.0)
+    assert [(e["mutant"], e["reason"]) for e in result.equivalent] == [
+        ("ckptctl.m.x_f__mutmut_3", "the default is None")
+    ]
+
+
 def test_renumber_moves_a_stale_reason_to_the_mutant_it_describes(
     harness: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

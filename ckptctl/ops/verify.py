@@ -409,7 +409,8 @@ def _nested(ckpt: Checkpoint, entries: list[TensorEntry]) -> Finding:
     top = ckpt.structure.top_level_tensors if ckpt.structure is not None else 0
     if not groups:  # facts missing: fall back on the names
         groups = dict(Counter(e.name.split(".", 1)[0] for e in entries if "." in e.name))
-    where = describe_groups(groups)
+    # torch.save([t0, t1]): tensors nested in a list or tuple, under no key at all
+    where = describe_groups(groups) or "no key (in a list or tuple)"
     keys = ckpt.structure.top_level_keys if ckpt.structure is not None else ()
     if {"state", "param_groups"} <= set(keys):
         return Finding(
@@ -640,11 +641,12 @@ def _optimizer_finding(check: OptimizerCheck) -> Finding:
             cover = "" if cov is None else f"; {cov:.1%} of trainable parameters have state"
             message = f"ok: all {check.states:,} optimizer states attach to their parameters{cover}"
         if check.without_ids:
+            idless = len(check.without_ids)
+            verbs = "carries no param_id and gets" if idless == 1 else "carry no param_id and get"
             return Finding(
                 "optimizer",
                 Status.WARN,
-                message + f"; {_plural(len(check.without_ids), 'trainable tensor')} carry no "
-                "param_id and get random ids on load",
+                f"{message}; {_plural(idless, 'trainable tensor')} {verbs} random ids on load",
                 None,
                 optimizer=check,
             )
@@ -671,7 +673,8 @@ def _optimizer_finding(check: OptimizerCheck) -> Finding:
         orphans = len(check.reinitialized) + len(check.foreign)
         hint = (
             f"every trainable parameter has state, but {_plural(orphans, 'orphaned state')} "
-            "will never be used and are saved again with every checkpoint (the file grows)"
+            f"will never be used and {'is' if orphans == 1 else 'are'} saved again with every "
+            "checkpoint (the file grows)"
         )
     else:
         hint = (
