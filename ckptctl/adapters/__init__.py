@@ -162,12 +162,15 @@ class PlanItem:
     actions: tuple[Action, ...]
 
 
-def plan(entries: Iterable[TensorEntry], adapter: Adapter) -> list[PlanItem]:
+def plan(
+    entries: Iterable[TensorEntry], adapter: Adapter, *, unique: bool = True
+) -> list[PlanItem]:
     """Run ``adapter`` over every entry (metadata only; data stays lazy).
 
     Args:
         entries: input entries, in file order.
         adapter: the adapter (or chain) to apply.
+        unique: refuse two outputs with one name (off: the caller checks, naming its sources).
 
     Returns:
         One item per input entry, in input order.
@@ -180,7 +183,7 @@ def plan(entries: Iterable[TensorEntry], adapter: Adapter) -> list[PlanItem]:
     seen: dict[str, str] = {}
     for entry in entries:
         out, actions = adapter.apply(entry)
-        if out is not None:
+        if out is not None and unique:
             first = seen.setdefault(out.name, entry.name)
             if first != entry.name:
                 raise SelectionError(

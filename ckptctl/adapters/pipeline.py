@@ -106,7 +106,8 @@ def run_pipeline(
             if any(a.strip().lower() in _LAYOUT for a in options.adapters):
                 warnings += _uncertain(renamed, decisions)
         adapters = chain(*(parse_adapter(a, context) for a in options.adapters))
-    stage2 = {item.source: item for item in plan(renamed, adapters)}
+    # Not refused here: _refuse_collisions names the input tensors and blames rules or adapters.
+    stage2 = {item.source: item for item in plan(renamed, adapters, unique=False)}
     merged: list[PlanItem] = []
     for item in stage1:
         if item.entry is None:
