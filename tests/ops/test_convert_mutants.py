@@ -10,7 +10,6 @@ sharded source is read from. Expected values come from the fixtures' ground trut
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from ckptctl.ops import convert as convert_mod
 from ckptctl.ops.convert import ConvertOptions, convert, read_param_ids
 from ckptctl.report.model import PlanRow
 from tests.conftest import VALID
+from tests.ops.test_verify import MO
 from tests.strategies import array_entry
 
 PT = VALID / "pytorch"
@@ -33,18 +33,6 @@ OPTIM = VALID / "optim"
 BURNPACK = VALID / "burnpack"
 SHARDED_INDEX = VALID / "safetensors" / "sharded" / "model.safetensors.index.json"
 TRUTH = json.loads((PT / "truth.json").read_text())["files"]
-
-
-def _load_make_optim():
-    spec = importlib.util.spec_from_file_location("make_optim", OPTIM / "make_optim.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-MO = _load_make_optim()
 
 
 def warnings_of(report) -> list[str]:

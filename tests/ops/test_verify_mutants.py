@@ -11,7 +11,6 @@ ground truth (``truth.json``, ``make_optim.py``, the arrays written here); craft
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import threading
@@ -53,6 +52,7 @@ from tests.formats.test_pytorch_reader import (
     tensor_v2,
     write_zip,
 )
+from tests.ops.test_verify import MO, finding, one
 
 PT = VALID / "pytorch"
 OPTIM = VALID / "optim"
@@ -68,30 +68,6 @@ NAN_HINT = (
 )
 INDEX_HINT = "re-download the checkpoint or regenerate its index"
 BUG_HINT = "this is a bug in ckptctl; please report it with the file if you can"
-
-
-def _load_make_optim():
-    spec = importlib.util.spec_from_file_location("make_optim", OPTIM / "make_optim.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-MO = _load_make_optim()
-
-
-def one(path: Path | str, **kwargs) -> FileResult:
-    report = verify([path], **kwargs)
-    assert len(report.files) == 1
-    return report.files[0]
-
-
-def finding(result: FileResult, check: str) -> Finding:
-    found = [f for f in result.findings if f.check == check]
-    assert len(found) == 1, (check, result.findings)
-    return found[0]
 
 
 def order(result: FileResult) -> list[tuple[str, str]]:
