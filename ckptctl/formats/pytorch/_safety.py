@@ -609,9 +609,10 @@ def first_unsafe(safety: PickleSafety) -> str:
     """A one-line account of why ``safety`` is unsafe: the globals, else the first construct."""
     names = [g.name for g in safety.globals if g.reached and g.verdict is Verdict.UNSAFE]
     if names:
-        shown = ", ".join(f"'{n}'" for n in dict.fromkeys(names))
+        distinct = list(dict.fromkeys(names))  # one global used in two streams is one global
+        shown = ", ".join(f"'{n}'" for n in distinct)
         where = next(g.where for g in safety.globals if g.name == names[0])
-        return f"global {shown} in {where}" if len(names) == 1 else f"globals {shown} in {where}"
+        return f"global {shown} in {where}" if len(distinct) == 1 else f"globals {shown} in {where}"
     problem = next(p for p in safety.problems if p.reached and p.verdict is Verdict.UNSAFE)
     return f"{problem.message} in {problem.where}"
 
