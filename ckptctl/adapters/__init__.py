@@ -24,7 +24,7 @@ from ckptctl.fix import Note, Option
 from ckptctl.model import StrEnum
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
     from ckptctl.adapters.modules import Decision
     from ckptctl.model import TensorEntry
@@ -179,22 +179,33 @@ def plan(
         SelectionError: two input tensors end up with the same output name (Burn keeps an
             arbitrary one silently; ckptctl refuses and names both).
     """
-    items: list[PlanItem] = []
+    items: Iterator[PlanItem] = (PlanItem(entry.name, *adapter.apply(entry)) for entry in entries)
+    if unique:
+        remap = Note(
+            "change the {fix0} rules so that every tensor keeps a unique name", (Option("remap"),)
+        )
+        items = unique_names(items, remap)
+    return list(items)
+
+
+def unique_names(items: Iterable[PlanItem], hint: Note) -> Iterator[PlanItem]:
+    """Pass ``items`` on, refusing the first whose output name an earlier item already took.
+
+    Raises:
+        SelectionError: two input tensors end up with the same output name (Burn keeps an
+            arbitrary one silently; ckptctl refuses, names both inputs, and gives ``hint``).
+    """
     seen: dict[str, str] = {}
-    for entry in entries:
-        out, actions = adapter.apply(entry)
-        if out is not None and unique:
-            first = seen.setdefault(out.name, entry.name)
-            if first != entry.name:
+    for item in items:
+        if item.entry is not None:
+            first = seen.setdefault(item.entry.name, item.source)
+            if first != item.source:
                 raise SelectionError(
-                    f"tensors {first!r} and {entry.name!r} would both be named {out.name!r}",
-                    hint=Note(
-                        "change the {fix0} rules so that every tensor keeps a unique name",
-                        (Option("remap"),),
-                    ),
+                    f"tensors {first!r} and {item.source!r} would both be named "
+                    f"{item.entry.name!r}",
+                    hint=hint,
                 )
-        items.append(PlanItem(entry.name, out, actions))
-    return items
+        yield item
 
 
 @dataclass(frozen=True)
@@ -266,4 +277,5 @@ __all__ = [
     "chain",
     "parse_adapter",
     "plan",
+    "unique_names",
 ]

@@ -10,7 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ckptctl.adapters import AdapterContext, Chain, PlanItem, chain, parse_adapter, plan
+from ckptctl.adapters import (
+    AdapterContext,
+    Chain,
+    PlanItem,
+    chain,
+    parse_adapter,
+    plan,
+    unique_names,
+)
 from ckptctl.adapters.modules import (
     decide_module_types,
     module_rules_from_mapping,
@@ -106,7 +114,7 @@ def run_pipeline(
             if any(a.strip().lower() in _LAYOUT for a in options.adapters):
                 warnings += _uncertain(renamed, decisions)
         adapters = chain(*(parse_adapter(a, context) for a in options.adapters))
-    # Not refused here: _refuse_collisions names the input tensors and blames rules or adapters.
+    # Not refused here: the check below names the input tensors and blames rules or adapters.
     stage2 = {item.source: item for item in plan(renamed, adapters, unique=False)}
     merged: list[PlanItem] = []
     for item in stage1:
@@ -115,8 +123,8 @@ def run_pipeline(
             continue
         second = stage2[item.entry.name]
         merged.append(PlanItem(item.source, second.entry, item.actions + second.actions))
-    _refuse_collisions(merged)
-    return merged, warnings
+    hint = Note("change the {fix0} rules or adapters so that names stay unique", (Option("remap"),))
+    return list(unique_names(merged, hint)), warnings
 
 
 def _short_names(entries: list[TensorEntry]) -> str:
@@ -187,17 +195,3 @@ def _rule_warnings(names: list[str], rename: Rename) -> list[str | Note]:
         for rule in unmatched_rules(names, rename.rules)
     ]
     return out
-
-
-def _refuse_collisions(items: list[PlanItem]) -> None:
-    seen: dict[str, str] = {}
-    for item in items:
-        if item.entry is not None and seen.setdefault(item.entry.name, item.source) != item.source:
-            raise SelectionError(
-                f"tensors {seen[item.entry.name]!r} and {item.source!r} would both be named "
-                f"{item.entry.name!r}",
-                hint=Note(
-                    "change the {fix0} rules or adapters so that names stay unique",
-                    (Option("remap"),),
-                ),
-            )
