@@ -308,7 +308,7 @@ def renumber(result: UnitResult) -> list[tuple[str, str]]:
 
     An edit to a function renumbers its mutants. A survivor without a reason takes over the one
     stale entry of the same function whose mutated line it contains (none or several: it is
-    left for a person to judge). mutation_reasons.toml is rewritten in place.
+    left for a person to judge). mutation_reasons.toml is rewritten in place when one moves.
     """
     if not REASONS_TOML.exists():
         return []
@@ -335,7 +335,8 @@ def renumber(result: UnitResult) -> list[tuple[str, str]]:
             text = text.replace(f'mutant = "{stale[0]}"\n', f'mutant = "{name}"\n', 1)
             used.add(stale[0])
             moved.append((stale[0], name))
-    REASONS_TOML.write_text(text, encoding="utf-8")
+    if moved:
+        REASONS_TOML.write_text(text, encoding="utf-8")
     return moved
 
 
