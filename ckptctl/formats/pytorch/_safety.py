@@ -263,7 +263,7 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
         code = data[pos]
         pos += 1
         # The opcodes of torch's own pickles, first and without calls: 600,000 of them for a
-        # 20,000-tensor state dict. Everything else takes the general path below.
+        # 20,000-tensor state dict, handled only here. Everything else takes the general path below.
         if code == 0x72:  # LONG_BINPUT
             if len(stack) <= (marks[-1] if marks else 0):
                 raise _Malformed(f"stack underflow at byte {here}")
@@ -327,20 +327,14 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             walk.op(code)
         if code == 0x2E:  # STOP
             return
-        if code in (0x71, 0x68):  # BINPUT BINGET
+        if code == 0x71:  # BINPUT
             index = data[need(1) - 1]
             pos += 1
-            if code == 0x71:
-                memo[index] = top()
-            else:
-                push(memo.get(index, _OTHER))
-        elif code in (0x72, 0x6A):  # LONG_BINPUT LONG_BINGET
+            memo[index] = top()
+        elif code == 0x6A:  # LONG_BINGET
             (index,) = unpack_from("<I", data, need(4) - 4)
             pos += 4
-            if code == 0x72:
-                memo[index] = top()
-            else:
-                push(memo.get(index, _OTHER))
+            push(memo.get(index, _OTHER))
         elif code == 0x94:  # MEMOIZE
             memo[len(memo)] = top()
         elif code in (0x70, 0x67):  # PUT GET (text)
@@ -353,10 +347,8 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
                 memo[index] = top()
             else:
                 push(memo.get(index, _OTHER))
-        elif code == 0x28:  # MARK
-            marks.append(len(stack))
-        elif code in (0x58, 0x8C, 0x8D, 0x54, 0x55, 0x42, 0x43, 0x8E, 0x96):
-            width, fmt = {0x58: (4, "<I"), 0x8C: (1, "<B"), 0x8D: (8, "<Q"), 0x54: (4, "<i"),
+        elif code in (0x8C, 0x8D, 0x54, 0x55, 0x42, 0x43, 0x8E, 0x96):
+            width, fmt = {0x8C: (1, "<B"), 0x8D: (8, "<Q"), 0x54: (4, "<i"),
                           0x55: (1, "<B"), 0x42: (4, "<I"), 0x43: (1, "<B"), 0x8E: (8, "<Q"),
                           0x96: (8, "<Q")}[code]  # fmt: skip
             (n,) = unpack_from(fmt, data, need(width) - width)
@@ -365,7 +357,7 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
                 raise _Malformed(f"negative length at byte {here}")
             raw = data[pos : need(n)]
             pos += n
-            if code in (0x58, 0x8C, 0x8D):  # unicode
+            if code in (0x8C, 0x8D):  # unicode
                 push(_text(raw))
             elif code in (0x54, 0x55):  # Python 2 str: pickle decodes it (ASCII by default)
                 push(raw.decode("latin-1"))
@@ -373,7 +365,7 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
                 push(_OTHER)
             else:
                 push(raw)
-        elif code in (0x4B, 0x4D, 0x4A, 0x47, 0x80, 0x95, 0x8A, 0x8B):
+        elif code in (0x4D, 0x4A, 0x47, 0x80, 0x95, 0x8A, 0x8B):
             if code in (0x8A, 0x8B):  # LONG1 LONG4
                 width = 1 if code == 0x8A else 4
                 (n,) = unpack_from("<B" if width == 1 else "<i", data, need(width) - width)
@@ -383,24 +375,20 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
                 pos = need(n)
                 push(_OTHER)
             else:
-                size = {0x4B: 1, 0x4D: 2, 0x4A: 4, 0x47: 8, 0x80: 1, 0x95: 8}[code]
+                size = {0x4D: 2, 0x4A: 4, 0x47: 8, 0x80: 1, 0x95: 8}[code]
                 pos = need(size)
                 if code not in (0x80, 0x95):
                     push(_OTHER)
-        elif code in (0x4E, 0x88, 0x89, 0x8F):  # NONE NEWTRUE NEWFALSE EMPTY_SET
+        elif code in (0x4E, 0x88, 0x8F):  # NONE NEWTRUE EMPTY_SET
             push(_OTHER)
-        elif code == 0x29:  # EMPTY_TUPLE
-            push(())
         elif code == 0x5D:  # EMPTY_LIST
             push(_LIST)
         elif code == 0x7D:  # EMPTY_DICT
             push(_DICT)
-        elif code in (0x85, 0x86, 0x87):  # TUPLE1..3
+        elif code in (0x86, 0x87):  # TUPLE2 TUPLE3
             n = code - 0x84
             items = [pop() for _ in range(n)][::-1]
             push(tuple(items))
-        elif code == 0x74:  # TUPLE
-            push(tuple(pop_mark()))
         elif code == 0x6C:  # LIST
             pop_mark()
             push(_LIST)
@@ -437,10 +425,6 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
         elif code == 0x62:  # BUILD
             pop()
             _build(top(), walk)
-        elif code == 0x52:  # REDUCE
-            args = pop()
-            func = pop()
-            push(_reduce(func, args, walk))
         elif code == 0x81:  # NEWOBJ
             pop()
             cls = pop()
@@ -478,9 +462,6 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             (ext,) = unpack_from({1: "<B", 2: "<H", 4: "<i"}[width], data, need(width) - width)
             pos += width
             push(walk.extension(ext))
-        elif code == 0x51:  # BINPERSID
-            pop()
-            push(_OTHER)
         elif code == 0x50 or code in (0x49, 0x4C, 0x46):  # PERSID
             _, pos = _line(data, pos)
             push(_OTHER)
