@@ -8,12 +8,13 @@ wraps the old one, so metadata changes happen at once and data work stays lazy.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from ckptctl.errors import CorruptCheckpointError
+from ckptctl.errors import CorruptCheckpointError, UnsupportedError
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -245,9 +246,20 @@ class TensorEntry:
 
         Raises:
             CorruptCheckpointError: the bytes are not ``nbytes`` long.
+            UnsupportedError: an empty tensor whose other dimensions numpy cannot hold (torch
+                and safetensors allow ``[0, 2**61]``; numpy refuses any shape whose non-zero
+                dimensions span more than ``2**63 - 1`` bytes).
         """
         import numpy as np
 
+        span = math.prod(dim for dim in self.shape if dim) * self.dtype.itemsize
+        if span > sys.maxsize:
+            where = self.data.file_range()
+            raise UnsupportedError(
+                f"tensor {self.name!r} has shape {list(self.shape)}: numpy cannot hold it, even "
+                "empty (its non-zero dimensions span more than 2**63 - 1 bytes)",
+                path=where[0].path if where else None,
+            )
         raw = self.data.read()
         if len(raw) != self.nbytes:
             raise CorruptCheckpointError(

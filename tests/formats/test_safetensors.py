@@ -535,3 +535,45 @@ def test_layout_with_leading_whitespace_and_unsupported_dtype() -> None:
 def test_layout_of_corrupt_file_raises() -> None:
     with pytest.raises(CorruptCheckpointError, match="overlaps"):
         read_layout(ST_HOSTILE / "overlap.safetensors")
+
+
+def test_empty_tensor_numpy_cannot_hold_is_listed_but_refused_on_load(tmp_path, run_cli):
+    # torch.empty(0, 2**61) and the reference library accept this shape; numpy cannot build it
+    huge = [0, 2**61]
+    path = tmp_path / "huge.safetensors"
+    path.write_bytes(st_bytes({"a": {"dtype": "F32", "shape": huge, "data_offsets": [0, 0]}}))
+    assert deserialize(path.read_bytes()) == [("a", {"data": b"", "shape": huge, "dtype": "F32"})]
+    with pytest.raises(ValueError, match="too big"):
+        np.empty(huge, np.float32)
+    with open_checkpoint(path) as ckpt:
+        entry = ckpt["a"]
+        assert (entry.shape, entry.nbytes, entry.numel) == (tuple(huge), 0, 0)
+        with pytest.raises(UnsupportedError) as caught:
+            entry.load()
+    assert str(caught.value) == (
+        f"{path}: tensor 'a' has shape [0, {2**61}]: numpy cannot hold it, even empty (its "
+        "non-zero dimensions span more than 2**63 - 1 bytes)"
+    )
+    result = run_cli("convert", path, tmp_path / "out.safetensors", "--adapter", "cast:f16")
+    assert (result.code, result.stdout) == (4, "")
+    assert result.stderr == f"ckptctl: error: {caught.value}\n"
+    assert not (tmp_path / "out.safetensors").exists()
+
+
+@pytest.mark.parametrize(("dtype", "itemsize"), [("F32", 4), ("U8", 1)])
+def test_empty_tensor_at_numpy_limit_loads(tmp_path, dtype, itemsize):
+    largest = (2**63 - 1) // itemsize  # numpy's limit: non-zero dimensions times itemsize
+    path = tmp_path / "edge.safetensors"
+    for dims, fits in (([0, largest], True), ([largest + 1, 0], False)):
+        header = {"a": {"dtype": dtype, "shape": dims, "data_offsets": [0, 0]}}
+        path.write_bytes(st_bytes(header))
+        with open_checkpoint(path) as ckpt:
+            if fits:
+                assert (
+                    ckpt["a"].load().shape
+                    == tuple(dims)
+                    == np.empty(dims, dtype=f"<{dtype[0].lower()}{itemsize}").shape
+                )
+            else:
+                with pytest.raises(UnsupportedError, match="numpy cannot hold it"):
+                    ckpt["a"].load()
