@@ -19,10 +19,15 @@ __all__ = ["SPELLER", "Command", "Note", "Option", "spell"]
 
 @dataclass(frozen=True)
 class Option:
-    """One option: the API parameter's name (``state_key``) and a value (None: a flag)."""
+    """One option: the API parameter's name (``state_key``) and a value.
+
+    Without a value it is a flag (``force=True``), or, with ``takes_value``, an option whose
+    value the user chooses (``state_key=...``; the CLI spells the flag alone).
+    """
 
     name: str
     value: str | None = None
+    takes_value: bool = False
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,9 @@ Fix = Option | Command
 
 def _python_spelling(fix: Fix) -> str:
     if isinstance(fix, Option):
-        return f"{fix.name}=True" if fix.value is None else f"{fix.name}={fix.value!r}"
+        if fix.value is not None:
+            return f"{fix.name}={fix.value!r}"
+        return f"{fix.name}=..." if fix.takes_value else f"{fix.name}=True"
     parts = [repr(a) for a in fix.args] + [_python_spelling(o) for o in fix.options]
     return f"{fix.name}({', '.join(parts)})" if fix.name else ", ".join(parts)
 

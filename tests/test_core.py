@@ -231,3 +231,16 @@ def test_byte_source_refuses_special_files_without_blocking(tmp_path):
         ByteSource(fifo)
     with pytest.raises(InputError, match=r"a character device"):
         ByteSource("/dev/null")
+
+
+def test_option_spelling_in_python_distinguishes_flags_from_value_options():
+    from ckptctl.fix import Command, Note, Option
+
+    note = Note(
+        "pass {fix0}, {fix1} or {fix2}",
+        (Option("force"), Option("state_key", takes_value=True), Option("to", "burnpack")),
+    )
+    assert str(note) == "pass force=True, state_key=... or to='burnpack'"
+    assert str(
+        Note("{fix0}", (Command("convert", ("a.pt",), (Option("remap", takes_value=True),)),))
+    ) == ("convert('a.pt', remap=...)")

@@ -182,7 +182,8 @@ def plan(
     items: Iterator[PlanItem] = (PlanItem(entry.name, *adapter.apply(entry)) for entry in entries)
     if unique:
         remap = Note(
-            "change the {fix0} rules so that every tensor keeps a unique name", (Option("remap"),)
+            "change the {fix0} rules so that every tensor keeps a unique name",
+            (Option("remap", takes_value=True),),
         )
         items = unique_names(items, remap)
     return list(items)

@@ -123,7 +123,10 @@ def run_pipeline(
             continue
         second = stage2[item.entry.name]
         merged.append(PlanItem(item.source, second.entry, item.actions + second.actions))
-    hint = Note("change the {fix0} rules or adapters so that names stay unique", (Option("remap"),))
+    hint = Note(
+        "change the {fix0} rules or adapters so that names stay unique",
+        (Option("remap", takes_value=True),),
+    )
     return list(unique_names(merged, hint)), warnings
 
 
@@ -150,7 +153,7 @@ def _uncertain(entries: list[TensorEntry], decisions: Mapping[str, Decision]) ->
             untyped.append(entry)
         elif decision.module_type is None and last == "weight" and len(entry.shape) == 1:
             norms.append(entry)
-    declare = (Option("module_types"),)
+    declare = (Option("module_types", takes_value=True),)
     out: list[str | Note] = []
     if square:
         n = len(square)

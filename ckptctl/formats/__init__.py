@@ -202,7 +202,10 @@ def format_for_output(path: str | os.PathLike[str], to: str | None = None) -> Fo
     known = sorted(ext for s in _REGISTRY.values() if s.write for ext in s.extensions)
     raise SelectionError(
         f"cannot tell the output format from the extension of {os.fspath(path)!r}",
-        hint=Note("use one of " + ", ".join(known) + ", or name it with {fix0}", (Option("to"),)),
+        hint=Note(
+            "use one of " + ", ".join(known) + ", or name it with {fix0}",
+            (Option("to", takes_value=True),),
+        ),
     )
 
 

@@ -159,7 +159,7 @@ def convert(
             if not ok:
                 refused = Note(
                     "the output does not fit {fix0}; fix the names (see above) or pass {fix1}",
-                    (Option("target"), Option("allow_partial")),
+                    (Option("target", takes_value=True), Option("allow_partial")),
                 )
         strict_failed = False
         if opts.strict and ok:
@@ -189,7 +189,7 @@ def convert(
                 Note(
                     "the source is a nested checkpoint: every tensor is written under its key "
                     f"path ({where}); pass {{fix0}} to write only one part, e.g. the model weights",
-                    (Option("state_key"),),
+                    (Option("state_key", takes_value=True),),
                 )
             )
         if ckpt.safety is not None and ckpt.safety.verdict is not Verdict.SAFE:

@@ -117,7 +117,8 @@ def test_plan_refuses_two_inputs_with_one_output_name() -> None:
         plan(entries, chain(lambda e: replace(e, name="c")))
     assert info.value.message == "tensors 'a' and 'b' would both be named 'c'"
     assert info.value.hint == Note(
-        "change the {fix0} rules so that every tensor keeps a unique name", (Option("remap"),)
+        "change the {fix0} rules so that every tensor keeps a unique name",
+        (Option("remap", takes_value=True),),
     )
     # a dropped entry takes no name
     items = plan(entries, chain(lambda e: None if e.name == "a" else replace(e, name="c")))
@@ -356,7 +357,7 @@ def test_resolve_prefers_decisions_then_class() -> None:
 
 def test_pipeline_warnings_name_the_first_three_modules() -> None:
     entries = [f32(f"m{i}.weight", (3, 4)) for i in range(4)]
-    declare = (Option("module_types"),)
+    declare = (Option("module_types", takes_value=True),)
     _, warnings = run_pipeline(entries[:3], PipelineOptions(adapters=("pytorch-to-burn",)))
     assert warnings == [
         Note(
@@ -377,7 +378,7 @@ def test_pipeline_warnings_name_the_first_three_modules() -> None:
 def test_pipeline_square_and_norm_warnings_singular() -> None:
     entries = [f32("fc.weight", (4, 4)), f32("x.weight", (4,))]
     items, warnings = run_pipeline(entries, PipelineOptions(adapters=("pytorch-to-burn",)))
-    declare = (Option("module_types"),)
+    declare = (Option("module_types", takes_value=True),)
     assert warnings == [
         Note("1 square weight typed by name only (fc): confirm with {fix0}", declare),
         Note(
@@ -419,7 +420,8 @@ def test_pipeline_rule_warnings_and_collisions() -> None:
         run_pipeline(clash, PipelineOptions(adapters=("pytorch-to-burn",)))
     assert info.value.message == "tensors 'n.weight' and 'n.gamma' would both be named 'n.gamma'"
     adapters_hint = Note(
-        "change the {fix0} rules or adapters so that names stay unique", (Option("remap"),)
+        "change the {fix0} rules or adapters so that names stay unique",
+        (Option("remap", takes_value=True),),
     )
     assert info.value.hint == adapters_hint
     # remapped first, then renamed by the adapter: the message names the input tensors

@@ -76,7 +76,7 @@ def test_nested_source_without_state_key_warns_with_the_groups(tmp_path):
     report = convert(PT / "nested.pt", tmp_path / "o.safetensors", ConvertOptions(dry_run=True))
     assert warnings_of(report) == [
         "the source is a nested checkpoint: every tensor is written under its key path "
-        "('model' (4), 'optimizer' (12)); pass state_key=True to write only one part, "
+        "('model' (4), 'optimizer' (12)); pass state_key=... to write only one part, "
         "e.g. the model weights"
     ]
 
@@ -104,7 +104,7 @@ def test_a_target_that_does_not_fit_refuses_and_writes_nothing(tmp_path):
     assert report.ok is False
     assert report.written is False
     assert str(report.refused) == (
-        "the output does not fit target=True; fix the names (see above) or pass allow_partial=True"
+        "the output does not fit target=...; fix the names (see above) or pass allow_partial=True"
     )
     assert report.summary is not None
     assert report.summary.ok is False
