@@ -1,0 +1,695 @@
+"""Rust-dialect translation, rule splitting and module-type evidence that mutation testing found
+untested (issue 17).
+
+A remap or module rule means what Rust's ``regex`` crate (Burn's ``KeyRemapper``) makes of it,
+or it is refused: the expected names below follow the crate's syntax reference (a leading ``]``
+in a class is a literal, ``[[:digit:]]`` is ASCII, ``\\x{HHHH}`` is a code point). Refusals are
+pinned by their whole message, module-type decisions by their type, evidence text and flag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from ckptctl.adapters import Action, ActionKind
+from ckptctl.adapters.modules import Decision, decide_module_types, parse_module_rules
+from ckptctl.adapters.pipeline import PipelineOptions, _uncertain, run_pipeline
+from ckptctl.adapters.rename import (
+    Rename,
+    parse_rules,
+    remap_name,
+    split_rule,
+    translate_pattern,
+)
+from ckptctl.dtypes import DType
+from ckptctl.errors import SelectionError
+from ckptctl.fix import Note, Option
+from ckptctl.model import TensorEntry
+from tests.strategies import array_entry
+
+
+def rename(rule: str, *names: str) -> list[str]:
+    rules = parse_rules([rule])
+    return [remap_name(name, rules)[0] for name in names]
+
+
+def refusal(pattern: str) -> tuple[str, object]:
+    with pytest.raises(SelectionError) as info:
+        translate_pattern(pattern, "rule #3")
+    return info.value.message, info.value.hint
+
+
+def unsupported(pattern: str, why: str) -> str:
+    return f"rule #3: pattern {pattern!r} uses {why}, which Rust regex (Burn) does not support"
+
+
+# --- character classes (_translate_class) -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "translated"),
+    [
+        ("[^]a]", "[^\\]a]"),
+        ("[]a]", "[\\]a]"),
+        ("[^a]", "[^a]"),
+        ("[\\]x]", "[\\]x]"),
+        ("[a\\-z]", "[a\\-z]"),
+        ("[\\x{41}-\\x{43}]", "[\\U00000041-\\U00000043]"),
+        ("[\\x{41}b]", "[\\U00000041b]"),
+        ("[[:digit:]]", "[0-9]"),
+        ("[[:alpha:]_]", "[A-Za-z_]"),
+        ("[^[:space:]x]", "[^\\t\\n\\v\\f\\r x]"),
+        ("[a-]b", "[a-]b"),
+        ("[&~]", "[&~]"),
+        ("[\\d{}]", "[\\d{}]"),
+        ("[\\x41]", "[\\x41]"),
+    ],
+)
+def test_class_translation(pattern: str, translated: str) -> None:
+    assert translate_pattern(pattern) == translated
+
+
+@pytest.mark.parametrize(
+    ("rule", "names", "expected"),
+    [
+        # a ']' right after '[' or '[^' is a literal in Rust
+        ("[^]a]=_", ("]a.b", "a]"), ["]a__", "a]"]),
+        ("[]a]=_", ("]ab",), ["__b"]),
+        ("[\\]x]=_", ("a]x",), ["a__"]),
+        ("[a\\-z]=_", ("a-bz",), ["__b_"]),
+        ("[\\x{41}-\\x{43}]=_", ("ABCD",), ["___D"]),
+        ("[[:digit:]]+=N", ("l12.w3",), ["lN.wN"]),
+        ("[[:alpha:]_]=.", ("a_1Z",), ["..1."]),
+        ("[^[:space:]x]=_", ("ax b",), ["_x _"]),
+        ("[[:upper:][:digit:]]=_", ("aB3c",), ["a__c"]),
+    ],
+)
+def test_class_matching(rule: str, names: tuple[str, ...], expected: list[str]) -> None:
+    assert rename(rule, *names) == expected
+
+
+@pytest.mark.parametrize(
+    ("pattern", "why"),
+    [
+        ("[\\p{L}]", "Unicode classes (\\p)"),
+        ("[\\P{L}]", "Unicode classes (\\p)"),
+        ("[\\1]", "the escape \\1 in a class"),
+        ("[a\\9]", "the escape \\9 in a class"),
+        ("[[:nope:]]", "nested character classes"),
+        ("[[:alpha]", "nested character classes"),
+        ("[a[b]]", "nested character classes"),
+        ("[[:]", "nested character classes"),
+        ("[a&&b]", "the class set operation '&&'"),
+        ("[a--b]", "the class set operation '--'"),
+        ("[a~~b]", "the class set operation '~~'"),
+        ("[a-z&&[^aeiou]]", "the class set operation '&&'"),
+    ],
+)
+def test_class_refusals(pattern: str, why: str) -> None:
+    assert refusal(pattern) == (unsupported(pattern, why), None)
+
+
+@pytest.mark.parametrize("pattern", ["[ab", "[", "[^", "[^]", "[]", "[a\\", "[a\\]", "x[[:digit:]"])
+def test_unterminated_class(pattern: str) -> None:
+    assert refusal(pattern) == (
+        f"rule #3: pattern {pattern!r} has an unterminated character class",
+        None,
+    )
+
+
+# --- \x{HHHH} (_hex_escape) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "translated"),
+    [
+        ("\\x{41}", "\\U00000041"),
+        ("\\x{0}", "\\U00000000"),
+        ("\\x{10FFFF}", "\\U0010FFFF"),
+        ("\\x{e9}x", "\\U000000E9x"),
+        ("\\x{41}{2}", "\\U00000041{2}"),
+        ("\\x{41}}", "\\U00000041}"),
+        ("a*\\x{41}{2}", "a*\\U00000041{2}"),
+        ("[\\x{10FFFF}]", "[\\U0010FFFF]"),
+        ("\\x41", "\\x41"),
+        ("a{2}\\x{41}", "a{2}\\U00000041"),
+    ],
+)
+def test_hex_escape_translation(pattern: str, translated: str) -> None:
+    assert translate_pattern(pattern) == translated
+
+
+def test_hex_escape_matching() -> None:
+    assert rename("\\x{41}=a", "AB", "ab") == ["aB", "ab"]
+    assert rename("\\x{e9}+=e", "caf\u00e9\u00e9") == ["cafe"]
+    assert rename("[\\x{41}]{2}=_", "AAA") == ["_A"]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "shown"),
+    [
+        ("\\x{}", "\\x{"),
+        ("\\x{zz}", "\\x{zz"),
+        ("\\x{-1}", "\\x{-1"),
+        ("\\x{110000}", "\\x{110000"),
+        ("\\x{41", "\\x{"),
+        ("\\x{}}", "\\x{"),
+        ("a\\x{", "\\x{"),
+        ("[\\x{zz}]", "\\x{zz"),
+        ("[\\x{110000}]", "\\x{110000"),
+        ("[\\x{}]", "\\x{"),
+    ],
+)
+def test_bad_hex_escapes(pattern: str, shown: str) -> None:
+    assert refusal(pattern) == (f"rule #3: pattern {pattern!r} has a bad escape {shown}", None)
+
+
+# --- other escapes, groups and repetitions (translate_pattern) ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "why"),
+    [
+        ("\\p{L}", "Unicode classes (\\p)"),
+        ("\\PL", "Unicode classes (\\p)"),
+        ("a\\1", "the back-reference \\1"),
+        ("\\0", "the back-reference \\0"),
+        ("\\g<1>", "the escape \\g"),
+        ("\\k<n>", "the escape \\k"),
+        ("a\\Z", "the escape \\Z"),
+        ("\\G", "the escape \\G"),
+        ("\\<a", "the escape \\<"),
+        ("a\\>", "the escape \\>"),
+        ("\\b{start}a", "\\b{...} word boundaries"),
+        ("a*{2}", "a repeated repetition"),
+        ("a{2}{3}", "a repeated repetition"),
+        ("a+{2}", "a repeated repetition"),
+        ("a{2}+", "possessive quantifiers"),
+        ("a*+", "possessive quantifiers"),
+        ("a?+", "possessive quantifiers"),
+        ("a?{2}", "a repeated repetition"),
+        ("(?=a)", "look-around, back-references or special groups"),
+        ("(?P>n)", "look-around, back-references or special groups"),
+        ("(?!a)", "look-around, back-references or special groups"),
+        ("(?<=a)b", "look-around, back-references or special groups"),
+        ("(?<!a)b", "look-around, back-references or special groups"),
+        ("(?>a)", "look-around, back-references or special groups"),
+        ("(?(1)a)", "look-around, back-references or special groups"),
+        ("(?#c)", "look-around, back-references or special groups"),
+        ("(?P=n)", "look-around, back-references or special groups"),
+        ("x(?P=n)", "look-around, back-references or special groups"),
+        ("(?U)a*", "the flags 'U'"),
+        ("(?R)a", "the flags 'R'"),
+        ("(?iU:a)", "the flags 'iU'"),
+    ],
+)
+def test_pattern_refusals(pattern: str, why: str) -> None:
+    assert refusal(pattern) == (unsupported(pattern, why), None)
+
+
+def test_other_pattern_errors() -> None:
+    assert refusal("a\\") == ("rule #3: pattern 'a\\\\' ends with a backslash", None)
+    assert refusal("\\") == ("rule #3: pattern '\\\\' ends with a backslash", None)
+    assert refusal("ab(?") == ("rule #3: pattern 'ab(?' has a bad group at 2", None)
+    assert refusal("(?&x)") == ("rule #3: pattern '(?&x)' has a bad group at 0", None)
+    assert refusal("a{b") == (
+        "rule #3: pattern 'a{b' has a '{' that does not start a repetition",
+        "escape a literal brace as \\{",
+    )
+    assert refusal("a(?i)b") == (
+        "rule #3: pattern 'a(?i)b' sets flags in the middle of the pattern",
+        "use a scoped group such as (?i:...) or put the flags first",
+    )
+
+
+@pytest.mark.parametrize(
+    ("pattern", "translated"),
+    [
+        ("a{2}", "a{2}"),
+        ("a{2,}", "a{2,}"),
+        ("a{2,3}?", "a{2,3}?"),
+        ("a*?b{2}", "a*?b{2}"),
+        ("a??b{2}", "a??b{2}"),
+        ("a?b{2}", "a?b{2}"),
+        ("(a){2}", "(a){2}"),
+        ("\\bx\\B", "\\bx\\B"),
+        ("\\z", "\\Z"),
+        ("a$b", "a\\Zb"),
+        ("(?m)a$", "(?m)a$"),
+        ("(?im)a$", "(?im)a$"),
+        ("(?i-m)a$", "(?i-m)a\\Z"),
+        ("(?i)a$", "(?i)a\\Z"),
+        ("(?i:a)b", "(?i:a)b"),
+        ("(?<n>a)(?P<m>b)", "(?P<n>a)(?P<m>b)"),
+        ("a(?<n>b)", "a(?P<n>b)"),
+        ("ab(?P<n>c)", "ab(?P<n>c)"),
+        ("X{2}", "X{2}"),
+        ("aX+", "aX+"),
+        ("\\d\\.\\w+", "\\d\\.\\w+"),
+    ],
+)
+def test_pattern_translation(pattern: str, translated: str) -> None:
+    assert translate_pattern(pattern) == translated
+
+
+def test_repetitions_match_like_rust() -> None:
+    assert rename("a{2}=X", "aaaaa") == ["XXa"]
+    assert rename("a{2,}=X", "a.aaaaa") == ["a.X"]
+    assert rename("a{2,3}?=X", "aaaa") == ["XX"]
+    assert rename("a*?b{2}=X", "aabbb") == ["Xb"]
+    assert rename("\\x{41}{2}=X", "AAA") == ["XA"]
+
+
+def test_errors_name_the_rule() -> None:
+    with pytest.raises(SelectionError) as info:
+        translate_pattern("a\\")
+    assert info.value.message == "rule: pattern 'a\\\\' ends with a backslash"
+    # Python's own errors for what the translation passes through
+    for rule, message in [
+        ("+a=x", "rule #1 '+a=x': invalid pattern '+a': nothing to repeat at position 0"),
+        ("{2}=x", "rule #1 '{2}=x': invalid pattern '{2}': nothing to repeat at position 0"),
+        ("a*?+=x", "rule #1 'a*?+=x': invalid pattern 'a*?+': multiple repeat at position 3"),
+        ("\\X=x", "rule #1 '\\X=x': invalid pattern '\\\\X': bad escape \\X at position 0"),
+    ]:
+        with pytest.raises(SelectionError) as info:
+            parse_rules([rule])
+        assert info.value.message == message
+    with pytest.raises(SelectionError) as info:
+        parse_rules(["a=b", "\\x{zz}=x"])
+    assert info.value.message == (
+        "rule #2 '\\x{zz}=x': pattern '\\\\x{zz}' has a bad escape \\x{zz"
+    )
+    assert info.value.hint is None
+
+
+# --- split_rule ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "parts"),
+    [
+        ("[^]=]x=y", ("[^]=]x", "y")),
+        ("[]=]x=y", ("[]=]x", "y")),
+        ("[^=]=y", ("[^=]", "y")),
+        ("[a]=b", ("[a]", "b")),
+        ("[^a]=b=c", ("[^a]", "b=c")),
+        ("a\\==b", ("a\\=", "b")),
+        ("[\\]=]=b", ("[\\]=]", "b")),
+        ("x[^]=]=", ("x[^]=]", "")),
+        ("=", ("", "")),
+        ("a[]=]=b", ("a[]=]", "b")),
+        ("[]]=y", ("[]]", "y")),
+        ("[^]]=y", ("[^]]", "y")),
+    ],
+)
+def test_split_rule(text: str, parts: tuple[str, str]) -> None:
+    assert split_rule(text) == parts
+
+
+def test_split_rule_without_equals() -> None:
+    for text in ("[^]=]", "[=]", "a\\=", "[^]]"):
+        with pytest.raises(SelectionError) as info:
+            split_rule(text)
+        assert info.value.message == f"remap rule {text!r} has no '='"
+        assert info.value.hint == "write rules as PATTERN=REPLACEMENT"
+
+
+def test_negated_leading_bracket_rule_renames() -> None:
+    assert rename("[^]=]+=_", "a=]b", "]=]") == ["_=]_", "]=]"]
+
+
+# --- Rename.apply ----------------------------------------------------------------------------
+
+
+def entry(name: str, shape: tuple[int, ...], module_type: str | None = None) -> TensorEntry:
+    made = array_entry(name, np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape))
+    return replace(made, module_type=module_type) if module_type else made
+
+
+@pytest.mark.parametrize(
+    ("rules", "name", "new", "reason"),
+    [
+        (["b="], "a.b.c", "a..c", "rule #1 'b=' (warning: the new name has an empty segment)"),
+        (["c$="], "a.b.c", "a.b.", "rule #1 'c$=' (warning: the new name has an empty segment)"),
+        (["^a="], "a.b", ".b", "rule #1 '^a=' (warning: the new name has an empty segment)"),
+        (
+            ["x=y", "^a\\.="],
+            "xa.b",
+            "ya.b",
+            "rule #1 'x=y'",
+        ),
+        (
+            ["a=b", "b=c"],
+            "a.x",
+            "c.x",
+            "rule #1 'a=b', rule #2 'b=c'",
+        ),
+        (
+            ["a=", "^\\.="],
+            "a.x",
+            "x",
+            "rule #1 'a=', rule #2 '^\\.='",
+        ),
+        (["x=y.z"], "x", "y.z", "rule #1 'x=y.z'"),
+    ],
+)
+def test_rename_reason_and_empty_segment(
+    rules: list[str], name: str, new: str, reason: str
+) -> None:
+    adapter = Rename.parse(rules)
+    source = entry(name, (2,))
+    out, actions = adapter.apply(source)
+    assert out == replace(source, name=new)
+    assert actions == (Action(ActionKind.RENAME, f"{name} -> {new}", reason, adapter.describe()),)
+
+
+def test_rename_unchanged_has_no_action() -> None:
+    source = entry("a.b", (2,))
+    assert Rename.parse(["zz="]).apply(source) == (source, ())
+    assert Rename.parse(["b=b"]).apply(source) == (source, ())
+
+
+# --- modules.py: pattern heuristics, target evidence, compatibility -----------------------------
+
+
+def decide(*entries: TensorEntry, **kw: object) -> dict[str, tuple[object, ...]]:
+    out = decide_module_types(entries, **kw)  # type: ignore[arg-type]
+    return {
+        k: (d.module_type, d.evidence, d.flagged, d.transpose, d.rename) for k, d in out.items()
+    }
+
+
+def test_pattern_needs_the_right_rank() -> None:
+    assert decide(
+        entry("fc.weight", (3,)),
+        entry("c_attn.weight", (2, 3, 4)),
+        entry("c_proj.weight", (3,)),
+        entry("norm.weight", (3, 4)),
+        entry("rms.weight", (2, 3, 4)),
+        entry("ln.bias", (3,)),
+        entry("gn.weight", (3,)),
+        entry("bn1.weight", (3,)),
+        entry("embed.weight", (3, 4)),
+        entry("q.weight", (4, 4)),
+        entry("proj.weight", (3, 4)),
+        entry("prelu.weight", (1,)),
+    ) == {
+        "fc.weight": (None, "no evidence", False, None, None),
+        "c_attn.weight": ("Conv1d", "pattern: rank-3 weight", False, None, None),
+        "c_proj.weight": (None, "no evidence", False, None, None),
+        "norm.weight": (
+            None,
+            "no evidence for this rank-2 weight; declare its module type",
+            True,
+            None,
+            None,
+        ),
+        "rms.weight": ("Conv1d", "pattern: rank-3 weight", False, None, None),
+        "ln.bias": ("LayerNorm", "pattern 'ln'", False, None, None),
+        "gn.weight": ("GroupNorm", "pattern 'gn'", False, None, None),
+        "bn1.weight": ("BatchNorm", "pattern 'bn1'", False, None, None),
+        "embed.weight": ("Embedding", "pattern 'embed'", False, None, None),
+        "q.weight": (
+            "Linear",
+            "pattern 'q' (square: the shape cannot confirm it)",
+            True,
+            None,
+            None,
+        ),
+        "proj.weight": ("Linear", "pattern 'proj'", False, None, None),
+        "prelu.weight": ("PRelu", "pattern 'prelu'", False, None, None),
+    }
+
+
+def test_pattern_siblings_conv_ranks_and_norm_named_linear() -> None:
+    assert decide(
+        entry("x.weight", (3,)),
+        entry("x.running_mean", (3,)),
+        entry("c3.weight", (1, 1, 1, 1, 1)),
+        entry("DeConv.weight", (1, 1, 1)),
+        entry("norm_proj.weight", (3, 4)),
+    ) == {
+        "x.weight": ("BatchNorm", "pattern: sibling running_mean/running_var", False, None, None),
+        "x.running_mean": (
+            "BatchNorm",
+            "pattern: sibling running_mean/running_var",
+            False,
+            None,
+            None,
+        ),
+        "c3.weight": ("Conv3d", "pattern: rank-5 weight", False, None, None),
+        "DeConv.weight": ("ConvTranspose1d", "pattern: rank-3 weight", False, None, None),
+        # 'norm' is skipped for a rank-2 weight, and the later Linear pattern still applies
+        "norm_proj.weight": ("Linear", "pattern 'norm_proj'", False, None, None),
+    }
+
+
+def test_norm_pattern_with_rank_2_weight_falls_through_to_linear() -> None:
+    # 'norm' is skipped for a rank-2 weight; the matching bias then makes it a Linear
+    assert decide(entry("norm.weight", (3, 4)), entry("norm.bias", (3,))) == {
+        "norm.weight": (
+            "Linear",
+            "pattern: rank-2 weight with a matching rank-1 bias",
+            False,
+            None,
+            None,
+        ),
+        "norm.bias": (
+            "Linear",
+            "pattern: rank-2 weight with a matching rank-1 bias",
+            False,
+            None,
+            None,
+        ),
+    }
+
+
+def test_target_square_and_unrelated_shapes_are_no_evidence() -> None:
+    target = {
+        "q.weight": (DType.F32, (4, 4)),
+        "fc.weight": (DType.F32, (5, 6)),
+        "x.weight": (DType.F32, (4, 3)),
+        "v.weight": (DType.F32, (4,)),
+        "w.weight": (DType.F32, (3, 4)),
+    }
+    got = decide(
+        entry("q.weight", (4, 4)),
+        entry("fc.weight", (3, 4)),
+        entry("x.weight", (3, 4)),
+        entry("v.weight", (4, 4)),
+        entry("w.weight", (3, 4, 1)),
+        entry("z.weight", (3,)),
+        target=target,
+    )
+    assert got == {
+        "q.weight": (
+            "Linear",
+            "pattern 'q' (square: the shape cannot confirm it)",
+            True,
+            None,
+            None,
+        ),
+        "fc.weight": ("Linear", "pattern 'fc'", False, None, None),
+        "x.weight": (
+            "Linear",
+            "target shape [4, 3] is the transpose of [3, 4]",
+            False,
+            True,
+            None,
+        ),
+        "v.weight": (
+            "Linear",
+            "pattern 'v'; the target has this exact name (square: the shape cannot confirm it)",
+            True,
+            None,
+            False,
+        ),
+        "w.weight": (
+            "Conv1d",
+            "pattern: rank-3 weight; the target has this exact name",
+            False,
+            None,
+            False,
+        ),
+        "z.weight": (None, "no evidence", False, None, None),
+    }
+
+
+def test_target_norm_renames() -> None:
+    target = {
+        "n.gamma": (DType.F32, (3,)),
+        "i.gamma": (DType.F32, (3,)),
+        "b.beta": (DType.F32, (3,)),
+        "p.weight": (DType.F32, (3,)),
+        "r.gamma": (DType.F32, (3,)),
+        "g.gamma": (DType.F32, (3,)),
+    }
+    got = decide(
+        entry("n.weight", (3,), "LayerNorm"),
+        entry("i.weight", (3,), "InstanceNorm2d"),
+        entry("b.bias", (3,), "BatchNorm2d"),
+        entry("p.gamma", (3,)),
+        entry("r.weight", (3,)),
+        entry("g.weight", (3,), "GroupNorm"),
+        target=target,
+        rules=parse_module_rules(["^r=RmsNorm"]),
+    )
+    assert got == {
+        "n.weight": ("LayerNorm", "target has 'n.gamma': a norm", False, None, True),
+        "i.weight": ("InstanceNorm", "target has 'i.gamma': a norm", False, None, True),
+        "b.bias": ("BatchNorm", "target has 'b.beta': a norm", False, None, True),
+        "p.gamma": ("LayerNorm", "target has 'p.weight': a norm", False, None, True),
+        "r.weight": (
+            "RmsNorm",
+            "module rule #1 '^r=RmsNorm'; target has 'r.gamma': a norm",
+            False,
+            None,
+            True,
+        ),
+        "g.weight": ("GroupNorm", "target has 'g.gamma': a norm", False, None, True),
+    }
+
+
+def test_target_linear_agrees_with_class_and_rule() -> None:
+    target = {"fc.weight": (DType.F32, (4, 3)), "o.weight": (DType.F32, (4, 3))}
+    got = decide(
+        entry("fc.weight", (3, 4), "torch.nn.Linear"),
+        entry("o.weight", (3, 4)),
+        target=target,
+        rules=parse_module_rules(["^o=Linear"]),
+    )
+    assert got == {
+        "fc.weight": (
+            "Linear",
+            "target shape [4, 3] is the transpose of [3, 4]",
+            False,
+            True,
+            None,
+        ),
+        "o.weight": (
+            "Linear",
+            "module rule #1 '^o=Linear'; target shape [4, 3] is the transpose of [3, 4]",
+            False,
+            True,
+            None,
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    ("source", "rules", "message"),
+    [
+        (
+            entry("n.weight", (3,), "Linear"),
+            (),
+            "tensor 'n.weight': class Linear from file says Linear, but target has 'n.gamma': "
+            "a norm",
+        ),
+        (
+            entry("n.weight", (3,), "PReLU"),
+            (),
+            "tensor 'n.weight': class PReLU from file says PRelu, but target has 'n.gamma': a norm",
+        ),
+        (
+            entry("n.weight", (3,)),
+            ("n=Other",),
+            "tensor 'n.weight': module rule #1 'n=Other' says Other, but target has 'n.gamma': "
+            "a norm",
+        ),
+        (
+            entry("fc.weight", (3, 4), "Embedding"),
+            (),
+            "tensor 'fc.weight': class Embedding from file says Embedding, but target shape "
+            "[4, 3] is the transpose of [3, 4]",
+        ),
+        (
+            entry("fc.weight", (3, 4), "LayerNorm"),
+            (),
+            "tensor 'fc.weight': class LayerNorm from file says LayerNorm, but target shape "
+            "[4, 3] is the transpose of [3, 4]",
+        ),
+    ],
+)
+def test_target_contradicts_class_or_rule(
+    source: TensorEntry, rules: tuple[str, ...], message: str
+) -> None:
+    target = {"n.gamma": (DType.F32, (3,)), "fc.weight": (DType.F32, (4, 3))}
+    with pytest.raises(SelectionError) as info:
+        decide_module_types([source], target=target, rules=parse_module_rules(rules))
+    assert info.value.message == message
+    assert info.value.hint == "fix or remove the rule, or check that the target is the right model"
+
+
+# --- pipeline._uncertain ---------------------------------------------------------------------
+
+
+def test_uncertain_square_untyped_and_norm_warnings() -> None:
+    declare = (Option("module_types", takes_value=True),)
+    entries = [
+        entry("skip.weight", (3, 4)),  # no decision: skipped, the others still counted
+        entry("q.weight", (4, 4)),
+        entry("k.weight", (4, 4)),
+        entry("odd.weight", (3, 4)),
+        entry("big.weight", (3, 4)),
+        entry("fc.weight", (3, 4)),
+        entry("odd.bias", (3, 4)),
+        entry("n.weight", (3,)),
+        entry("m.g.weight", (3,)),
+        entry("n.bias", (3,)),
+        entry("t.weight", (3, 4, 5)),
+    ]
+    decisions = {
+        "q.weight": Decision("q.weight", "Linear", "pattern 'q'", flagged=True),
+        "k.weight": Decision("k.weight", "Linear", "pattern 'k'", flagged=True),
+        "odd.weight": Decision("odd.weight", None, "no evidence", flagged=True),
+        "big.weight": Decision("big.weight", None, "no evidence"),
+        "fc.weight": Decision("fc.weight", "Linear", "pattern 'fc'"),
+        "odd.bias": Decision("odd.bias", None, "no evidence"),
+        "n.weight": Decision("n.weight", None, "no evidence"),
+        "m.g.weight": Decision("m.g.weight", None, "no evidence"),
+        "n.bias": Decision("n.bias", None, "no evidence"),
+        "t.weight": Decision("t.weight", None, "no evidence"),
+    }
+    assert _uncertain(entries, decisions) == [
+        Note("2 square weights typed by name only (q, k): confirm with {fix0}", declare),
+        Note(
+            "2 rank-2 weights with no module type left as is (odd, big): declare with {fix0}",
+            declare,
+        ),
+        Note(
+            "2 1-D weights with no module type kept as weight/bias, not renamed gamma/beta "
+            "(n, g): declare with {fix0}",
+            declare,
+        ),
+    ]
+    assert _uncertain(entries[6:8], decisions) == [
+        Note(
+            "1 1-D weight with no module type kept as weight/bias, not renamed gamma/beta (n): "
+            "declare with {fix0}",
+            declare,
+        )
+    ]
+    assert _uncertain(entries[3:4], decisions) == [
+        Note("1 rank-2 weight with no module type left as is (odd): declare with {fix0}", declare)
+    ]
+    assert _uncertain(entries, {}) == []
+    bare = entry("weight", (3,))
+    assert _uncertain([bare], {"weight": Decision("weight", None, "no evidence")}) == [
+        Note(
+            "1 1-D weight with no module type kept as weight/bias, not renamed gamma/beta "
+            "(weight): declare with {fix0}",
+            declare,
+        )
+    ]
+
+
+def test_pipeline_square_weights_by_name() -> None:
+    declare = (Option("module_types", takes_value=True),)
+    entries = [entry("q.weight", (4, 4)), entry("k.weight", (4, 4)), entry("fc.weight", (3, 4))]
+    _, warnings = run_pipeline(entries, PipelineOptions(adapters=("burn-to-pytorch",)))
+    assert warnings == [
+        Note("2 square weights typed by name only (q, k): confirm with {fix0}", declare)
+    ]
