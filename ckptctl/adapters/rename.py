@@ -9,14 +9,18 @@ The replacement may contain ``=`` freely.
 
 Patterns are Rust ``regex`` syntax, translated to Python ``re`` where the two differ (§3.4):
 
-* ``(?<name>...)`` becomes ``(?P<name>...)``; ``$`` (without the ``m`` flag) and ``\\z`` become
-  ``\\Z`` (Python's ``$`` also matches before a final newline); ``\\x{HHHH}`` becomes ``\\U``;
-  ``[[:alpha:]]``-style ASCII classes are expanded.
+* ``(?<name>...)`` becomes ``(?P<name>...)``; ``$`` (outside the ``m`` flag, set first or in a
+  scoped group) and ``\\z`` become ``\\Z`` (Python's ``$`` also matches before a final newline);
+  ``\\x{HHHH}`` becomes ``\\U``; ``[[:alpha:]]``-style ASCII classes are expanded, and
+  ``[[:^alpha:]]`` when it is the class's only item; ``|`` in a class is escaped.
 * Syntax Rust rejects but Python accepts is refused with a :class:`SelectionError`, so a rule
   never means something Burn would not run: look-around, back-references (``\\1``, ``(?P=n)``),
-  atomic groups, possessive quantifiers, conditionals, comments, ``\\Z``, mid-pattern global
-  flags, ``(?U)``, ``\\p{..}`` Unicode classes, nested classes and class set operations, and a
-  bare ``{`` that does not start a repetition.
+  atomic groups, conditionals, comments, ``\\Z``, ``\\G``, ``\\x{..}`` that is not a Unicode
+  scalar value, and a bare ``{`` that does not start a repetition.
+* Syntax Rust accepts but Python cannot express is refused too, saying so: ``\\p{..}`` Unicode
+  classes, nested classes and class set operations, ``\\<``, ``\\>`` and ``\\b{..}`` word
+  boundaries, the ``U`` and ``R`` flags, flags set mid-pattern, and a repetition of a repetition
+  (``a*+`` is ``(a*)+`` in Rust but possessive in Python).
 * In replace-all, an empty match right where the previous match ended is skipped, as in Rust
   (``x*`` -> ``-`` on ``abxd`` gives ``-a-b-d-``, not Python's ``-a-b--d-``).
 
@@ -59,12 +63,25 @@ _POSIX_CLASSES = {
 }
 _REPETITION = re.compile(r"\{\d+(,\d*)?\}")
 _FLAGS = re.compile(r"\(\?([a-zA-Z-]*)([:)])")
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 _CAP_LETTERS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 
 
 def _reject(pattern: str, what: str, why: str) -> SelectionError:
+    """Syntax Rust's regex refuses (Burn would not run the rule) but Python's ``re`` accepts."""
     return SelectionError(
         f"{what}: pattern {pattern!r} uses {why}, which Rust regex (Burn) does not support"
+    )
+
+
+def _untranslatable(
+    pattern: str, what: str, why: str, hint: str = "rewrite the rule without it"
+) -> SelectionError:
+    """Syntax Rust's regex accepts that Python's ``re`` cannot express (or means otherwise)."""
+    return SelectionError(
+        f"{what}: pattern {pattern!r} uses {why}: Rust regex (Burn) accepts it, but ckptctl "
+        "cannot translate it to Python",
+        hint=hint,
     )
 
 
@@ -86,7 +103,7 @@ def _translate_class(pattern: str, i: int, what: str) -> tuple[str, int]:
         if c == "\\":
             nxt = pattern[i + 1 : i + 2]
             if nxt in ("p", "P"):
-                raise _reject(pattern, what, "Unicode classes (\\p)")
+                raise _untranslatable(pattern, what, "Unicode classes (\\p)")
             if nxt.isdigit():
                 raise _reject(pattern, what, f"the escape \\{nxt} in a class")
             if nxt == "x" and pattern[i + 2 : i + 3] == "{":
@@ -104,25 +121,45 @@ def _translate_class(pattern: str, i: int, what: str) -> tuple[str, int]:
                     out.append(_POSIX_CLASSES[name])
                     i = end + 2
                     continue
-            raise _reject(pattern, what, "nested character classes")
+                if name[1:] in _POSIX_CLASSES and name.startswith("^"):
+                    return _negated_posix(pattern, out, name[1:], end + 2, what)
+            raise _untranslatable(pattern, what, "nested character classes")
         if pattern.startswith(("&&", "--", "~~"), i):
-            raise _reject(pattern, what, f"the class set operation {pattern[i : i + 2]!r}")
-        out.append(c)
+            raise _untranslatable(pattern, what, f"the class set operation {pattern[i : i + 2]!r}")
+        out.append("\\|" if c == "|" else c)  # Python reads '||' in a class as a set union
         i += 1
     raise SelectionError(f"{what}: pattern {pattern!r} has an unterminated character class")
 
 
+def _negated_posix(pattern: str, out: list[str], name: str, i: int, what: str) -> tuple[str, int]:
+    """``[[:^name:]]`` (or ``[^[:^name:]]``), the class's only item; ``pattern[i]`` follows it."""
+    if out[1:] in ([], ["^"]) and pattern.startswith("]", i):
+        return ("[" if out[1:] else "[^") + _POSIX_CLASSES[name] + "]", i + 1
+    raise _untranslatable(
+        pattern,
+        what,
+        f"the negated class [:^{name}:] beside other items",
+        hint=f"give it a class of its own, e.g. ([[:^{name}:]]|[ab]) for [ab[:^{name}:]]",
+    )
+
+
 def _hex_escape(pattern: str, i: int, what: str) -> tuple[str, int]:
-    """``\\x{HHHH}`` at ``pattern[i]`` -> Python ``\\UHHHHHHHH``."""
+    """``\\x{HHHH}`` at ``pattern[i]`` -> Python ``\\UHHHHHHHH``.
+
+    Like Rust: hex digits only (no sign, ``0x`` or ``_``), a Unicode scalar value (at most
+    ``10FFFF``, not a surrogate).
+    """
     end = pattern.find("}", i + 3)
-    digits = pattern[i + 3 : end] if end > 0 else ""
-    try:
-        code = int(digits, 16)
-    except ValueError:
-        code = -1
-    if not 0 <= code <= 0x10FFFF or not digits:
-        raise SelectionError(f"{what}: pattern {pattern!r} has a bad escape \\x{{{digits}")
-    return f"\\U{code:08X}", end + 1
+    if end < 0:
+        raise SelectionError(f"{what}: pattern {pattern!r} has an escape \\x{{ without a '}}'")
+    digits = pattern[i + 3 : end]
+    if not digits or not all(d in _HEX_DIGITS for d in digits):
+        why = "hex digits only"
+    elif not 0 <= (code := int(digits, 16)) <= 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+        why = "not a Unicode scalar value (at most 10FFFF, not a surrogate D800-DFFF)"
+    else:
+        return f"\\U{code:08X}", end + 1
+    raise SelectionError(f"{what}: pattern {pattern!r} has a bad escape \\x{{{digits}}}: {why}")
 
 
 def translate_pattern(pattern: str, what: str = "rule") -> str:
@@ -138,13 +175,14 @@ def translate_pattern(pattern: str, what: str = "rule") -> str:
     Raises:
         SelectionError: the pattern uses syntax Rust rejects or Python cannot express.
     """
-    multiline = any("m" in m.group(1).split("-")[0] for m in _FLAGS.finditer(pattern))
+    multiline = False  # the m flag where we are: set first in the pattern, or by a scoped group
+    outer: list[bool] = []  # its value outside each open group
     out: list[str] = []
     i = 0
-    prev_quant = False
+    repeat = ""  # after a repetition: "open" (a lazy '?' may follow), "lazy", else ""
     while i < len(pattern):
         c = pattern[i]
-        quant = False
+        after = ""
         if c == "\\":
             nxt = pattern[i + 1 : i + 2]
             if not nxt:
@@ -152,18 +190,20 @@ def translate_pattern(pattern: str, what: str = "rule") -> str:
             if nxt.isdigit():
                 raise _reject(pattern, what, f"the back-reference \\{nxt}")
             if nxt in "pP":
-                raise _reject(pattern, what, "Unicode classes (\\p)")
-            if nxt in "gkZG<>":
+                raise _untranslatable(pattern, what, "Unicode classes (\\p)")
+            if nxt in "gkZG":
                 raise _reject(pattern, what, f"the escape \\{nxt}")
+            if nxt in "<>":
+                raise _untranslatable(pattern, what, f"the word boundary \\{nxt}")
             if nxt == "z":
                 out.append("\\Z")
             elif nxt == "x" and pattern[i + 2 : i + 3] == "{":
                 text, i = _hex_escape(pattern, i, what)
                 out.append(text)
-                prev_quant = False
+                repeat = ""
                 continue
             elif nxt == "b" and pattern[i + 2 : i + 3] == "{":
-                raise _reject(pattern, what, "\\b{...} word boundaries")
+                raise _untranslatable(pattern, what, "\\b{...} word boundaries")
             else:
                 out.append(pattern[i : i + 2])
             i += 2
@@ -174,6 +214,7 @@ def translate_pattern(pattern: str, what: str = "rule") -> str:
             rest = pattern[i + 2 :]
             if rest.startswith(("=", "!", "<=", "<!", ">", "(", "#", "P=", "P>")):
                 raise _reject(pattern, what, "look-around, back-references or special groups")
+            outer.append(multiline)
             if rest.startswith("<"):
                 out.append("(?P<")
                 i += 3
@@ -184,40 +225,58 @@ def translate_pattern(pattern: str, what: str = "rule") -> str:
                 m = _FLAGS.match(pattern, i)
                 if m is None:
                     raise SelectionError(f"{what}: pattern {pattern!r} has a bad group at {i}")
-                if "U" in m.group(1) or "R" in m.group(1):
-                    raise _reject(pattern, what, f"the flags {m.group(1)!r}")
+                on, _, off = m.group(1).partition("-")
+                if "U" in m.group(1) or "R" in m.group(1) or "u" in off:
+                    raise _untranslatable(pattern, what, f"the flags {m.group(1)!r}")
                 if m.group(2) == ")" and i != 0:
-                    raise SelectionError(
-                        f"{what}: pattern {pattern!r} sets flags in the middle of the pattern",
+                    raise _untranslatable(
+                        pattern,
+                        what,
+                        "flags set in the middle of the pattern",
                         hint="use a scoped group such as (?i:...) or put the flags first",
                     )
+                multiline = "m" in on or (multiline and "m" not in off)
+                if m.group(2) == ")":  # flags for the whole pattern: no group opened
+                    outer.pop()
                 out.append(m.group(0))
                 i = m.end()
+        elif c in "()":
+            if c == "(":
+                outer.append(multiline)
+            elif outer:  # an unbalanced ')' is left to re.compile to refuse
+                multiline = outer.pop()
+            out.append(c)
+            i += 1
         elif c == "$":
             out.append("$" if multiline else "\\Z")
             i += 1
-        elif c == "{":
-            m = _REPETITION.match(pattern, i)
-            if m is None:
-                raise SelectionError(
-                    f"{what}: pattern {pattern!r} has a '{{' that does not start a repetition",
-                    hint="escape a literal brace as \\{",
+        elif c in "*+?{":
+            text = c
+            if c == "{":
+                m = _REPETITION.match(pattern, i)
+                if m is None:
+                    raise SelectionError(
+                        f"{what}: pattern {pattern!r} has a '{{' that does not start a repetition",
+                        hint="escape a literal brace as \\{",
+                    )
+                text = m.group(0)
+            if repeat == "open" and text == "?":
+                after = "lazy"  # '*?': the '?' makes the repetition lazy and ends it
+            elif repeat:  # Rust repeats the repetition; Python refuses it, or reads '*+' otherwise
+                raise _untranslatable(
+                    pattern,
+                    what,
+                    "a repetition of a repetition",
+                    hint="group the inner repetition, e.g. (?:a*)+ for a*+",
                 )
-            if prev_quant:
-                raise _reject(pattern, what, "a repeated repetition")
-            out.append(m.group(0))
-            i = m.end()
-            quant = True
-        elif c in "*+?":
-            if prev_quant and c == "+":
-                raise _reject(pattern, what, "possessive quantifiers")
-            out.append(c)
-            i += 1
-            quant = c != "?" or not prev_quant  # '*?' is lazy, the '?' ends the quantifier
+            else:
+                after = "open"
+            out.append(text)
+            i += len(text)
         else:
             out.append(c)
             i += 1
-        prev_quant = quant
+        repeat = after
     return "".join(out)
 
 
@@ -283,17 +342,26 @@ def _group(match: re.Match[str], ref: str) -> str:
 
 
 def replace_all(regex: re.Pattern[str], text: str, template: str) -> str:
-    """Rust ``Regex::replace_all``: skip an empty match that touches the previous match."""
+    """Rust ``Regex::replace_all``, match by match as Rust's iterator finds them.
+
+    Each search starts where the last match ended. An empty match right there is not reported:
+    Rust searches again one character later (``x*`` on ``abxd`` gives ``-a-b-d-``), where
+    Python's ``finditer`` would report it, or retry at the same place for a longer match
+    (``a*?`` on ``aa``: Rust ``-a-a-``, Python ``---``).
+    """
     out: list[str] = []
-    last = 0
-    prev_end = -1
-    for match in regex.finditer(text):
+    last = 0  # end of the last match reported
+    reported = False
+    pos = 0
+    while pos <= len(text) and (match := regex.search(text, pos)) is not None:
         start, end = match.span()
-        if start == end and start == prev_end:
+        if start == end == last and reported:
+            pos = end + 1
             continue
         out.append(text[last:start])
         out.append(expand_replacement(template, match))
-        last = prev_end = end
+        last = pos = end
+        reported = True
     out.append(text[last:])
     return "".join(out)
 

@@ -19,8 +19,10 @@ from ckptctl.adapters.modules import Decision, decide_module_types, parse_module
 from ckptctl.adapters.pipeline import PipelineOptions, _uncertain, run_pipeline
 from ckptctl.adapters.rename import (
     Rename,
+    compile_pattern,
     parse_rules,
     remap_name,
+    replace_all,
     split_rule,
     translate_pattern,
 )
@@ -44,6 +46,16 @@ def refusal(pattern: str) -> tuple[str, object]:
 
 def unsupported(pattern: str, why: str) -> str:
     return f"rule #3: pattern {pattern!r} uses {why}, which Rust regex (Burn) does not support"
+
+
+def untranslatable(pattern: str, why: str) -> str:
+    return (
+        f"rule #3: pattern {pattern!r} uses {why}: Rust regex (Burn) accepts it, but ckptctl "
+        "cannot translate it to Python"
+    )
+
+
+REWRITE = "rewrite the rule without it"
 
 
 # --- character classes (_translate_class) -----------------------------------------------------
@@ -93,11 +105,17 @@ def test_class_matching(rule: str, names: tuple[str, ...], expected: list[str]) 
 
 @pytest.mark.parametrize(
     ("pattern", "why"),
+    [("[\\1]", "the escape \\1 in a class"), ("[a\\9]", "the escape \\9 in a class")],
+)
+def test_class_refusals_rust_rejects(pattern: str, why: str) -> None:
+    assert refusal(pattern) == (unsupported(pattern, why), None)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "why"),
     [
         ("[\\p{L}]", "Unicode classes (\\p)"),
         ("[\\P{L}]", "Unicode classes (\\p)"),
-        ("[\\1]", "the escape \\1 in a class"),
-        ("[a\\9]", "the escape \\9 in a class"),
         ("[[:nope:]]", "nested character classes"),
         ("[[:alpha]", "nested character classes"),
         ("[a[b]]", "nested character classes"),
@@ -109,7 +127,7 @@ def test_class_matching(rule: str, names: tuple[str, ...], expected: list[str]) 
     ],
 )
 def test_class_refusals(pattern: str, why: str) -> None:
-    assert refusal(pattern) == (unsupported(pattern, why), None)
+    assert refusal(pattern) == (untranslatable(pattern, why), REWRITE)
 
 
 @pytest.mark.parametrize("pattern", ["[ab", "[", "[^", "[^]", "[]", "[a\\", "[a\\]", "x[[:digit:]"])
@@ -148,66 +166,127 @@ def test_hex_escape_matching() -> None:
     assert rename("[\\x{41}]{2}=_", "AAA") == ["_A"]
 
 
+HEX = "hex digits only"
+SCALAR = "not a Unicode scalar value (at most 10FFFF, not a surrogate D800-DFFF)"
+
+
 @pytest.mark.parametrize(
     ("pattern", "shown"),
     [
-        ("\\x{}", "\\x{"),
-        ("\\x{zz}", "\\x{zz"),
-        ("\\x{-1}", "\\x{-1"),
-        ("\\x{110000}", "\\x{110000"),
-        ("\\x{41", "\\x{"),
-        ("\\x{}}", "\\x{"),
-        ("a\\x{", "\\x{"),
-        ("[\\x{zz}]", "\\x{zz"),
-        ("[\\x{110000}]", "\\x{110000"),
-        ("[\\x{}]", "\\x{"),
+        ("\\x{}", f"\\x{{}}: {HEX}"),
+        ("\\x{zz}", f"\\x{{zz}}: {HEX}"),
+        ("\\x{-1}", f"\\x{{-1}}: {HEX}"),
+        ("\\x{+41}", f"\\x{{+41}}: {HEX}"),
+        ("\\x{0x41}", f"\\x{{0x41}}: {HEX}"),
+        ("\\x{4_1}", f"\\x{{4_1}}: {HEX}"),
+        ("\\x{ 41}", f"\\x{{ 41}}: {HEX}"),
+        ("\\x{110000}", f"\\x{{110000}}: {SCALAR}"),
+        ("\\x{D800}", f"\\x{{D800}}: {SCALAR}"),
+        ("\\x{dfff}", f"\\x{{dfff}}: {SCALAR}"),
+        ("\\x{}}", f"\\x{{}}: {HEX}"),
+        ("[\\x{zz}]", f"\\x{{zz}}: {HEX}"),
+        ("[\\x{110000}]", f"\\x{{110000}}: {SCALAR}"),
+        ("[\\x{}]", f"\\x{{}}: {HEX}"),
     ],
 )
 def test_bad_hex_escapes(pattern: str, shown: str) -> None:
     assert refusal(pattern) == (f"rule #3: pattern {pattern!r} has a bad escape {shown}", None)
 
 
+@pytest.mark.parametrize("pattern", ["\\x{41", "a\\x{", "[\\x{41]"])
+def test_hex_escape_without_a_closing_brace(pattern: str) -> None:
+    assert refusal(pattern) == (
+        f"rule #3: pattern {pattern!r} has an escape \\x{{ without a '}}'",
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "ok"),
+    [(0xD7FF, True), (0xD800, False), (0xDFFF, False), (0xE000, True), (0x10FFFF, True),
+     (0x110000, False)],
+)  # fmt: skip
+def test_hex_escape_scalar_value_bounds(code: int, ok: bool) -> None:
+    pattern = f"\\x{{{code:X}}}"
+    if ok:
+        assert translate_pattern(pattern) == f"\\U{code:08X}"
+    else:
+        assert refusal(pattern)[0].endswith(SCALAR)
+
+
 # --- other escapes, groups and repetitions (translate_pattern) ---------------------------------
+
+
+SPECIAL = "look-around, back-references or special groups"
+REPEAT = "a repetition of a repetition"
+GROUP_INNER = "group the inner repetition, e.g. (?:a*)+ for a*+"
 
 
 @pytest.mark.parametrize(
     ("pattern", "why"),
     [
-        ("\\p{L}", "Unicode classes (\\p)"),
-        ("\\PL", "Unicode classes (\\p)"),
         ("a\\1", "the back-reference \\1"),
         ("\\0", "the back-reference \\0"),
         ("\\g<1>", "the escape \\g"),
         ("\\k<n>", "the escape \\k"),
         ("a\\Z", "the escape \\Z"),
         ("\\G", "the escape \\G"),
-        ("\\<a", "the escape \\<"),
-        ("a\\>", "the escape \\>"),
-        ("\\b{start}a", "\\b{...} word boundaries"),
-        ("a*{2}", "a repeated repetition"),
-        ("a{2}{3}", "a repeated repetition"),
-        ("a+{2}", "a repeated repetition"),
-        ("a{2}+", "possessive quantifiers"),
-        ("a*+", "possessive quantifiers"),
-        ("a?+", "possessive quantifiers"),
-        ("a?{2}", "a repeated repetition"),
-        ("(?=a)", "look-around, back-references or special groups"),
-        ("(?P>n)", "look-around, back-references or special groups"),
-        ("(?!a)", "look-around, back-references or special groups"),
-        ("(?<=a)b", "look-around, back-references or special groups"),
-        ("(?<!a)b", "look-around, back-references or special groups"),
-        ("(?>a)", "look-around, back-references or special groups"),
-        ("(?(1)a)", "look-around, back-references or special groups"),
-        ("(?#c)", "look-around, back-references or special groups"),
-        ("(?P=n)", "look-around, back-references or special groups"),
-        ("x(?P=n)", "look-around, back-references or special groups"),
-        ("(?U)a*", "the flags 'U'"),
-        ("(?R)a", "the flags 'R'"),
-        ("(?iU:a)", "the flags 'iU'"),
+        ("(?=a)", SPECIAL),
+        ("(?P>n)", SPECIAL),
+        ("(?!a)", SPECIAL),
+        ("(?<=a)b", SPECIAL),
+        ("(?<!a)b", SPECIAL),
+        ("(?>a)", SPECIAL),
+        ("(?(1)a)", SPECIAL),
+        ("(?#c)", SPECIAL),
+        ("(?P=n)", SPECIAL),
+        ("x(?P=n)", SPECIAL),
     ],
 )
-def test_pattern_refusals(pattern: str, why: str) -> None:
+def test_pattern_refusals_rust_rejects(pattern: str, why: str) -> None:
     assert refusal(pattern) == (unsupported(pattern, why), None)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "why", "hint"),
+    [
+        ("\\p{L}", "Unicode classes (\\p)", REWRITE),
+        ("\\PL", "Unicode classes (\\p)", REWRITE),
+        ("\\<a", "the word boundary \\<", REWRITE),
+        ("a\\>", "the word boundary \\>", REWRITE),
+        ("\\b{start}a", "\\b{...} word boundaries", REWRITE),
+        ("a*{2}", REPEAT, GROUP_INNER),
+        ("a{2}{3}", REPEAT, GROUP_INNER),
+        ("a+{2}", REPEAT, GROUP_INNER),
+        ("a{2}+", REPEAT, GROUP_INNER),
+        ("a*+", REPEAT, GROUP_INNER),
+        ("a?+", REPEAT, GROUP_INNER),
+        ("a?{2}", REPEAT, GROUP_INNER),
+        ("a**", REPEAT, GROUP_INNER),
+        ("a*??", REPEAT, GROUP_INNER),
+        ("a{2}?*", REPEAT, GROUP_INNER),
+        ("(?U)a*", "the flags 'U'", REWRITE),
+        ("(?R)a", "the flags 'R'", REWRITE),
+        ("(?iU:a)", "the flags 'iU'", REWRITE),
+        ("(?-u:a)", "the flags '-u'", REWRITE),
+        ("(?i-mu:a)", "the flags 'i-mu'", REWRITE),
+        ("a(?i)b", "flags set in the middle of the pattern",
+         "use a scoped group such as (?i:...) or put the flags first"),
+        ("(a(?i)b)", "flags set in the middle of the pattern",
+         "use a scoped group such as (?i:...) or put the flags first"),
+    ],
+)  # fmt: skip
+def test_pattern_refusals_untranslatable(pattern: str, why: str, hint: str) -> None:
+    assert refusal(pattern) == (untranslatable(pattern, why), hint)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "translated"),
+    [("a*?", "a*?"), ("a+?b*", "a+?b*"), ("a{2}?b?", "a{2}?b?"), ("(?u)a", "(?u)a"),
+     ("\\x{41}*", "\\U00000041*"), ("a*(b)+", "a*(b)+")],
+)  # fmt: skip
+def test_single_and_lazy_repetitions_pass(pattern: str, translated: str) -> None:
+    assert translate_pattern(pattern) == translated
 
 
 def test_other_pattern_errors() -> None:
@@ -218,10 +297,6 @@ def test_other_pattern_errors() -> None:
     assert refusal("a{b") == (
         "rule #3: pattern 'a{b' has a '{' that does not start a repetition",
         "escape a literal brace as \\{",
-    )
-    assert refusal("a(?i)b") == (
-        "rule #3: pattern 'a(?i)b' sets flags in the middle of the pattern",
-        "use a scoped group such as (?i:...) or put the flags first",
     )
 
 
@@ -271,7 +346,7 @@ def test_errors_name_the_rule() -> None:
     for rule, message in [
         ("+a=x", "rule #1 '+a=x': invalid pattern '+a': nothing to repeat at position 0"),
         ("{2}=x", "rule #1 '{2}=x': invalid pattern '{2}': nothing to repeat at position 0"),
-        ("a*?+=x", "rule #1 'a*?+=x': invalid pattern 'a*?+': multiple repeat at position 3"),
+        ("a)=x", "rule #1 'a)=x': invalid pattern 'a)': unbalanced parenthesis at position 1"),
         ("\\X=x", "rule #1 '\\X=x': invalid pattern '\\\\X': bad escape \\X at position 0"),
     ]:
         with pytest.raises(SelectionError) as info:
@@ -280,7 +355,7 @@ def test_errors_name_the_rule() -> None:
     with pytest.raises(SelectionError) as info:
         parse_rules(["a=b", "\\x{zz}=x"])
     assert info.value.message == (
-        "rule #2 '\\x{zz}=x': pattern '\\\\x{zz}' has a bad escape \\x{zz"
+        "rule #2 '\\x{zz}=x': pattern '\\\\x{zz}' has a bad escape \\x{zz}: hex digits only"
     )
     assert info.value.hint is None
 
@@ -693,3 +768,58 @@ def test_pipeline_square_weights_by_name() -> None:
     assert warnings == [
         Note("2 square weights typed by name only (q, k): confirm with {fix0}", declare)
     ]
+
+
+# --- the m flag's scope, '|' in classes, negated POSIX classes, Rust's empty-match rule ----------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "translated"),
+    [
+        ("a$", "a\\Z"),
+        ("(?m)a$", "(?m)a$"),
+        ("(?m:a)b$", "(?m:a)b\\Z"),
+        ("(?m:a$)b$", "(?m:a$)b\\Z"),
+        ("(?m)(?-m:a$)b$", "(?m)(?-m:a\\Z)b$"),
+        ("(?m)(a$)b$", "(?m)(a$)b$"),
+        ("(?m:(a$)|(?<n>b$))c$", "(?m:(a$)|(?P<n>b$))c\\Z"),
+        ("(?i)a$", "(?i)a\\Z"),
+        ("(?im)a$", "(?im)a$"),
+        ("\\(?m:a\\)$", "\\(?m:a\\)\\Z"),
+        ("[(](?m:a)$", "[(](?m:a)\\Z"),
+        ("a)$", "a)\\Z"),
+    ],
+)
+def test_dollar_follows_the_m_flag_of_its_group(pattern: str, translated: str) -> None:
+    assert translate_pattern(pattern) == translated
+
+
+def test_class_pipes_and_negated_posix() -> None:
+    assert translate_pattern("[a||b]") == "[a\\|\\|b]"
+    assert translate_pattern("[[:^digit:]]") == "[^0-9]"
+    assert translate_pattern("[^[:^digit:]]x") == "[0-9]x"
+    for pattern in ("[x[:^digit:]]", "[[:^digit:]x]", "[^x[:^digit:]]", "[[:^digit:]"):
+        assert refusal(pattern) == (
+            untranslatable(pattern, "the negated class [:^digit:] beside other items"),
+            "give it a class of its own, e.g. ([[:^digit:]]|[ab]) for [ab[:^digit:]]",
+        )
+    assert refusal("[[:^nope:]]") == (
+        untranslatable("[[:^nope:]]", "nested character classes"),
+        REWRITE,
+    )
+
+
+@pytest.mark.parametrize(
+    ("pattern", "name", "expected"),
+    [
+        ("a*?", "aa", "-a-a-"),  # Python's finditer: ---
+        ("x*", "abxd", "-a-b-d-"),  # Python's finditer: -a-b--d-
+        ("a|", "bab", "-b-b-"),
+        ("b*", "", "-"),
+        ("a", "aa", "--"),
+        ("\\b", "ab cd", "-ab- -cd-"),
+        ("^", "ab", "-ab"),
+    ],
+)
+def test_replace_all_reports_matches_as_rust_does(pattern: str, name: str, expected: str) -> None:
+    assert replace_all(compile_pattern(pattern), name, "-") == expected

@@ -1,0 +1,79 @@
+"""Remap patterns against Burn's own regex engine.
+
+``fixtures/golden/rust_regex.json`` holds what Rust's ``regex`` crate (the version Burn uses)
+does with each case: ``Regex::new(pattern)`` then ``replace_all(name, replacement)``, as
+burn-store's ``KeyRemapper`` runs a rule (written by ``fixtures/make_rust_regex.py``). A rule
+must do exactly what Burn does, or be refused: refused as syntax Rust rejects only when Rust
+does reject it, and as syntax ckptctl cannot translate only for the constructs listed below.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ckptctl.adapters.rename import compile_pattern, replace_all
+from ckptctl.errors import SelectionError
+from tests.conftest import FIXTURES
+
+GOLDEN = json.loads((FIXTURES / "golden" / "rust_regex.json").read_text(encoding="utf-8"))
+CASES = GOLDEN["cases"]
+ACCEPTS = "Rust regex (Burn) accepts it, but ckptctl cannot translate it to Python"
+
+# Rust accepts these; Python's re cannot say the same thing, so ckptctl refuses them, saying so
+UNTRANSLATABLE = {
+    r"a(?i)b",
+    r"((?m)b$)",
+    r"(?U)a+",
+    r"(?R)a$",
+    r"(?-u:\w)",
+    r"[x[:^alpha:]]",
+    r"[[:nope:]]",
+    r"[a[b]]",
+    r"[a-c&&b]",
+    r"[a-c--b]",
+    r"[a-c~~b-d]",
+    r"[\p{L}]",
+    r"\p{L}",
+    r"\PL",
+    r"\<a",
+    r"a\>",
+    r"\b{start}a",
+    r"a*+",
+    r"a?+",
+    r"a{2}+",
+    r"a{2}{3}",
+    r"a**",
+    r"a*??",
+}
+
+
+def run(case: dict[str, str]) -> tuple[str, str]:
+    try:
+        regex = compile_pattern(case["pattern"])
+    except SelectionError as exc:
+        return "err", str(exc)
+    return "ok", replace_all(regex, case["name"], case["replacement"])
+
+
+def test_golden_covers_both_verdicts_and_the_untranslatable_list() -> None:
+    assert GOLDEN["regex"].startswith("1.")
+    rust_ok = {c["pattern"] for c in CASES if "ok" in c}
+    assert rust_ok >= UNTRANSLATABLE
+    assert len(rust_ok) > 80
+    assert sum("err" in c for c in CASES) > 30
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['pattern']}|{c['name']!r}")
+def test_rule_does_what_burn_does_or_is_refused_truthfully(case: dict[str, str]) -> None:
+    verdict, text = run(case)
+    if "err" in case:  # Burn refuses the rule: so must ckptctl, without claiming Rust runs it
+        assert verdict == "err", f"Rust: {case['err']}"
+        assert ACCEPTS not in text
+    elif case["pattern"] in UNTRANSLATABLE:  # refused, saying that Burn would run it
+        assert verdict == "err"
+        assert text.startswith(f"rule: pattern {case['pattern']!r} uses ")
+        assert text.endswith(ACCEPTS)
+    else:
+        assert (verdict, text) == ("ok", case["ok"])
