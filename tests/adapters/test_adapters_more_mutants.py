@@ -1,0 +1,178 @@
+"""More edge cases of ``ckptctl.adapters`` that mutation testing found untested (issue 17).
+
+Replacement expansion and replace-all follow Rust's ``regex`` crate as burn-store spec §3.2 and
+the table of §3.4 describe it; expected names are worked out from those rules by hand. Messages,
+hints, plans and warnings are compared whole; transposed bytes are compared with numpy's ``.T``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from ckptctl.adapters import Action, ActionKind, PlanItem
+from ckptctl.adapters.layout import PyTorchToBurn, transposed
+from ckptctl.adapters.modules import Decision, decide_module_types, parse_module_rules
+from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
+from ckptctl.adapters.rename import (
+    RemapRule,
+    Rename,
+    compile_pattern,
+    expand_replacement,
+    parse_rules,
+    replace_all,
+)
+from ckptctl.dtypes import DType
+from ckptctl.errors import SelectionError
+from ckptctl.fix import Note, Option
+from ckptctl.model import TensorEntry
+from tests.strategies import array_entry
+
+
+def entry(name: str, shape: tuple[int, ...], module_type: str | None = None) -> TensorEntry:
+    made = array_entry(name, np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape))
+    return replace(made, module_type=module_type) if module_type else made
+
+
+# --- rename.py: replacement expansion (spec §3.2) -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("template", "expanded"),
+    [
+        # `$$` is one literal `$`, and the text after it is kept
+        ("a$$b", "a$b"),
+        ("$$$1", "$x"),
+        ("$$${1}z", "$xz"),
+        # `${}` names the empty group, which does not exist: it expands to nothing
+        ("a${}b", "ab"),
+        ("${}}", "}"),
+        # a `$` before a character that cannot start a name is literal, and so is what follows
+        ("a$-b", "a$-b"),
+        ("$.$1", "$.x"),
+        ("${1", "${1"),
+    ],
+)
+def test_expand_replacement(template: str, expanded: str) -> None:
+    match = re.search("(x)", "x")
+    assert match is not None
+    assert expand_replacement(template, match) == expanded
+
+
+def test_replace_all_keeps_a_first_empty_match_after_position_zero() -> None:
+    # Rust: Regex::new("$").replace_all("ab", "_") == "ab_" (one empty match, at 2)
+    assert replace_all(re.compile(r"\Z"), "ab", "_") == "ab_"
+    # `\b` first matches at 1 in ".a" (not at 0): Rust gives "._a_"
+    assert replace_all(re.compile(r"\b"), ".a", "_") == "._a_"
+    assert RemapRule("$", ".x").apply("a") == "a.x"
+
+
+# --- rename.py: rules, messages, describe -------------------------------------------------------
+
+
+def test_compile_pattern_names_a_rule_by_default() -> None:
+    with pytest.raises(SelectionError) as info:
+        compile_pattern("a{2,1}")
+    assert info.value.message.startswith("rule: invalid pattern 'a{2,1}': ")
+
+
+def test_empty_remap_pattern_hint() -> None:
+    with pytest.raises(SelectionError) as info:
+        RemapRule("", "x", 3)
+    assert info.value.message == "remap rule #3 has an empty pattern"
+    assert info.value.hint == "an empty pattern matches between every character; anchor it with ^"
+
+
+def test_parse_rules_keeps_the_split_hint() -> None:
+    with pytest.raises(SelectionError) as info:
+        parse_rules(["a=b", "no-equals"])
+    assert info.value.message == "rule #2: remap rule 'no-equals' has no '='"
+    assert info.value.hint == "write rules as PATTERN=REPLACEMENT"
+
+
+def test_rename_describe_lists_every_rule() -> None:
+    assert Rename.parse(["^a\\.=b.", "c=$1"]).describe() == "remap ^a\\.=b.; c=$1"
+    assert Rename.parse(["x=y"]).describe() == "remap x=y"
+
+
+# --- modules.py --------------------------------------------------------------------------------
+
+
+def test_parse_module_rules_numbers_each_rule() -> None:
+    rules = parse_module_rules(["fc=Linear", "norm=LayerNorm"])
+    assert [r.number for r in rules] == [1, 2]
+    assert rules[1].label == "module rule #2 'norm=LayerNorm'"
+    with pytest.raises(SelectionError) as info:
+        parse_module_rules(["fc=Linear", "(=Linear"])
+    assert info.value.message.startswith("module rule #2 '(=Linear': invalid pattern '(': ")
+
+
+def test_top_level_norm_parameter_found_in_the_target() -> None:
+    # a tensor with no module prefix: the target's norm name is "gamma", not ".gamma"
+    target = {"gamma": (DType.F32, (4,))}
+    assert decide_module_types([entry("weight", (4,))], target=target) == {
+        "weight": Decision("weight", "LayerNorm", "target has 'gamma': a norm", rename=True)
+    }
+
+
+# --- layout.py ---------------------------------------------------------------------------------
+
+
+def test_transposed_entry_has_no_file_offset() -> None:
+    # read from a file at offset 256: the transposed bytes are computed, not in the file
+    array = np.arange(12, dtype=np.float32).reshape(3, 4)
+    source = replace(array_entry("w", array), offset=256)
+    out = transposed(source)
+    assert (out.shape, out.offset) == ((4, 3), None)
+    assert out.data.file_range() is None
+    assert out.load().tobytes() == np.ascontiguousarray(array.T).tobytes()
+
+
+def test_layout_transpose_action_names_the_adapter() -> None:
+    decisions = {"fc.weight": Decision("fc.weight", "Linear", "pattern 'fc'")}
+    out, actions = PyTorchToBurn(decisions).apply(entry("fc.weight", (3, 4)))
+    assert out is not None
+    assert out.shape == (4, 3)
+    assert actions == (
+        Action(
+            ActionKind.TRANSPOSE, "[3, 4] -> [4, 3]", "Linear (pattern 'fc')", "pytorch-to-burn"
+        ),
+    )
+
+
+def test_layout_rename_carries_the_decided_type() -> None:
+    decisions = {"ln.weight": Decision("ln.weight", "LayerNorm", "pattern 'ln'")}
+    source = entry("ln.weight", (4,))
+    out, _ = PyTorchToBurn(decisions).apply(source)
+    assert out == replace(source, name="ln.gamma", module_type="LayerNorm")
+
+
+# --- pipeline.py -------------------------------------------------------------------------------
+
+
+def test_pipeline_keeps_rule_warnings_beside_layout_warnings() -> None:
+    entries = [entry("q.weight", (4, 4))]
+    options = PipelineOptions(remap=("zz=y",), adapters=("pytorch-to-burn",))
+    _, warnings = run_pipeline(entries, options)
+    assert warnings == [
+        "remap rule #1 'zz' matches no tensor name",
+        Note(
+            "1 square weight typed by name only (q): confirm with {fix0}",
+            (Option("module_types", takes_value=True),),
+        ),
+    ]
+
+
+def test_pipeline_plans_every_entry_after_a_dropped_one() -> None:
+    first, second, third = entry("a.x", (2,)), entry("b.x", (2,)), entry("c.x", (2,))
+    items, warnings = run_pipeline([first, second, third], PipelineOptions(exclude=("^a",)))
+    drop = Action(ActionKind.DROP, "a.x", "matches exclude pattern '^a'", "select exclude ^a")
+    assert items == [
+        PlanItem("a.x", None, (drop,)),
+        PlanItem("b.x", second, ()),
+        PlanItem("c.x", third, ()),
+    ]
+    assert warnings == []
