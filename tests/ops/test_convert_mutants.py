@@ -608,3 +608,133 @@ def test_existing_destination_needs_force(tmp_path):
     convert(OPTIM / "model.safetensors", dst, ConvertOptions(force=True, fsync=False))
     with open_checkpoint(dst) as out:
         assert list(out) == list(MO.SHAPES)
+
+
+# --- harness pass survivors: nested groups shown, safety note, options that reach the writers ----
+
+
+def test_nested_warning_names_the_first_four_groups_only(tmp_path, monkeypatch):
+    from ckptctl.model import Checkpoint, CheckpointKind, Structure
+
+    groups = {k: 1 for k in "abcdef"}
+    entries = [computed(f"{k}.w", b"\x01") for k in groups]
+    ckpt = Checkpoint(
+        entries, path="c.pt", format="pytorch-zip", kind=CheckpointKind.NESTED,
+        structure=Structure(0, groups, None, tuple(groups)),
+    )  # fmt: skip
+    monkeypatch.setattr(convert_mod, "open_checkpoint", lambda src: ckpt)
+    report = convert("c.pt", tmp_path / "o.safetensors", ConvertOptions(dry_run=True))
+    assert warnings_of(report) == [
+        "the source is a nested checkpoint: every tensor is written under its key path "
+        "('a' (1), 'b' (1), 'c' (1), 'd' (1)); pass state_key=... to write only one part, "
+        "e.g. the model weights"
+    ]
+
+
+def test_a_source_pickle_that_needs_trust_is_named_in_a_warning(tmp_path):
+    src = VALID / "trust" / "argparse_namespace.pt"  # torch's weights-only loader refuses it
+    report = convert(src, tmp_path / "o.safetensors", ConvertOptions(state_key="model"))
+    assert warnings_of(report) == [
+        "the source pickle is needs-trust: argparse.Namespace: read without running any of it; "
+        "the output holds only tensors and needs no trust"
+    ]
+    assert report.written
+    with open_checkpoint(VALID / "pytorch" / "min_zip.pt") as safe:
+        assert safe.safety is not None
+        assert safe.safety.verdict.value == "safe"
+    assert warnings_of(convert(VALID / "pytorch" / "min_zip.pt", tmp_path / "p.safetensors")) == []
+
+
+def _sharded_source(tmp_path: Path) -> Path:
+    entries = [computed("a", b"\x01" * 8), computed("b", b"\x02" * 8), computed("c", b"\x03" * 8)]
+    return st(tmp_path / "src.safetensors", entries, {"format": "pt", "note": "kept"})
+
+
+def test_sharded_output_keeps_metadata_and_honours_force(tmp_path):
+    src = _sharded_source(tmp_path)
+    dst = tmp_path / "out" / "model.safetensors"
+    dst.parent.mkdir()
+    opts = ConvertOptions(max_shard_bytes=16, fsync=False)
+    report = convert(src, dst, opts)
+    assert report.destination == f"{dst}.index.json"
+    shard = tmp_path / "out" / "model-00001-of-00002.safetensors"
+    with open_checkpoint(shard) as first:
+        assert dict(first.metadata) == {"format": "pt", "note": "kept"}
+        assert list(first) == ["a", "b"]
+    with pytest.raises(OutputError, match="exists"):
+        convert(src, dst, opts)
+    again = convert(src, dst, ConvertOptions(max_shard_bytes=16, fsync=False, force=True))
+    assert again.written
+
+
+def test_sharded_output_refuses_to_overwrite_its_source(tmp_path):
+    src = _sharded_source(tmp_path)
+    shard = tmp_path / "model-00001-of-00002.safetensors"
+    src.rename(shard)
+    before = shard.read_bytes()
+    with pytest.raises(OutputError) as info:
+        convert(
+            shard, tmp_path / "model.safetensors", ConvertOptions(max_shard_bytes=16, force=True)
+        )
+    assert (
+        str(info.value)
+        == f"{shard}: is also an input; writing it would destroy the data being read"
+    )
+    assert shard.read_bytes() == before
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+@pytest.mark.parametrize("shard_bytes", [None, 16])
+def test_fsync_option_reaches_the_writers(tmp_path, monkeypatch, fsync, shard_bytes):
+    import os
+
+    src = _sharded_source(tmp_path)
+    calls: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    convert(
+        src, tmp_path / "o.safetensors", ConvertOptions(fsync=fsync, max_shard_bytes=shard_bytes)
+    )
+    assert bool(calls) is fsync
+
+
+def test_jobs_option_reaches_the_shard_writer(tmp_path, monkeypatch):
+    seen: list[int] = []
+    real = convert_mod.write_sharded
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["jobs"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(convert_mod, "write_sharded", spy)
+    src = _sharded_source(tmp_path)
+    convert(
+        src, tmp_path / "o.safetensors", ConvertOptions(max_shard_bytes=16, jobs=3, fsync=False)
+    )
+    assert seen == [3]
+
+
+def test_module_type_map_is_read_as_utf8_whatever_the_locale(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    types = tmp_path / "types.json"
+    types.write_text(json.dumps({"^straße\\.": "Linear"}, ensure_ascii=False), encoding="utf-8")
+    code = (
+        "import sys; from ckptctl.ops.convert import _read_json_map as r; "
+        "print(ascii(r(sys.argv[1])))"
+    )
+    # the C locale without UTF-8 mode or coercion: open()'s default encoding is ASCII here
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    root = Path(__file__).resolve().parents[2]
+    probe = "import locale; print(locale.getpreferredencoding(False))"
+    ascii_default = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True
+    )
+    assert ascii_default.stdout.strip() == "ANSI_X3.4-1968"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(types)], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == ascii({"^straße\\.": "Linear"}) + "\n"
