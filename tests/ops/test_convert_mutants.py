@@ -691,7 +691,12 @@ def test_fsync_option_reaches_the_writers(tmp_path, monkeypatch, fsync, shard_by
     src = _sharded_source(tmp_path)
     calls: list[int] = []
     real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+
+    def spy(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
     convert(
         src, tmp_path / "o.safetensors", ConvertOptions(fsync=fsync, max_shard_bytes=shard_bytes)
     )
@@ -700,7 +705,9 @@ def test_fsync_option_reaches_the_writers(tmp_path, monkeypatch, fsync, shard_by
 
 def test_jobs_option_reaches_the_shard_writer(tmp_path, monkeypatch):
     seen: list[int] = []
-    real = convert_mod.write_sharded
+    from ckptctl.formats.sharded import write_sharded as real
+
+    assert convert_mod.write_sharded is real  # type: ignore[attr-defined]
 
     def spy(*args, **kwargs):
         seen.append(kwargs["jobs"])
