@@ -61,6 +61,7 @@ _POSIX_CLASSES = {
     "word": "0-9A-Za-z_",
     "xdigit": "0-9A-Fa-f",
 }
+_ASCII_CLASS = re.compile(r"\[:\^?(?:" + "|".join(_POSIX_CLASSES) + r"):\]")
 _REPETITION = re.compile(r"\{\d+(,\d*)?\}")
 _FLAGS = re.compile(r"\(\?([a-zA-Z-]*)([:)])")
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
@@ -85,8 +86,37 @@ def _untranslatable(
     )
 
 
+def _class_end(pattern: str, i: int) -> int:
+    """Index past the ``]`` that closes the class opening at ``pattern[i]``, or -1.
+
+    Nesting as Rust's parser does: ``[`` opens a nested class (``[:alpha:]`` inside a class is
+    an ASCII class), a ``]`` right after ``[`` or ``[^`` is a literal, ``\\`` escapes one character.
+    """
+    depth = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "[" and not (depth and _ASCII_CLASS.match(pattern, i)):
+            depth += 1
+            i += 1
+            i += pattern.startswith("^", i)
+            i += pattern.startswith("]", i)
+            continue
+        if c == "]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        elif c == "[":  # an ASCII class
+            i = pattern.index(":]", i) + 1
+        elif c == "\\":
+            i += 1
+        i += 1
+    return -1
+
+
 def _translate_class(pattern: str, i: int, what: str) -> tuple[str, int]:
     """Translate a character class starting at ``pattern[i] == '['``; return (text, next i)."""
+    if _class_end(pattern, i) < 0:  # Rust refuses it, whatever is inside
+        raise SelectionError(f"{what}: pattern {pattern!r} has an unterminated character class")
     out = ["["]
     i += 1
     if i < len(pattern) and pattern[i] == "^":
@@ -128,7 +158,7 @@ def _translate_class(pattern: str, i: int, what: str) -> tuple[str, int]:
             raise _untranslatable(pattern, what, f"the class set operation {pattern[i : i + 2]!r}")
         out.append("\\|" if c == "|" else c)  # Python reads '||' in a class as a set union
         i += 1
-    raise SelectionError(f"{what}: pattern {pattern!r} has an unterminated character class")
+    raise AssertionError("unreachable: _class_end found the closing ']'")
 
 
 def _negated_posix(pattern: str, out: list[str], name: str, i: int, what: str) -> tuple[str, int]:

@@ -31,6 +31,8 @@ UNTRANSLATABLE = {
     r"[x[:^alpha:]]",
     r"[[:nope:]]",
     r"[a[b]]",
+    r"[[]]]",
+    r"[a-z&&[^aeiou]]",
     r"[a-c&&b]",
     r"[a-c--b]",
     r"[a-c~~b-d]",
