@@ -842,3 +842,34 @@ def test_class_end_nests_as_rust_does(pattern: str, end: int) -> None:
     # every class that ends matches as Rust says in fixtures/golden/rust_regex.json; -1: Rust's
     # "unclosed character class"; "[:alpha:]" outside a class is the class of ":ahlp"
     assert _class_end(pattern, 0) == end
+
+
+# --- reworked translator (session 5) -----------------------------------------------------------
+
+
+def test_negated_posix_looks_for_the_class_end_right_after_it() -> None:
+    # a ']' earlier in the pattern (here a literal, first) does not close the class: Rust reads
+    # '][[:^digit:]x]' as ']' then a class of non-digits or 'x' (on ']a1x': '_1x'), which ckptctl
+    # cannot write as one Python class
+    pattern = "][[:^digit:]x]"
+    assert refusal(pattern) == (
+        untranslatable(pattern, "the negated class [:^digit:] beside other items"),
+        "give it a class of its own, e.g. ([[:^digit:]]|[ab]) for [ab[:^digit:]]",
+    )
+    # Rust: '][[:^digit:]]' on ']a1' gives '_1'
+    assert translate_pattern("][[:^digit:]]") == "][^0-9]"
+    assert rename("][[:^digit:]]=_", "]a1") == ["_1"]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "translated"),
+    [
+        # only '(' and ')' open and close an m scope: a letter inside the group does not end it
+        ("(?m:aX$)", "(?m:aX$)"),
+        ("(?m:X)$", "(?m:X)\\Z"),
+        # flags set first open no group: a stray ')' (re.compile refuses it) pops nothing
+        ("(?m)a)$", "(?m)a)$"),
+    ],
+)
+def test_m_scope_opens_and_closes_only_at_parentheses(pattern: str, translated: str) -> None:
+    assert translate_pattern(pattern) == translated
