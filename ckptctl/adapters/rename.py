@@ -12,7 +12,9 @@ Patterns are Rust ``regex`` syntax, translated to Python ``re`` where the two di
 * ``(?<name>...)`` becomes ``(?P<name>...)``; ``$`` (outside the ``m`` flag, set first or in a
   scoped group) and ``\\z`` become ``\\Z`` (Python's ``$`` also matches before a final newline);
   ``\\x{HHHH}`` becomes ``\\U``; ``[[:alpha:]]``-style ASCII classes are expanded, and
-  ``[[:^alpha:]]`` when it is the class's only item; ``|`` in a class is escaped.
+  ``[[:^alpha:]]`` when it is the class's only item; ``|`` in a class is escaped; ``\\w``,
+  ``\\d``, ``\\s``, ``\\b``, ``\\B`` use Rust's Unicode tables (``_rust_classes``); the ``x`` flag's
+  whitespace and comments are dropped, in classes too.
 * Syntax Rust rejects but Python accepts is refused with a :class:`SelectionError`, so a rule
   never means something Burn would not run: look-around, back-references (``\\1``, ``(?P=n)``),
   atomic groups, conditionals, comments, ``\\Z``, ``\\G``, ``\\x{..}`` that is not a Unicode
@@ -21,6 +23,8 @@ Patterns are Rust ``regex`` syntax, translated to Python ``re`` where the two di
   classes, nested classes and class set operations, ``\\<``, ``\\>`` and ``\\b{..}`` word
   boundaries, the ``U`` and ``R`` flags, flags set mid-pattern, and a repetition of a repetition
   (``a*+`` is ``(a*)+`` in Rust but possessive in Python).
+* Known difference: under the ``i`` flag Python also matches U+0130 and U+0131 (Turkish I) to
+  ``i`` and ``I``; Rust's simple case folding does not.
 * In replace-all, an empty match right where the previous match ended is skipped, as in Rust
   (``x*`` -> ``-`` on ``abxd`` gives ``-a-b-d-``, not Python's ``-a-b--d-``).
 
@@ -38,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ckptctl.adapters import Action, ActionKind, Adapted, BaseAdapter
+from ckptctl.adapters._rust_classes import DIGIT, SPACE, WORD
 from ckptctl.errors import SelectionError
 
 if TYPE_CHECKING:
@@ -60,6 +65,15 @@ _POSIX_CLASSES = {
     "upper": "A-Z",
     "word": "0-9A-Za-z_",
     "xdigit": "0-9A-Fa-f",
+}
+_NOT_RUST_SPACE = frozenset("\x1c\x1d\x1e\x1f")  # str.isspace() says yes, Rust's White_Space no
+# \w \d \s by Rust's Unicode tables: Python's own \w misses combining marks, \s takes
+# U+001C-U+001F, \d follows an older Unicode
+_PERL = {"w": WORD, "d": DIGIT, "s": SPACE}
+_WORD = f"[{WORD}]"
+_BOUNDARY = {
+    "b": f"(?:(?<={_WORD})(?!{_WORD})|(?<!{_WORD})(?={_WORD}))",
+    "B": f"(?:(?<={_WORD})(?={_WORD})|(?<!{_WORD})(?!{_WORD}))",
 }
 _ASCII_CLASS = re.compile(r"\[:\^?(?:" + "|".join(_POSIX_CLASSES) + r"):\]")
 _REPETITION = re.compile(r"\{\d+(,\d*)?\}")
@@ -86,19 +100,39 @@ def _untranslatable(
     )
 
 
-def _class_end(pattern: str, i: int) -> int:
+def _skip_verbose(pattern: str, i: int) -> int:
+    """Past the whitespace and ``#`` comments at ``pattern[i]``, which Rust's ``x`` flag ignores
+    everywhere, in classes too (Python's verbose mode keeps them in classes)."""
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "#":
+            end = pattern.find("\n", i)
+            i = len(pattern) if end < 0 else end + 1
+        elif c.isspace() and c not in _NOT_RUST_SPACE:
+            i += 1
+        else:
+            break
+    return i
+
+
+def _class_end(pattern: str, i: int, verbose: bool = False) -> int:
     """Index past the ``]`` that closes the class opening at ``pattern[i]``, or -1.
 
     Nesting as Rust's parser does: ``[`` opens a nested class (``[:alpha:]`` inside a class is
-    an ASCII class), a ``]`` right after ``[`` or ``[^`` is a literal, ``\\`` escapes one character.
+    an ASCII class), a ``]`` right after ``[`` or ``[^`` is a literal, ``\\`` escapes one character;
+    with ``verbose`` (the ``x`` flag), whitespace and comments are skipped first.
     """
     depth = 0
     while i < len(pattern):
         c = pattern[i]
+        if verbose and (c == "#" or c.isspace()) and (j := _skip_verbose(pattern, i)) > i:
+            i = j
+            continue
         if c == "[" and not (depth and _ASCII_CLASS.match(pattern, i)):
             depth += 1
-            i += 1
+            i = _skip_verbose(pattern, i + 1) if verbose else i + 1
             i += pattern.startswith("^", i)
+            i = _skip_verbose(pattern, i) if verbose else i
             i += pattern.startswith("]", i)
             continue
         if c == "]":
@@ -113,19 +147,20 @@ def _class_end(pattern: str, i: int) -> int:
     return -1
 
 
-def _translate_class(pattern: str, i: int, what: str) -> tuple[str, int]:
+def _translate_class(pattern: str, i: int, what: str, verbose: bool = False) -> tuple[str, int]:
     """Translate a character class starting at ``pattern[i] == '['``; return (text, next i)."""
-    if _class_end(pattern, i) < 0:  # Rust refuses it, whatever is inside
+    if _class_end(pattern, i, verbose) < 0:  # Rust refuses it, whatever is inside
         raise SelectionError(f"{what}: pattern {pattern!r} has an unterminated character class")
+    skip = _skip_verbose if verbose else lambda _, at: at
     out = ["["]
-    i += 1
+    i = skip(pattern, i + 1)
     if i < len(pattern) and pattern[i] == "^":
         out.append("^")
-        i += 1
+        i = skip(pattern, i + 1)
     if i < len(pattern) and pattern[i] == "]":  # a leading ']' is a literal in both dialects
         out.append("\\]")
         i += 1
-    while i < len(pattern):
+    while (i := skip(pattern, i)) < len(pattern):
         c = pattern[i]
         if c == "]":
             out.append("]")
@@ -140,7 +175,9 @@ def _translate_class(pattern: str, i: int, what: str) -> tuple[str, int]:
                 text, i = _hex_escape(pattern, i, what)
                 out.append(text)
                 continue
-            out.append(pattern[i : i + 2])
+            if nxt.lower() in _PERL and nxt.isupper():
+                return _negated_item(pattern, out, _PERL[nxt.lower()], i + 2, what, f"\\{nxt}")
+            out.append(_PERL.get(nxt, pattern[i : i + 2]))
             i += 2
             continue
         if c == "[":
@@ -152,7 +189,8 @@ def _translate_class(pattern: str, i: int, what: str) -> tuple[str, int]:
                     i = end + 2
                     continue
                 if name[1:] in _POSIX_CLASSES and name.startswith("^"):
-                    return _negated_posix(pattern, out, name[1:], end + 2, what)
+                    body, shown = _POSIX_CLASSES[name[1:]], f"[:{name}:]"
+                    return _negated_item(pattern, out, body, end + 2, what, shown)
             raise _untranslatable(pattern, what, "nested character classes")
         if pattern.startswith(("&&", "--", "~~"), i):
             raise _untranslatable(pattern, what, f"the class set operation {pattern[i : i + 2]!r}")
@@ -161,15 +199,19 @@ def _translate_class(pattern: str, i: int, what: str) -> tuple[str, int]:
     raise AssertionError("unreachable: _class_end found the closing ']'")
 
 
-def _negated_posix(pattern: str, out: list[str], name: str, i: int, what: str) -> tuple[str, int]:
-    """``[[:^name:]]`` (or ``[^[:^name:]]``), the class's only item; ``pattern[i]`` follows it."""
+def _negated_item(
+    pattern: str, out: list[str], body: str, i: int, what: str, shown: str
+) -> tuple[str, int]:
+    """A negated class inside a class (``[[:^alpha:]]``, ``[\\W]``): fine as the only item, as
+    ``[^body]`` (or ``[body]`` in a negated class); ``pattern[i]`` follows it."""
     if out[1:] in ([], ["^"]) and pattern.startswith("]", i):
-        return ("[" if out[1:] else "[^") + _POSIX_CLASSES[name] + "]", i + 1
+        return ("[" if out[1:] else "[^") + body + "]", i + 1
+    alone = f"[{shown}]" if shown.startswith("[") else shown
     raise _untranslatable(
         pattern,
         what,
-        f"the negated class [:^{name}:] beside other items",
-        hint=f"give it a class of its own, e.g. ([[:^{name}:]]|[ab]) for [ab[:^{name}:]]",
+        f"the negated class {shown} beside other items",
+        hint=f"give it a class of its own, e.g. ({alone}|[ab]) for [ab{shown}]",
     )
 
 
@@ -205,14 +247,19 @@ def translate_pattern(pattern: str, what: str = "rule") -> str:
     Raises:
         SelectionError: the pattern uses syntax Rust rejects or Python cannot express.
     """
-    multiline = False  # the m flag where we are: set first in the pattern, or by a scoped group
-    outer: list[bool] = []  # its value outside each open group
+    # the m and x flags where we are (set first in the pattern, or by a scoped group), and their
+    # values outside each open group
+    multiline = verbose = False
+    outer: list[tuple[bool, bool]] = []
     out: list[str] = []
     i = 0
     repeat = ""  # after a repetition: "open" (a lazy '?' may follow), "lazy", else ""
     while i < len(pattern):
         c = pattern[i]
         after = ""
+        if verbose and (c == "#" or c.isspace()) and (j := _skip_verbose(pattern, i)) > i:
+            i = j  # 'a *' is 'a*' under the x flag: a repetition may follow
+            continue
         if c == "\\":
             nxt = pattern[i + 1 : i + 2]
             if not nxt:
@@ -227,6 +274,10 @@ def translate_pattern(pattern: str, what: str = "rule") -> str:
                 raise _untranslatable(pattern, what, f"the word boundary \\{nxt}")
             if nxt == "z":
                 out.append("\\Z")
+            elif nxt.lower() in _PERL:
+                out.append(("[" if nxt.islower() else "[^") + _PERL[nxt.lower()] + "]")
+            elif nxt in "bB" and pattern[i + 2 : i + 3] != "{":
+                out.append(_BOUNDARY[nxt])
             elif nxt == "x" and pattern[i + 2 : i + 3] == "{":
                 text, i = _hex_escape(pattern, i, what)
                 out.append(text)
@@ -238,13 +289,13 @@ def translate_pattern(pattern: str, what: str = "rule") -> str:
                 out.append(pattern[i : i + 2])
             i += 2
         elif c == "[":
-            text, i = _translate_class(pattern, i, what)
+            text, i = _translate_class(pattern, i, what, verbose)
             out.append(text)
         elif c == "(" and pattern.startswith("(?", i):
             rest = pattern[i + 2 :]
             if rest.startswith(("=", "!", "<=", "<!", ">", "(", "#", "P=", "P>")):
                 raise _reject(pattern, what, "look-around, back-references or special groups")
-            outer.append(multiline)
+            outer.append((multiline, verbose))
             if rest.startswith("<"):
                 out.append("(?P<")
                 i += 3
@@ -266,15 +317,16 @@ def translate_pattern(pattern: str, what: str = "rule") -> str:
                         hint="use a scoped group such as (?i:...) or put the flags first",
                     )
                 multiline = "m" in on or (multiline and "m" not in off)
+                verbose = "x" in on or (verbose and "x" not in off)
                 if m.group(2) == ")":  # flags for the whole pattern: no group opened
                     outer.pop()
                 out.append(m.group(0))
                 i = m.end()
         elif c in "()":
             if c == "(":
-                outer.append(multiline)
+                outer.append((multiline, verbose))
             elif outer:  # an unbalanced ')' is left to re.compile to refuse
-                multiline = outer.pop()
+                multiline, verbose = outer.pop()
             out.append(c)
             i += 1
         elif c == "$":
