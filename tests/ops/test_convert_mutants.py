@@ -728,6 +728,8 @@ def test_module_type_map_is_read_as_utf8_whatever_the_locale(tmp_path):
 
     types = tmp_path / "types.json"
     types.write_text(json.dumps({"^straße\\.": "Linear"}, ensure_ascii=False), encoding="utf-8")
+    # in this process too: mutmut picks the tests to run per function from in-process calls
+    assert convert_mod._read_json_map(str(types)) == {"^straße\\.": "Linear"}
     code = (
         "import sys; from ckptctl.ops.convert import _read_json_map as r; "
         "print(ascii(r(sys.argv[1])))"
