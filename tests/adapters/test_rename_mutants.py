@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 
 from ckptctl.adapters import Action, ActionKind
-from ckptctl.adapters._rust_classes import DIGIT, WORD
+from ckptctl.adapters._rust_classes import DIGIT, SPACE, WORD
 from ckptctl.adapters.modules import Decision, decide_module_types, parse_module_rules
 from ckptctl.adapters.pipeline import PipelineOptions, _uncertain, run_pipeline
 from ckptctl.adapters.rename import (
     Rename,
     _class_end,
+    _skip_verbose,
     compile_pattern,
     parse_rules,
     remap_name,
@@ -879,3 +880,55 @@ def test_negated_posix_looks_for_the_class_end_right_after_it() -> None:
 )
 def test_m_scope_opens_and_closes_only_at_parentheses(pattern: str, translated: str) -> None:
     assert translate_pattern(pattern) == translated
+
+
+# --- the x flag and Rust's Unicode classes (session 5) --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "start", "end"),
+    [
+        ("a  b", 1, 3), ("a\t\n\x0b\x0c\r b", 1, 7), ("a#c\nb", 1, 4), ("a # c\n b", 1, 7),
+        ("a#c", 1, 3), ("a \x1cb", 1, 2), ("a\u00a0\u3000b", 1, 3), ("ab", 1, 1), ("a", 1, 1),
+        ("# a\n# b\nc", 0, 8),
+    ],
+)  # fmt: skip
+def test_skip_verbose_skips_rust_whitespace_and_comments(
+    pattern: str, start: int, end: int
+) -> None:
+    # Rust's x flag: White_Space (not U+001C-U+001F, which str.isspace() takes) and '#' to a newline
+    assert _skip_verbose(pattern, start) == end
+
+
+@pytest.mark.parametrize(
+    ("pattern", "translated"),
+    [
+        ("(?x)a b", "(?x)ab"),
+        ("(?x)a # c\nb", "(?x)ab"),
+        ("(?x)[a b]", "(?x)[ab]"),
+        ("(?x)[ ^a]", "(?x)[^a]"),
+        ("(?x)[^ ]a]", "(?x)[^\\]a]"),
+        ("(?x)a *", "(?x)a*"),
+        ("(?x:a b)c d", "(?x:ab)c d"),
+        ("(?x)(?-x:a b)c d", "(?x)(?-x:a b)cd"),
+        ("(?x)a\\ b", "(?x)a\\ b"),
+        ("(?x)a\x1cb", "(?x)a\x1cb"),
+    ],
+)
+def test_x_flag_whitespace_is_dropped_in_its_scope(pattern: str, translated: str) -> None:
+    assert translate_pattern(pattern) == translated
+
+
+def test_perl_classes_use_rust_tables() -> None:
+    assert translate_pattern("\\w\\W\\d\\D\\s\\S") == (
+        f"[{WORD}][^{WORD}][{DIGIT}][^{DIGIT}][{SPACE}][^{SPACE}]"
+    )
+    assert translate_pattern("[\\w.\\d\\s]") == f"[{WORD}.{DIGIT}{SPACE}]"
+    assert translate_pattern("[\\W]") == f"[^{WORD}]"
+    assert translate_pattern("[^\\S]") == f"[{SPACE}]"
+    for pattern, shown in (("[a\\W]", "\\W"), ("[\\Da]", "\\D"), ("[^a\\S]", "\\S")):
+        assert refusal(pattern) == (
+            untranslatable(pattern, f"the negated class {shown} beside other items"),
+            f"give it a class of its own, e.g. ({shown}|[ab]) for [ab{shown}]",
+        )
+    assert translate_pattern("\\ba\\B") == f"{BOUNDARY}a{NOT_BOUNDARY}"
