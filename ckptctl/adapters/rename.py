@@ -75,7 +75,6 @@ _BOUNDARY = {
     "b": f"(?:(?<={_WORD})(?!{_WORD})|(?<!{_WORD})(?={_WORD}))",
     "B": f"(?:(?<={_WORD})(?={_WORD})|(?<!{_WORD})(?!{_WORD}))",
 }
-_ASCII_CLASS = re.compile(r"\[:\^?(?:" + "|".join(_POSIX_CLASSES) + r"):\]")
 _REPETITION = re.compile(r"\{\d+(,\d*)?\}")
 _FLAGS = re.compile(r"\(\?([a-zA-Z-]*)([:)])")
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
@@ -115,12 +114,13 @@ def _skip_verbose(pattern: str, i: int) -> int:
     return i
 
 
-def _class_end(pattern: str, i: int, verbose: bool = False) -> int:
+def _class_end(pattern: str, i: int, verbose: bool) -> int:
     """Index past the ``]`` that closes the class opening at ``pattern[i]``, or -1.
 
-    Nesting as Rust's parser does: ``[`` opens a nested class (``[:alpha:]`` inside a class is
-    an ASCII class), a ``]`` right after ``[`` or ``[^`` is a literal, ``\\`` escapes one character;
-    with ``verbose`` (the ``x`` flag), whitespace and comments are skipped first.
+    Nesting as Rust's parser does: ``[`` opens a nested class, a ``]`` right after ``[`` or
+    ``[^`` is a literal, ``\\`` escapes one character; with ``verbose`` (the ``x`` flag),
+    whitespace and comments are skipped first. An ASCII class such as ``[:alpha:]`` nests like a
+    class (it holds no brackets), so it needs no case of its own.
     """
     depth = 0
     while i < len(pattern):
@@ -128,7 +128,7 @@ def _class_end(pattern: str, i: int, verbose: bool = False) -> int:
         if verbose and (c == "#" or c.isspace()) and (j := _skip_verbose(pattern, i)) > i:
             i = j
             continue
-        if c == "[" and not (depth and _ASCII_CLASS.match(pattern, i)):
+        if c == "[":
             depth += 1
             i = _skip_verbose(pattern, i + 1) if verbose else i + 1
             i += pattern.startswith("^", i)
@@ -139,15 +139,13 @@ def _class_end(pattern: str, i: int, verbose: bool = False) -> int:
             depth -= 1
             if depth == 0:
                 return i + 1
-        elif c == "[":  # an ASCII class
-            i = pattern.index(":]", i) + 1
         elif c == "\\":
             i += 1
         i += 1
     return -1
 
 
-def _translate_class(pattern: str, i: int, what: str, verbose: bool = False) -> tuple[str, int]:
+def _translate_class(pattern: str, i: int, what: str, verbose: bool) -> tuple[str, int]:
     """Translate a character class starting at ``pattern[i] == '['``; return (text, next i)."""
     if _class_end(pattern, i, verbose) < 0:  # Rust refuses it, whatever is inside
         raise SelectionError(f"{what}: pattern {pattern!r} has an unterminated character class")
@@ -160,7 +158,8 @@ def _translate_class(pattern: str, i: int, what: str, verbose: bool = False) -> 
     if i < len(pattern) and pattern[i] == "]":  # a leading ']' is a literal in both dialects
         out.append("\\]")
         i += 1
-    while (i := skip(pattern, i)) < len(pattern):
+    while True:  # _class_end found the closing ']'
+        i = skip(pattern, i)
         c = pattern[i]
         if c == "]":
             out.append("]")
@@ -196,7 +195,6 @@ def _translate_class(pattern: str, i: int, what: str, verbose: bool = False) -> 
             raise _untranslatable(pattern, what, f"the class set operation {pattern[i : i + 2]!r}")
         out.append("\\|" if c == "|" else c)  # Python reads '||' in a class as a set union
         i += 1
-    raise AssertionError("unreachable: _class_end found the closing ']'")
 
 
 def _negated_item(

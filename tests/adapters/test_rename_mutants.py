@@ -848,7 +848,18 @@ def test_replace_all_reports_matches_as_rust_does(pattern: str, name: str, expec
 def test_class_end_nests_as_rust_does(pattern: str, end: int) -> None:
     # every class that ends matches as Rust says in fixtures/golden/rust_regex.json; -1: Rust's
     # "unclosed character class"; "[:alpha:]" outside a class is the class of ":ahlp"
-    assert _class_end(pattern, 0) == end
+    assert _class_end(pattern, 0, False) == end
+
+
+@pytest.mark.parametrize(
+    ("pattern", "plain", "verbose"),
+    [("[ ]a]", 3, 5), ("[^ ]a]", 4, 6), ("[ ^]a]", 4, 6), ("[a #]\n]", 5, 7), ("[a\x1c]", 4, 4)],
+)
+def test_class_end_skips_whitespace_only_under_the_x_flag(
+    pattern: str, plain: int, verbose: int
+) -> None:
+    # Rust: "[ ]a]" is the class " " then "a]" literally; under (?x) it is "[]a]" (see the golden)
+    assert (_class_end(pattern, 0, False), _class_end(pattern, 0, True)) == (plain, verbose)
 
 
 # --- reworked translator (session 5) -----------------------------------------------------------
@@ -913,6 +924,13 @@ def test_skip_verbose_skips_rust_whitespace_and_comments(
         ("(?x)(?-x:a b)c d", "(?x)(?-x:a b)cd"),
         ("(?x)a\\ b", "(?x)a\\ b"),
         ("(?x)a\x1cb", "(?x)a\x1cb"),
+        ("(?x)[\x1c]", "(?x)[\x1c]"),
+        ("(?x)a\nb#c\nd", "(?x)abd"),
+        ("(?x)a#c\nb#d\ne", "(?x)abe"),
+        ("(?x)a#c", "(?x)a"),
+        ("[a b]", "[a b]"),
+        ("[ ]a]", "[ ]a]"),
+        ("a\\.{2}", "a\\.{2}"),
     ],
 )
 def test_x_flag_whitespace_is_dropped_in_its_scope(pattern: str, translated: str) -> None:
