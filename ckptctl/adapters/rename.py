@@ -114,12 +114,29 @@ def _skip_verbose(pattern: str, i: int) -> int:
     return i
 
 
+def _class_open(pattern: str, i: int, verbose: bool) -> tuple[str, int]:
+    """The opening of the class at ``pattern[i] == '['`` as Python text, and the index after it.
+
+    As Rust reads it: ``[`` and an optional ``^``; a ``]`` right after them is a literal, not the
+    end; under the ``x`` flag (``verbose``) whitespace and comments before each are skipped.
+    """
+    text = "["
+    i = _skip_verbose(pattern, i + 1) if verbose else i + 1
+    if pattern.startswith("^", i):
+        text += "^"
+        i = _skip_verbose(pattern, i + 1) if verbose else i + 1
+    if pattern.startswith("]", i):
+        text += "\\]"
+        i += 1
+    return text, i
+
+
 def _class_end(pattern: str, i: int, verbose: bool) -> int:
     """Index past the ``]`` that closes the class opening at ``pattern[i]``, or -1.
 
-    Nesting as Rust's parser does: ``[`` opens a nested class, a ``]`` right after ``[`` or
-    ``[^`` is a literal, ``\\`` escapes one character; with ``verbose`` (the ``x`` flag),
-    whitespace and comments are skipped first. An ASCII class such as ``[:alpha:]`` nests like a
+    Nesting as Rust's parser does: ``[`` opens a nested class (see :func:`_class_open`), ``\\``
+    escapes one character; with ``verbose`` (the ``x`` flag), whitespace and comments are
+    skipped first. An ASCII class such as ``[:alpha:]`` nests like a
     class (it holds no brackets), so it needs no case of its own.
     """
     depth = 0
@@ -130,10 +147,7 @@ def _class_end(pattern: str, i: int, verbose: bool) -> int:
             continue
         if c == "[":
             depth += 1
-            i = _skip_verbose(pattern, i + 1) if verbose else i + 1
-            i += pattern.startswith("^", i)
-            i = _skip_verbose(pattern, i) if verbose else i
-            i += pattern.startswith("]", i)
+            _, i = _class_open(pattern, i, verbose)
             continue
         if c == "]":
             depth -= 1
@@ -150,14 +164,8 @@ def _translate_class(pattern: str, i: int, what: str, verbose: bool) -> tuple[st
     if _class_end(pattern, i, verbose) < 0:  # Rust refuses it, whatever is inside
         raise SelectionError(f"{what}: pattern {pattern!r} has an unterminated character class")
     skip = _skip_verbose if verbose else lambda _, at: at
-    out = ["["]
-    i = skip(pattern, i + 1)
-    if i < len(pattern) and pattern[i] == "^":
-        out.append("^")
-        i = skip(pattern, i + 1)
-    if i < len(pattern) and pattern[i] == "]":  # a leading ']' is a literal in both dialects
-        out.append("\\]")
-        i += 1
+    opening, i = _class_open(pattern, i, verbose)
+    out = [opening]
     while True:  # _class_end found the closing ']'
         i = skip(pattern, i)
         c = pattern[i]
@@ -202,8 +210,8 @@ def _negated_item(
 ) -> tuple[str, int]:
     """A negated class inside a class (``[[:^alpha:]]``, ``[\\W]``): fine as the only item, as
     ``[^body]`` (or ``[body]`` in a negated class); ``pattern[i]`` follows it."""
-    if out[1:] in ([], ["^"]) and pattern.startswith("]", i):
-        return ("[" if out[1:] else "[^") + body + "]", i + 1
+    if out in (["["], ["[^"]) and pattern.startswith("]", i):
+        return ("[" if out == ["[^"] else "[^") + body + "]", i + 1
     alone = f"[{shown}]" if shown.startswith("[") else shown
     raise _untranslatable(
         pattern,
