@@ -25,7 +25,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
 
-__all__ = ["GlobalUse", "PickleSafety", "Problem", "Verdict", "worst"]
+__all__ = ["TORCH_REFUSES", "GlobalUse", "PickleSafety", "Problem", "Verdict", "worst"]
+
+#: How a problem that makes ``torch.load`` refuse the whole file begins (with weights_only=True
+#: and False alike, before any code could run): the verdict is needs-trust, never safe, and
+#: the message says why torch refuses it (issue 25).
+TORCH_REFUSES = "torch.load refuses this file: "
 
 
 class Verdict(Enum):
@@ -137,6 +142,14 @@ class PickleSafety:
             self.globals + tuple(replace(g, where=prefix + g.where) for g in other.globals),
             self.problems + tuple(replace(p, where=prefix + p.where) for p in other.problems),
         )
+
+    @property
+    def torch_refusal(self) -> str | None:
+        """Why ``torch.load`` refuses the file (the first such problem), or None."""
+        for problem in self.problems:
+            if problem.reached and problem.message.startswith(TORCH_REFUSES):
+                return problem.message[len(TORCH_REFUSES) :]
+        return None
 
     def describe(self, limit: int = 4) -> str:
         """One line for listings: the verdict and what it rests on."""

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from ckptctl.fix import Command, Note, Option
 from ckptctl.report.verify import Finding, Status
-from ckptctl.safety import Verdict
+from ckptctl.safety import TORCH_REFUSES, Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -49,9 +49,19 @@ def safe_pickle_finding(
             "do not load this file; ask its author for safetensors or a weights-only state_dict",
             safety=safety,
         )
+    refusal = safety.torch_refusal
     if verdict is Verdict.NEEDS_TRUST:
         untrusted = [g.name for g in safety.untrusted()]
         problems = [p.message for p in safety.problems if p.reached and p.verdict is verdict]
+        if refusal is not None and not untrusted and len(problems) == 1:
+            return Finding(
+                "safe-pickle",
+                Status.WARN if trust else Status.FAIL,
+                f"{TORCH_REFUSES}{refusal} (with weights_only=True or False); beyond torch, "
+                "ckptctl reads it and its pickle holds only what the weights-only loader accepts",
+                "re-save it with torch, or convert it with ckptctl to a file torch loads",
+                safety=safety,
+            )
         what = (
             f"globals outside torch's weights-only allowlist: {_names(untrusted)}"
             if (untrusted)

@@ -355,4 +355,5 @@ def _safety(safety: PickleSafety) -> dict[str, JSONValue]:
             for p in safety.problems
         ],
         "unreached_verdict": None if unreached is None else unreached.value,
+        "torch_refuses": safety.torch_refusal,
     }

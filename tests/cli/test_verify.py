@@ -450,6 +450,7 @@ def test_optimizer_state_dict_gets_advice_that_fits(run_cli, tmp_path):
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("optimizer/data.pkl", data)
         archive.writestr("optimizer/data/0", b"\0" * 8)
+        archive.writestr("optimizer/version", b"3\n")
     result = run_cli("verify", path)
     assert result.code == 1
     text = flat(result.stdout)

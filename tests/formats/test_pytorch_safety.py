@@ -243,7 +243,7 @@ def test_unreached_pickle_records_warn_but_do_not_change_the_verdict(tmp_path: P
     bad = P2 + call("timeit", "timeit", "x") + b"."
     path = _zip(
         tmp_path / "m.pt",
-        {"m/data.pkl": state_dict(), "m/data/0": b"\0" * 8, "m/extra.pkl": bad},
+        {"m/data.pkl": state_dict(), "m/data/0": b"\0" * 8, "m/extra.pkl": bad, "m/version": b"3"},
     )
     with open_checkpoint(path) as ckpt:
         assert ckpt.safety is not None

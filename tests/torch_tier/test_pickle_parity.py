@@ -40,10 +40,6 @@ FILE_TIMEOUT_S = 60
 # Keys are paths relative to fixtures/ (or "corpus/<path>"). Only cases where ckptctl is stricter,
 # or where torch fails for a reason that has nothing to do with safety, belong here.
 EXCEPTIONS: dict[str, str] = {
-    "valid/deflate64/views_deflate64.pt": (
-        "torch's zip reader (miniz) cannot open Deflate64 records (method 9) at all, with "
-        "weights_only or without; not a safety refusal"
-    ),
     "valid/pytorch/legacy_new_dtypes.pt": (
         "torch 2.13 writes this legacy file but cannot read it back at all "
         "('UntypedStorage' has no attribute 'dtype'); not a safety refusal"

@@ -9,6 +9,8 @@ load, with the size checked against the persistent id.
 
 from __future__ import annotations
 
+import bz2
+import contextlib
 import io
 import lzma
 import re
@@ -23,6 +25,13 @@ from typing import TYPE_CHECKING
 from ckptctl.errors import CkptError, CorruptCheckpointError, UnknownFormatError, UnsupportedError
 from ckptctl.formats.pytorch._safety import Ledger
 from ckptctl.formats.pytorch._scan import PickleTruncatedError
+from ckptctl.formats.pytorch._torchzip import (
+    TorchArchive,
+    TorchRefusal,
+    open_torch_archive,
+    read_small,
+    unreadable_reason,
+)
 from ckptctl.formats.pytorch._unpickler import (
     MAX_PICKLE_BYTES,
     StorageRef,
@@ -31,7 +40,7 @@ from ckptctl.formats.pytorch._unpickler import (
     _rebuild_tensor_v2,
     load_pickle,
 )
-from ckptctl.formats.pytorch._zipdir import ZipRecord, local_header, read_directory
+from ckptctl.formats.pytorch._zipdir import ZipDirectory, ZipRecord, local_header, read_directory
 from ckptctl.safety import Verdict
 
 if TYPE_CHECKING:
@@ -98,6 +107,11 @@ class Parsed:
     globals: list[str] = field(default_factory=list)
     #: the safety verdict of every pickle stream read so far
     ledger: Ledger = field(default_factory=Ledger)
+    #: ZIP: the folder records are relative to, the main pickle's and each storage's record
+    #: (local header offset -> storage key), as resolved for torch
+    zip_prefix: str = ""
+    main_record: int | None = None
+    storage_records: dict[int, str] = field(default_factory=dict)
 
 
 class ViewReader(io.RawIOBase):
@@ -198,15 +212,17 @@ def _zip_prefix(names: list[str]) -> str:
 
 
 class _ZipRecords:
-    """Name -> record of one archive, with raw-offset and lazy decompressed access."""
+    """Byte access to the records of one archive (stored by raw offset, others decompressed).
 
-    def __init__(self, source: ByteSource) -> None:
+    ``directory`` is the one the records come from: miniz's (what torch reads,
+    ``_torchzip.py``) or, by default, the ``zipfile``-style one of ``_zipdir.py``.
+    """
+
+    def __init__(self, source: ByteSource, directory: ZipDirectory | None = None) -> None:
         self.source = source
-        self.directory = read_directory(source)
-        records = [r for r in self.directory.records if not r.name.endswith("/")]
-        self.infos = {r.name: r for r in records}
-        if len(self.infos) != len(records):
-            raise CorruptCheckpointError("zip archive has duplicate record names")
+        self.directory = directory or read_directory(source)
+        #: name -> record as a ``zipfile``-style reader finds it (exact names, last one wins)
+        self.infos = {r.name: r for r in self.directory.records if not r.name.endswith("/")}
         self.data_end = min(self.directory.cd_start, source.size)
 
     def data_offset(self, info: ZipRecord) -> int:
@@ -239,22 +255,16 @@ class _ZipRecords:
                 f"compressed bytes, a ratio over {MAX_COMPRESSION_RATIO}:1 (a zip bomb?)",
                 hint="deflate never compresses more than about 1032:1; the file is crafted",
             )
-        if info.method == 9:  # deflate64: the import patches zipfile to support it
-            import zipfile_deflate64  # noqa: F401
-        self.data_offset(info)  # validates the local header and range
+        offset = self.data_offset(info)  # validates the local header and range
         try:
-            archive = zipfile.ZipFile(ViewReader(self.source.buffer))
-            with archive.open(archive.getinfo(info.name)) as stream:
-                if info.crc32 == 0:
-                    stream._expected_crc = None  # type: ignore[attr-defined]  # torch may write no CRC
-                data = stream.read(expected + 1)
+            data = _inflate(self.source, info, offset, expected)
         except NotImplementedError:
             raise UnsupportedError(
                 f"zip record {info.name!r} uses an unsupported compression method ({info.method})",
                 hint="re-zip the archive with store or deflate",
             ) from None
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError, KeyError, zlib.error,
-                lzma.LZMAError) as exc:  # fmt: skip  # zlib.error: found by fuzz/fuzz_readers.py
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError, KeyError, StopIteration,
+                zlib.error, lzma.LZMAError) as exc:  # fmt: skip  # zlib.error: found by fuzzing
             raise CorruptCheckpointError(f"cannot decompress {info.name!r}: {exc}") from None
         if len(data) != expected:
             raise CorruptCheckpointError(
@@ -263,66 +273,264 @@ class _ZipRecords:
         return data
 
 
+def _inflate(source: ByteSource, info: ZipRecord, offset: int, expected: int) -> bytes:
+    """Decompress ``info``'s data at ``offset`` into at most ``expected + 1`` bytes.
+
+    From the record's own bytes, not through ``zipfile``: zipfile would look the record up in
+    the directory *it* finds, which need not be the one the record came from (issue 25).
+    """
+    raw = source.view(offset, info.compress_size)
+    if info.method == 8:
+        return zlib.decompressobj(-15).decompress(raw, expected + 1)
+    if info.method == 12:
+        return bz2.BZ2Decompressor().decompress(raw, expected + 1)
+    if info.method == 14:  # zip's lzma: 4 bytes of version and properties length, properties
+        if len(raw) < 4:
+            raise EOFError("lzma header is truncated")
+        (size,) = struct.unpack_from("<H", raw, 2)
+        props = bytes(raw[4 : 4 + size])
+        filters = [lzma._decode_filter_properties(lzma.FILTER_LZMA1, props)]  # type: ignore[attr-defined]  # what zipfile's LZMADecompressor calls
+        return lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=filters).decompress(
+            raw[4 + size :], expected + 1
+        )
+    if info.method == 9:  # deflate64: the import patches zipfile to support it
+        import zipfile_deflate64  # noqa: F401
+    archive = zipfile.ZipFile(ViewReader(source.buffer))
+    member = next(i for i in archive.infolist() if i.header_offset == info.header_offset)
+    with archive.open(member) as stream:
+        if info.crc32 == 0:
+            stream._expected_crc = None  # type: ignore[attr-defined]  # torch may write no CRC
+        return stream.read(expected + 1)
+
+
+@dataclass
+class _ZipView:
+    """Which records a read of the archive uses, and what torch would make of it.
+
+    Attributes:
+        records: byte access over the chosen directory.
+        prefix: the folder every record name is relative to (``archive/``).
+        main: the ``data.pkl`` record read.
+        torch: the archive as torch opens it, None when torch refuses it.
+        refusal: why torch.load refuses the file, None when it does not.
+    """
+
+    records: _ZipRecords
+    prefix: str
+    main: ZipRecord
+    torch: TorchArchive | None
+    refusal: str | None
+
+    def lookup(self, name: str) -> ZipRecord | None:
+        """The record read for ``name`` (relative to the prefix): torch's, else exact."""
+        if self.torch is not None:
+            index = self.torch.lookup(name)
+            return None if index is None else self.torch.record(index)
+        return self.records.infos.get(self.prefix + name)
+
+    def exact(self, name: str) -> list[ZipRecord]:
+        """The records other readers (exact names, ``zipfile``'s or absolute offsets) read."""
+        found = (other.get(self.prefix + name) for other in self.others)
+        return [r for r in found if r is not None]
+
+    #: name -> record of each other reader's directory that could be read
+    others: list[dict[str, ZipRecord]] = field(default_factory=list)
+
+
+#: Records torch reads, when present, before it unpickles data.pkl (inline_container.cc's
+#: init, then torch/serialization.py ``_load``): each must be readable, or torch refuses.
+_TORCH_READS_FIRST = (".data/serialization_id", ".format_version", ".storage_alignment")
+
+
+def _torch_view(source: ByteSource) -> tuple[TorchArchive | None, str | None]:
+    """The archive as torch opens it, or why torch refuses it before unpickling."""
+    try:
+        archive = open_torch_archive(source)
+    except TorchRefusal as exc:
+        return None, exc.message
+    for name in ("data.pkl", *_TORCH_READS_FIRST, "byteorder"):
+        index = archive.lookup(name)
+        if index is None:
+            if name == "data.pkl":
+                return None, f"it has no {archive.prefix}data.pkl record"
+            continue
+        why = unreadable_reason(source, archive, index)
+        if why is not None:
+            return None, f"its {name} record {why}"
+    for name, check in ((".storage_alignment", _is_python_int), ("byteorder", _is_byteorder)):
+        index = archive.lookup(name)
+        if index is not None:
+            text = read_small(source, archive.record(index), MAX_TEXT_RECORD_BYTES)
+            if not check(text):
+                return None, f"its {name} record {text[:40]!r} is not what torch accepts"
+    return archive, None
+
+
+def _is_python_int(text: bytes) -> bool:
+    try:
+        int(text)  # torch: int(zip_file.get_record(".storage_alignment"))
+    except ValueError:
+        return False
+    return True
+
+
+def _is_byteorder(text: bytes) -> bool:
+    return text in (b"little", b"big")  # torch: exactly these, no newline
+
+
+def _open_zip_view(source: ByteSource, ledger: Ledger) -> _ZipView:
+    """Choose the records to read: torch's (``_torchzip.py``) unless torch refuses the file.
+
+    Where torch and a ``zipfile``-style reader see different ``data.pkl`` bytes, the file is
+    ambiguous and judged unsafe: never pick one silently (issue 25). Where torch refuses the
+    file, ckptctl reads it the ``zipfile`` way, beyond torch, and says so.
+    """
+    torch, refusal = _torch_view(source)
+    lenient: _ZipRecords | None = None
+    lenient_error: CkptError | None = None
+    try:
+        lenient = _ZipRecords(source)
+    except CkptError as exc:
+        lenient_error = exc
+    if torch is None:
+        if lenient is None:
+            assert lenient_error is not None
+            raise lenient_error
+        prefix = _zip_prefix(list(lenient.infos))
+        ledger.note(f"torch.load refuses this file: {refusal}", Verdict.NEEDS_TRUST, "the archive")
+        return _ZipView(lenient, prefix, lenient.infos[prefix + "data.pkl"], None, refusal)
+    records = _ZipRecords(source, torch.directory)
+    index = torch.lookup("data.pkl")
+    assert index is not None  # _torch_view refused it otherwise
+    view = _ZipView(records, torch.prefix, torch.record(index), torch, None)
+    if lenient is not None:
+        view.others.append(lenient.infos)
+    with contextlib.suppress(CkptError):
+        absolute = _ZipRecords(source, read_directory(source, absolute=True))
+        view.others.append(absolute.infos)
+    _note_differences(view, ledger, torch.twins(index))
+    return view
+
+
+def _same_bytes(view: _ZipView, a: ZipRecord, b: ZipRecord) -> bool:
+    """Whether two records (perhaps in two directories) hold the same bytes."""
+    if a.header_offset == b.header_offset and a.compress_size == b.compress_size:
+        return a.method == b.method and a.file_size == b.file_size
+    try:
+        return view.records.read(a, MAX_PICKLE_BYTES) == view.records.read(b, MAX_PICKLE_BYTES)
+    except CkptError:
+        return False
+
+
+def _note_differences(view: _ZipView, ledger: Ledger, twins: list[int]) -> None:
+    """Make the verdict unsafe where another reader would read another data.pkl."""
+    assert view.torch is not None
+    main = view.main
+    others: list[ZipRecord] = [view.torch.record(i) for i in twins]
+    exact = view.exact("data.pkl")
+    others += exact
+    if not exact and view.others:
+        ledger.note(
+            f"torch reads {main.name!r} as data.pkl (its zip reader matches names "
+            "case-insensitively); a zipfile-style reader finds no data.pkl",
+            Verdict.SAFE,
+            "the archive",
+        )
+    for other in others:
+        if not _same_bytes(view, main, other):
+            ledger.note(
+                f"two readers see different pickles: torch reads {main.name!r} at byte "
+                f"{main.header_offset}, another reader {other.name!r} at byte "
+                f"{other.header_offset}",
+                Verdict.UNSAFE,
+                "the archive",
+            )
+            return
+
+
 def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
-    """Read a ``torch.save`` or ``torch.jit.save`` ZIP archive (spec sections 2 and 10)."""
-    records = _ZipRecords(source)
-    prefix = _zip_prefix(list(records.infos))
-    script = prefix + "constants.pkl" in records.infos
-    parsed = Parsed("torchscript" if script else "pytorch-zip", None, ledger=ledger or Ledger())
+    """Read a ``torch.save`` or ``torch.jit.save`` ZIP archive (spec sections 2 and 10).
+
+    Records are resolved as torch 2.13 resolves them (``_torchzip.py``).
+    """
+    parsed = Parsed("pytorch-zip", None, ledger=ledger or Ledger())
+    view = _open_zip_view(source, parsed.ledger)
+    records, prefix = view.records, view.prefix
+    script = view.lookup("constants.pkl") is not None
+    if view.torch is not None:  # torch: "constants.pkl" in get_all_records(), exact names
+        script = any(r.name == prefix + "constants.pkl" for r in records.directory.records)
+    if script:
+        parsed.format = "torchscript"
     if not prefix:
         parsed.notes.append("data.pkl is at the archive root (torch itself would refuse this)")
+    if view.refusal is not None:
+        parsed.notes.append(f"torch.load refuses this file: {view.refusal}")
     for name in ("byteorder", "version", ".data/version"):
-        info = records.infos.get(prefix + name)
+        info = view.lookup(name)
         if info is not None:
             text = records.read(info, MAX_TEXT_RECORD_BYTES).decode("ascii", "replace").strip()
             parsed.metadata[name.lstrip(".").replace("data/", "")] = text
     parsed.byteorder = parsed.metadata.get("byteorder", "little")
     if parsed.byteorder not in ("little", "big"):
         raise CorruptCheckpointError(f"unknown byteorder record {parsed.byteorder!r}")
-    refs: dict[str, StorageRef] = {}
+    refs: dict[object, StorageRef] = {}
     seen_compressed: list[str] = []
+    storage_differs: list[str] = []
+    refused: list[str] = []
 
     def persistent_load(pid: object) -> object:
         if not isinstance(pid, tuple) or len(pid) != 5 or pid[0] != "storage":
             raise _bad_persistent_id(pid, "data.pkl")
         _, stype, key, location, numel = pid
-        if not isinstance(stype, StorageType) or not isinstance(key, str):
+        if not isinstance(stype, StorageType) or type(key) not in (str, int):
             raise CorruptCheckpointError("malformed storage persistent id in data.pkl")
-        if type(numel) is not int or numel < 0 or len(key) > 64:
-            raise CorruptCheckpointError(f"malformed storage {key!r} in data.pkl")
+        skey = str(key)  # torch: f"data/{key}"
+        if type(numel) is not int or numel < 0 or len(skey) > 64:
+            raise CorruptCheckpointError(f"malformed storage {skey!r} in data.pkl")
         ref = refs.get(key)
         if ref is not None:
             if ref.stype.dtype != stype.dtype:
-                raise CorruptCheckpointError(f"storage {key!r} is used with two different types")
+                raise CorruptCheckpointError(f"storage {skey!r} is used with two different types")
             return ref
-        record = prefix + (key if "/" in key else "data/" + key)
-        info = records.infos.get(record)
+        record = "data/" + skey
+        info = view.lookup(record)
         if info is None:
-            raise CorruptCheckpointError(f"storage record {record!r} is missing from the archive")
+            raise CorruptCheckpointError(
+                f"storage record {prefix + record!r} is missing from the archive"
+            )
         nbytes = numel * _element_size(stype)
         if info.file_size != nbytes:
             raise CorruptCheckpointError(
-                f"storage record {record!r} has {info.file_size} bytes, the pickle says {nbytes}"
+                f"storage record {info.name!r} has {info.file_size} bytes, the pickle says {nbytes}"
             )
+        if view.torch is not None:
+            index = view.torch.lookup(record)
+            assert index is not None  # view.lookup found it
+            why = unreadable_reason(source, view.torch, index, local=False)
+            if why is not None:
+                refused.append(f"its storage record {info.name!r} {why}")
+            twins = [view.torch.record(i) for i in view.torch.twins(index)]
+            if any(not _same_bytes(view, info, o) for o in [*twins, *view.exact(record)]):
+                storage_differs.append(info.name)
         if records.is_stored(info) and source.is_remote:
             # Each local header would cost a request: find it when the bytes are loaded.
-            parsed.storages[key] = StorageBytes(nbytes, None, _deferred_loader(records, info))
+            parsed.storages[skey] = StorageBytes(nbytes, None, _deferred_loader(records, info))
         elif records.is_stored(info):
             offset = records.data_offset(info)
-            parsed.storages[key] = StorageBytes(
+            parsed.storages[skey] = StorageBytes(
                 nbytes, offset, _file_loader(source, offset, nbytes)
             )
         else:
             records.data_offset(info)
-            seen_compressed.append(record)
-            parsed.storages[key] = StorageBytes(
+            seen_compressed.append(info.name)
+            parsed.storages[skey] = StorageBytes(
                 nbytes, None, cache(lambda i=info, n=nbytes: records.decompress(i, n)), "compressed"
             )
-        ref = refs[key] = StorageRef(key, stype, numel, location=str(location))
+        parsed.storage_records[info.header_offset] = skey
+        ref = refs[key] = StorageRef(skey, stype, numel, location=str(location))
         return ref
 
-    info = records.infos[prefix + "data.pkl"]
-    data = records.read(info, MAX_PICKLE_BYTES)
+    data = records.read(view.main, MAX_PICKLE_BYTES)
     if script:
         parsed.ledger.note(
             "a TorchScript archive: torch.load(weights_only=True) refuses it, and "
@@ -333,7 +541,21 @@ def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
     parsed.root, _ = load_pickle(
         data, "data.pkl", persistent_load, seen_globals=parsed.globals, ledger=parsed.ledger
     )
-    _judge_other_pickles(records, prefix + "data.pkl", parsed.ledger)
+    if refused:
+        parsed.notes.append(f"torch.load refuses this file: {refused[0]}")
+        parsed.ledger.note(
+            f"torch.load refuses this file: {refused[0]}", Verdict.NEEDS_TRUST, "the archive"
+        )
+    if storage_differs:
+        parsed.ledger.note(
+            f"two readers see different bytes for {', '.join(storage_differs[:3])}: torch reads "
+            "another record than a zipfile-style reader",
+            Verdict.UNSAFE,
+            "the archive",
+        )
+    parsed.zip_prefix = prefix
+    parsed.main_record = view.main.header_offset
+    _judge_other_pickles(records, view.main, parsed.ledger)
     if seen_compressed:
         parsed.notes.append(
             f"{len(seen_compressed)} storage record(s) are compressed: they are decompressed "
@@ -348,10 +570,11 @@ def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
 MAX_EXTRA_PICKLE_BYTES = 64 << 20
 
 
-def _judge_other_pickles(records: _ZipRecords, main: str, ledger: Ledger) -> None:
+def _judge_other_pickles(records: _ZipRecords, main: ZipRecord, ledger: Ledger) -> None:
     """Judge every ``.pkl`` record besides ``data.pkl``: torch.load never reads them."""
-    for name, info in records.infos.items():
-        if name == main or not name.endswith(".pkl"):
+    for info in records.directory.records:
+        name = info.name
+        if info.header_offset == main.header_offset or not name.lower().endswith(".pkl"):
             continue
         where = f"{name} (not read by torch.load)"
         try:
@@ -572,22 +795,30 @@ def read_tar(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
     try:
         archive = tarfile.open(fileobj=ViewReader(source.buffer), mode="r:")  # noqa: SIM115  # nothing to close: a view
         members: dict[str, tarfile.TarInfo] = {}
+        unexpected: str | None = None
         for count, member in enumerate(archive):
             if count >= MAX_TAR_MEMBERS:
                 raise CorruptCheckpointError("tar archive has too many members for a checkpoint")
             if member.name not in _TAR_MEMBERS or not member.isreg() or member.sparse:
-                raise CorruptCheckpointError(
-                    f"unexpected tar member {member.name!r} in a torch tar checkpoint"
-                )
-            members[member.name] = member
+                unexpected = unexpected or member.name
+                continue
+            members[member.name] = member  # the last one wins, as tarfile's getmember
     except tarfile.TarError as exc:
         raise CorruptCheckpointError(f"corrupt tar archive: {exc}") from None
-    if "pickle" not in members or "storages" not in members:
+    if "storages" not in members:
         raise CorruptCheckpointError("tar checkpoint lacks its pickle or storages member")
     for member in members.values():
         source.check_range(member.offset_data, member.size, f"tar member {member.name!r}")
     reader = _Reader(source)
+    # torch's legacy_load unpickles the storages member first (weights_only=False): judge it
+    # before refusing the archive for anything else
     storages, views = _tar_storages(reader, members["storages"], parsed.ledger)
+    if unexpected is not None:
+        raise CorruptCheckpointError(
+            f"unexpected tar member {unexpected!r} in a torch tar checkpoint"
+        )
+    if "pickle" not in members:
+        raise CorruptCheckpointError("tar checkpoint lacks its pickle or storages member")
     objects: dict[str, object] = {}
     if "tensors" in members:
         objects = _tar_tensors(reader, members["tensors"], storages, views, parsed.ledger)

@@ -174,9 +174,9 @@ def _zip_layout(
     directory = read_directory(source)
     buf = source.buffer
     names = [r.name for r in directory.records if not r.name.endswith("/")]
-    prefix = _zip_prefix(names)
+    prefix = parsed.zip_prefix if parsed.main_record is not None else _zip_prefix(names)
     alignment = _alignment(source, directory.records, prefix)
-    storage_of = {prefix + (k if "/" in k else "data/" + k): k for k in parsed.storages}
+    storage_of = parsed.storage_records  # local header offset -> key, as the reader resolved it
     regions: list[Region] = []
     records: list[dict[str, Any]] = []
     small: dict[str, str] = {}
@@ -197,7 +197,7 @@ def _zip_layout(
         regions += _extra_regions(
             bytes(buf[start + 30 + n : data_offset]), start + 30 + n, alignment
         )
-        key = storage_of.get(record.name)
+        key = storage_of.get(record.header_offset)
         method = (
             ""
             if record.method == 0
@@ -264,7 +264,7 @@ def _zip_layout(
             )
         )
     regions.append(Region(RegionKind.HEADER, *directory.eocd, note="zip end of central directory"))
-    pkl = next((r for r in ordered if r.name == prefix + "data.pkl"), None)
+    pkl = next((r for r in ordered if r.header_offset == parsed.main_record), None)
     header: dict[str, Any] = {
         "container": "zip",
         "prefix": prefix.rstrip("/"),

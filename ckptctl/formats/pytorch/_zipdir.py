@@ -18,12 +18,14 @@ prepended (``prefix``) has them shifted, as ``zipfile`` allows.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from ckptctl.errors import CorruptCheckpointError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ckptctl._io import ByteSource
 
 #: Most records accepted in one archive (each storage is a record).
@@ -67,6 +69,8 @@ class ZipDirectory:
         zip64_end: ``(start, end)`` of the zip64 end record, or None.
         zip64_locator: ``(start, end)`` of the zip64 locator, or None.
         eocd: ``(start, end)`` of the end-of-central-directory record, comment included.
+        raw_names: each record's name as stored (bytes), in ``records`` order.
+        attributes: each record's external attributes, in ``records`` order.
     """
 
     records: list[ZipRecord]
@@ -76,6 +80,8 @@ class ZipDirectory:
     zip64_end: tuple[int, int] | None
     zip64_locator: tuple[int, int] | None
     eocd: tuple[int, int]
+    raw_names: list[bytes] = field(default_factory=list, compare=False)
+    attributes: list[int] = field(default_factory=list, compare=False)
 
 
 def _corrupt(why: str) -> CorruptCheckpointError:
@@ -100,8 +106,13 @@ def _find_eocd(buf: memoryview, size: int) -> int:
     raise _corrupt("no end-of-central-directory record")
 
 
-def read_directory(source: ByteSource) -> ZipDirectory:
+def read_directory(source: ByteSource, *, absolute: bool = False) -> ZipDirectory:
     """Parse the end records and the central directory of the zip archive in ``source``.
+
+    By default offsets are ``zipfile``'s: the directory ends where its end records begin, and
+    a gap before it shifts every offset (bytes prepended to the archive). With ``absolute``,
+    the directory is where the end record says and offsets are taken as they are (readers
+    such as Info-ZIP's do this; ``verify`` compares what each would read).
 
     Raises:
         CorruptCheckpointError: missing or inconsistent end records, a central directory past
@@ -141,19 +152,39 @@ def read_directory(source: ByteSource) -> ZipDirectory:
         count, cd_size, cd_offset = count64, size64, offset64
         end_of_cd = z64
         del sig, z64_offset
-    cd_start = end_of_cd - cd_size
+    cd_start = cd_offset if absolute else end_of_cd - cd_size
     prefix = cd_start - cd_offset
+    if absolute:
+        end_of_cd = cd_start + cd_size
+        if end_of_cd > size:
+            raise _corrupt("central directory runs past the end of the file")
     if cd_start < 0 or prefix < 0:
         raise _corrupt("central directory offset is past its end records")
     if count > MAX_ZIP_RECORDS or count * _CENTRAL.size > cd_size:
         raise _corrupt(f"central directory claims {count} records in {cd_size} bytes")
-    records = _read_entries(buf, cd_start, end_of_cd, count, prefix)
-    return ZipDirectory(records, prefix, cd_start, end_of_cd, zip64_end, locator, eocd_range)
+    records, raw_names, attributes = read_entries(buf, cd_start, end_of_cd, count, prefix)
+    return ZipDirectory(
+        records, prefix, cd_start, end_of_cd, zip64_end, locator, eocd_range, raw_names, attributes
+    )
 
 
-def _read_entries(buf: memoryview, pos: int, end: int, count: int, prefix: int) -> list[ZipRecord]:
+def read_entries(
+    buf: memoryview,
+    pos: int,
+    end: int,
+    count: int,
+    prefix: int,
+    check: Callable[[tuple[int, ...]], None] | None = None,
+) -> tuple[list[ZipRecord], list[bytes], list[int]]:
+    """The records of the central directory at ``[pos, end)``, their raw names and attributes.
+
+    ``check``, when given, sees each entry's fields (``_CENTRAL`` order) before it is taken:
+    the rules torch's zip reader adds (``_torchzip.py``).
+    """
     unpack = _CENTRAL.unpack_from
     records: list[ZipRecord] = []
+    raw_names: list[bytes] = []
+    attributes: list[int] = []
     append = records.append
     make = ZipRecord._make
     data = bytes(buf[pos:end])  # one copy of the directory: slicing bytes is cheaper than views
@@ -162,10 +193,13 @@ def _read_entries(buf: memoryview, pos: int, end: int, count: int, prefix: int) 
     for _ in range(count):
         if pos + 46 > limit:
             raise _corrupt("central directory is truncated")
+        fields = unpack(data, pos)
         (sig, _cv, _cs, _ev, _r, flags, method, _t, _d, crc, csize, fsize, n, m, k, _vol, _ia,
-         _ea, offset) = unpack(data, pos)  # fmt: skip
+         ea, offset) = fields  # fmt: skip
         if sig != b"PK\x01\x02":
             raise _corrupt(f"bad central directory entry signature at byte {pos}")
+        if check is not None:
+            check(fields)
         name_end = pos + 46 + n
         if name_end + m + k > limit or n > MAX_NAME_BYTES:
             raise _corrupt("central directory entry runs past the directory")
@@ -174,8 +208,10 @@ def _read_entries(buf: memoryview, pos: int, end: int, count: int, prefix: int) 
         if (csize == _U32_MAX or fsize == _U32_MAX or offset == _U32_MAX) and m:
             fsize, csize, offset = _zip64_extra(data[name_end : name_end + m], fsize, csize, offset)
         append(make((name, offset + prefix, flags, method, crc, csize, fsize)))
+        raw_names.append(raw)
+        attributes.append(ea)
         pos = name_end + m + k
-    return records
+    return records, raw_names, attributes
 
 
 def _zip64_extra(extra: bytes, fsize: int, csize: int, offset: int) -> tuple[int, int, int]:

@@ -1,0 +1,154 @@
+"""The reader-parity corpus against real torch 2.13 (issue 25; ``pytest -m torch``).
+
+For every file of fixtures/hostile/parity/: ``torch.load`` with ``weights_only=True`` and with
+``weights_only=False``, each in a fork in its own fresh directory (a payload can only create
+its canary there), proves the manifest (``runs_payload``, ``weights_only_loads``, the tensors
+torch loads); then ckptctl must agree with torch:
+
+* a payload that runs under ``torch.load`` makes the file ``unsafe`` or refused;
+* a file the weights-only loader refuses is never ``safe``;
+* where torch loads the file, ``ls`` lists torch's tensor names and ``convert`` writes torch's
+  values, byte for byte (read back with the ``safetensors`` library, not with ckptctl).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import HOSTILE
+
+torch = pytest.importorskip("torch")
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+pytestmark = pytest.mark.torch
+
+PARITY = HOSTILE / "parity"
+MANIFEST: dict[str, dict[str, Any]] = json.loads((PARITY / "manifest.json").read_text())
+FILES = sorted(MANIFEST)
+TIMEOUT_S = 60
+
+# One child imports torch once and forks per load: chdir into the job's directory, alarm,
+# torch.load, report {"ok", "error", "canary", "tensors": {name: [float32 bytes as hex]}}.
+CHILD = r"""
+import json, os, signal, sys, warnings
+import torch
+
+jobs = json.load(sys.stdin)
+results = {}
+for job in jobs:
+    out = job["dir"] + ".json"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.chdir(job["dir"])
+            log = os.open(job["dir"] + ".log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            signal.alarm(job["timeout"])
+            warnings.simplefilter("ignore")
+            result = {"ok": True, "error": "", "tensors": None}
+            try:
+                root = torch.load(job["path"], weights_only=job["weights_only"], map_location="cpu")
+                if isinstance(root, dict):
+                    result["tensors"] = {
+                        k: v.contiguous().numpy().tobytes().hex()
+                        for k, v in root.items() if isinstance(v, torch.Tensor)
+                    }
+            except BaseException as exc:
+                result = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+            with open(out, "w") as fh:
+                json.dump(result, fh)
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    try:
+        with open(out) as fh:
+            results[job["id"]] = json.load(fh)
+    except OSError:
+        results[job["id"]] = {"ok": False, "error": f"child died ({status})", "tensors": None}
+    results[job["id"]]["canary"] = any(
+        n.startswith("ckptctl-canary-") for n in os.listdir(job["dir"])
+    )
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def torch_says(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """``f"{file}:{weights_only}"`` -> what torch.load did."""
+    base = tmp_path_factory.mktemp("parity")
+    jobs = []
+    for i, name in enumerate(FILES):
+        for weights_only in (True, False):
+            job_dir = base / f"{i}-{int(weights_only)}"
+            job_dir.mkdir()
+            jobs.append(
+                {
+                    "id": f"{name}:{weights_only}",
+                    "dir": str(job_dir),
+                    "path": str(PARITY / name),
+                    "weights_only": weights_only,
+                    "timeout": TIMEOUT_S,
+                }
+            )
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        input=json.dumps(jobs),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S * 4 + 5 * len(jobs),
+        cwd=base,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results: dict[str, dict[str, Any]] = json.loads(proc.stdout.splitlines()[-1])
+    return results
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_manifest_is_what_torch_does(name: str, torch_says: dict[str, dict[str, Any]]) -> None:
+    record = MANIFEST[name]
+    weights_only, full = torch_says[f"{name}:True"], torch_says[f"{name}:False"]
+    assert not weights_only["canary"], f"{name}: a payload ran under weights_only=True"
+    assert full["canary"] == record["runs_payload"], (name, full["error"][:300])
+    assert weights_only["ok"] == record["weights_only_loads"], (name, weights_only["error"][:300])
+    if "tensors" in record:
+        want = {
+            k: np.array([float(v) for v in vals], dtype=np.float32).tobytes().hex()
+            for k, vals in record["tensors"].items()
+        }
+        assert weights_only["tensors"] == want
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_ckptctl_agrees_with_torch(
+    name: str, torch_says: dict[str, dict[str, Any]], run_cli: Any, tmp_path: Path
+) -> None:
+    weights_only, full = torch_says[f"{name}:True"], torch_says[f"{name}:False"]
+    result = run_cli("verify", PARITY / name, "--json")
+    (report,) = json.loads(result.stdout)["files"]
+    found = [f for f in report["findings"] if f["check"] == "safe-pickle"]
+    verdict = found[0]["details"]["verdict"] if found else "refused"
+    if full["canary"]:
+        assert verdict in ("unsafe", "refused"), (name, found)
+    if not weights_only["ok"]:
+        assert verdict != "safe", (name, weights_only["error"][:300], found)
+    if not weights_only["ok"] or weights_only["tensors"] is None:
+        return
+    listing = run_cli("ls", PARITY / name, "--json")
+    assert listing.code == 0, listing
+    names = [t["name"] for t in json.loads(listing.stdout)["tensors"]]
+    assert sorted(names) == sorted(weights_only["tensors"])
+    out = tmp_path / "out.safetensors"
+    converted = run_cli("convert", PARITY / name, out)
+    assert converted.code == 0, converted
+    values = safetensors_numpy.load_file(str(out))
+    assert {k: v.tobytes().hex() for k, v in values.items()} == weights_only["tensors"]
