@@ -405,9 +405,10 @@ def _open_zip_view(source: ByteSource, ledger: Ledger) -> _ZipView:
     view = _ZipView(records, torch.prefix, torch.record(index), torch, None)
     if lenient is not None:
         view.others.append(lenient.infos)
-    with contextlib.suppress(CkptError):
-        absolute = _ZipRecords(source, read_directory(source, absolute=True))
-        view.others.append(absolute.infos)
+    if lenient is None or lenient.directory.prefix:  # else it is the same directory
+        with contextlib.suppress(CkptError):
+            absolute = _ZipRecords(source, read_directory(source, absolute=True))
+            view.others.append(absolute.infos)
     _note_differences(view, ledger, torch.twins(index))
     return view
 
