@@ -152,3 +152,66 @@ def test_ckptctl_agrees_with_torch(
     assert converted.code == 0, converted
     values = safetensors_numpy.load_file(str(out))
     assert {k: v.tobytes().hex() for k, v in values.items()} == weights_only["tensors"]
+
+
+def _load_generator() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_parity", PARITY / "make_parity.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["make_parity"] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["make_parity"]
+    return module
+
+
+def test_case_twins_resolve_as_torchs_sorted_search(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Random archives whose storage and filler names collide once case-folded: for each one,
+    the values ckptctl lists are the ones torch loads (miniz's heap sort and binary search)."""
+    import random
+
+    from ckptctl import open_checkpoint
+
+    gen = _load_generator()
+    rng = random.Random(25)
+    spellings = ["data/0", "DATA/0", "Data/0", "data/0", "dAtA/0"]
+    paths: list[Path] = []
+    for i in range(40):
+        recs = [gen.Rec(b"archive/data.pkl", gen.BENIGN), gen.Rec(b"archive/version", b"3\n")]
+        for k, spelling in enumerate(rng.sample([b"DATA.pkl", b"data.PKL", b"Data.Pkl"], 2)):
+            if rng.random() < 0.5:  # a twin data.pkl naming its tensor otherwise
+                recs.append(gen.Rec(b"archive/" + spelling, gen.state_dict([(f"v{k}", "0", 2)])))
+        for j in range(rng.randint(2, 5)):
+            name = rng.choice(spellings).encode()
+            recs.append(gen.Rec(b"archive/" + name, gen.f32(float(i), float(j))))
+        fillers = [b"archive/f" + bytes([rng.randint(97, 122)]) for _ in range(rng.randint(0, 6))]
+        recs.extend(gen.Rec(name, b"x") for name in fillers)
+        rng.shuffle(recs)
+        path = tmp_path / f"twins{i}.pt"
+        path.write_bytes(gen.archive(recs))
+        paths.append(path)
+    base = tmp_path_factory.mktemp("twins")
+    jobs = []
+    for i, path in enumerate(paths):
+        (base / str(i)).mkdir()
+        jobs.append({"id": path.name, "dir": str(base / str(i)), "path": str(path),
+                     "weights_only": True, "timeout": TIMEOUT_S})  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD], input=json.dumps(jobs), capture_output=True, text=True,
+        timeout=TIMEOUT_S * 4 + 5 * len(jobs), cwd=base,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.splitlines()[-1])
+    assert len(paths) >= 30
+    for path in paths:
+        torch_result = results[path.name]
+        assert torch_result["ok"], (path.name, torch_result["error"])
+        with open_checkpoint(path) as ckpt:
+            got = {name: bytes(ckpt[name].load().tobytes()).hex() for name in ckpt}
+        assert got == torch_result["tensors"], path.name
