@@ -81,7 +81,7 @@ def test_torch_refusal_is_named(name: str, run_cli: Any) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    [n for n in FILES if MANIFEST[n]["expect"] == "unsafe" and not MANIFEST[n]["runs_payload"]],
+    [n for n in FILES if MANIFEST[n]["expect"] == "unsafe" and MANIFEST[n]["weights_only_loads"]],
 )
 def test_ambiguous_files_say_two_readers_differ(name: str, run_cli: Any) -> None:
     _, finding, _ = verdict_of(run_cli, PARITY / name)
