@@ -150,7 +150,6 @@ def _read_tar_first(source: ByteSource, ledger: Ledger | None) -> Parsed:
         # torch fails on it as a TAR archive; a pickle reader sees a legacy stream
         parsed = _containers.read_legacy(source, ledger)
         why = f"its first 512 bytes open as a TAR archive, which torch reads it as: {exc.message}"
-        parsed.notes.append(f"torch.load refuses this file: {why}")
         ledger.note(f"torch.load refuses this file: {why}", Verdict.NEEDS_TRUST, "the file")
         return parsed
     if legacy:

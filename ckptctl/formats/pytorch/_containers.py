@@ -464,8 +464,6 @@ def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
         parsed.format = "torchscript"
     if not prefix:
         parsed.notes.append("data.pkl is at the archive root (torch itself would refuse this)")
-    if view.refusal is not None:
-        parsed.notes.append(f"torch.load refuses this file: {view.refusal}")
     for name in ("byteorder", "version", ".data/version"):
         info = view.lookup(name)
         if info is not None:
@@ -543,7 +541,6 @@ def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
         data, "data.pkl", persistent_load, seen_globals=parsed.globals, ledger=parsed.ledger
     )
     if refused:
-        parsed.notes.append(f"torch.load refuses this file: {refused[0]}")
         parsed.ledger.note(
             f"torch.load refuses this file: {refused[0]}", Verdict.NEEDS_TRUST, "the archive"
         )
