@@ -72,12 +72,18 @@ class GlobalUse:
 
 @dataclass(frozen=True)
 class Problem:
-    """A construct that makes a pickle need trust or unsafe, independent of any one global."""
+    """A construct that makes a pickle need trust or unsafe, independent of any one global.
+
+    Attributes:
+        torch_refuses: ``torch.load`` fails on it whatever ``weights_only`` says (invalid UTF-8,
+            a storage size that disagrees with its data): trusting the file loads nothing.
+    """
 
     message: str
     verdict: Verdict
     where: str
     reached: bool = True
+    torch_refuses: bool = False
 
 
 @dataclass(frozen=True)

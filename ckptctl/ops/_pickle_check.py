@@ -58,6 +58,16 @@ def safe_pickle_finding(
             else problems[0]
         )
         hint: str | Note = "re-save a state_dict with torch.save (or save safetensors)"
+        refusals = [p for p in safety.problems if p.reached and p.torch_refuses]
+        if refusals and not untrusted:
+            # Not a question of trust: torch.load fails on it whatever weights_only says.
+            return Finding(
+                "safe-pickle",
+                Status.WARN if trust else Status.FAIL,
+                f"needs trust: {refusals[0].message}",
+                "torch cannot load this file as it is; re-save it from the original checkpoint",
+                safety=safety,
+            )
         if untrusted and not problems:
             allow = Command(
                 options=tuple(
@@ -65,11 +75,15 @@ def safe_pickle_finding(
                 )
             )
             hint = Note(f"{hint}; or if you trust its source: {{fix0}}", (allow,))
+        consequence = (
+            "weights_only=False would run that code"
+            if untrusted
+            else "weights_only=False would trust whatever else the file holds"
+        )
         return Finding(
             "safe-pickle",
             Status.WARN if trust else Status.FAIL,
-            f"needs trust: {what}; torch.load(weights_only=True) refuses it and "
-            "weights_only=False would run that code",
+            f"needs trust: {what}; torch.load(weights_only=True) refuses it and {consequence}",
             hint,
             safety=safety,
         )

@@ -301,9 +301,11 @@ def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
             raise CorruptCheckpointError(f"storage record {record!r} is missing from the archive")
         nbytes = numel * _element_size(stype)
         if info.file_size != nbytes:
-            raise CorruptCheckpointError(
+            message = (
                 f"storage record {record!r} has {info.file_size} bytes, the pickle says {nbytes}"
             )
+            _torch_refuses(parsed.ledger, message, "data.pkl", "record size does not match")
+            raise CorruptCheckpointError(message)
         if records.is_stored(info) and source.is_remote:
             # Each local header would cost a request: find it when the bytes are loaded.
             parsed.storages[key] = StorageBytes(nbytes, None, _deferred_loader(records, info))
@@ -362,6 +364,16 @@ def _judge_other_pickles(records: _ZipRecords, main: str, ledger: Ledger) -> Non
         ledger.judge(data, where, reached=False)
 
 
+def _torch_refuses(ledger: Ledger, message: str, where: str, torch_says: str) -> None:
+    """Note a storage size torch.load refuses too, so the verdict is not ``safe``."""
+    ledger.note(
+        f"{message}: torch.load refuses it with weights_only=True or False ({torch_says})",
+        Verdict.NEEDS_TRUST,
+        where,
+        torch_refuses=True,
+    )
+
+
 def _bad_persistent_id(pid: object, where: str) -> CorruptCheckpointError:
     if isinstance(pid, str):  # protocol 0 writes str(pid): the tuple cannot be recovered
         return CorruptCheckpointError(
@@ -414,6 +426,8 @@ def _walk_legacy_data(
     limit: int,
     keys: list[str],
     roots: dict[str, tuple[StorageType, int]],
+    ledger: Ledger | None = None,
+    where: str = "the legacy stream",
 ) -> tuple[dict[str, StorageBytes], int]:
     """Locate each storage's bytes: an i64 element count, then the raw elements (section 6.1).
 
@@ -432,9 +446,10 @@ def _walk_legacy_data(
             )
         (count,) = struct.unpack("<q", reader.read(pos, 8))
         if count != numel:
-            raise CorruptCheckpointError(
-                f"storage {key!r} has {count} elements, the pickle says {numel}"
-            )
+            message = f"storage {key!r} has {count} elements, the pickle says {numel}"
+            if ledger is not None:
+                _torch_refuses(ledger, message, where, "storage has wrong byte size")
+            raise CorruptCheckpointError(message)
         nbytes = numel * _element_size(stype)
         start = pos + 8
         if start + nbytes > limit:
@@ -504,7 +519,7 @@ def parse_legacy(
     roots, persistent_load = _legacy_persistent(where)
     root, pos = pickle_at(reader, pos, reader.size, where, persistent_load, ledger=ledger)
     keys, pos = pickle_at(reader, pos, reader.size, where, ledger=ledger)
-    storages, end = _walk_legacy_data(reader, pos, reader.size, _keys(keys), roots)
+    storages, end = _walk_legacy_data(reader, pos, reader.size, _keys(keys), roots, ledger, where)
     return root, storages, little, end
 
 

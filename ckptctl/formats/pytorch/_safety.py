@@ -27,6 +27,8 @@ from ckptctl.formats.pytorch._allowlist import (
     LOAD_FROM_BYTES,
     SPECIAL_CALLS,
     WEIGHTS_ONLY_GLOBALS,
+    WEIGHTS_ONLY_NON_CLASSES,
+    WEIGHTS_ONLY_NOT_CALLABLE,
     WEIGHTS_ONLY_OPCODES,
     canonical,
     classify,
@@ -65,7 +67,7 @@ class _Call:
 
 
 class _Kind:
-    """A value of a kind that matters to torch's rules (list, dict) or of no interest."""
+    """A value of a kind that matters to torch's rules (list, None) or of no interest."""
 
     __slots__ = ("kind",)
 
@@ -73,7 +75,16 @@ class _Kind:
         self.kind = kind
 
 
-_LIST, _DICT, _OTHER = _Kind("list"), _Kind("dict"), _Kind("value")
+class _Dict:
+    """A dict the pickle builds (one per EMPTY_DICT/DICT): BUILD rules care if it is empty."""
+
+    __slots__ = ("filled",)
+
+    def __init__(self, filled: bool = False) -> None:
+        self.filled = filled
+
+
+_LIST, _NONE, _OTHER = _Kind("list"), _Kind("None"), _Kind("value")
 _U32 = struct.Struct("<I")
 _DICT_TYPES = frozenset({"collections.OrderedDict", "collections.Counter"})
 
@@ -106,9 +117,16 @@ class _Walk:
         self.nested: list[PickleSafety] = []
         self._index: dict[str, int] = {}
         self._seen_ops: set[int] = set()
+        self._said: set[str] = set()
 
-    def problem(self, message: str, verdict: Verdict) -> None:
-        self.problems.append(Problem(message, verdict, self.where, self.reached))
+    def problem(self, message: str, verdict: Verdict, *, torch_refuses: bool = False) -> None:
+        self.problems.append(Problem(message, verdict, self.where, self.reached, torch_refuses))
+
+    def refused(self, message: str, *, torch_refuses: bool = False) -> None:
+        """A construct torch's weights-only loader refuses (needs trust), said once per stream."""
+        if message not in self._said:
+            self._said.add(message)
+            self.problem(message, Verdict.NEEDS_TRUST, torch_refuses=torch_refuses)
 
     def named(self, module: str, name: str) -> _Global:
         module, name = canonical(module, name)
@@ -136,6 +154,20 @@ class _Walk:
     def called(self, item: object, how: str) -> _Call | _Kind:
         """Record a call of ``item``; calling anything but a global is unsafe."""
         if isinstance(item, _Global):
+            if how.startswith("NEWOBJ") and item.name in WEIGHTS_ONLY_NON_CLASSES:
+                # torch/_weights_only_unpickler.py, Unpickler.load, NEWOBJ: cls.__new__(cls,
+                # *args) raises for a function or a dtype; pickle's NEWOBJ refuses a non-type.
+                self.refused(
+                    f"{how} on {item.name}, which is not a class: torch.load refuses it with "
+                    "weights_only=True or False (cls.__new__ fails)",
+                    torch_refuses=True,
+                )
+            elif how == "REDUCE" and item.name in WEIGHTS_ONLY_NOT_CALLABLE:
+                self.refused(
+                    f"REDUCE calls {item.name}, which is not callable in torch: torch.load "
+                    "refuses it with weights_only=True or False",
+                    torch_refuses=True,
+                )
             use = self.uses[item.index]
             if not use.called:
                 name = item.name[len(item.module) + 1 :]
@@ -359,8 +391,8 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             pos += n
             if code in (0x8C, 0x8D):  # unicode
                 push(_text(raw))
-            elif code in (0x54, 0x55):  # Python 2 str: pickle decodes it (ASCII by default)
-                push(raw.decode("latin-1"))
+            elif code in (0x54, 0x55):  # Python 2 str
+                push(_python2_str(raw, code, here, walk))
             elif code == 0x96:
                 push(_OTHER)
             else:
@@ -379,12 +411,14 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
                 pos = need(size)
                 if code not in (0x80, 0x95):
                     push(_OTHER)
-        elif code in (0x4E, 0x88, 0x8F):  # NONE NEWTRUE EMPTY_SET
+        elif code == 0x4E:  # NONE
+            push(_NONE)
+        elif code in (0x88, 0x8F):  # NEWTRUE EMPTY_SET
             push(_OTHER)
         elif code == 0x5D:  # EMPTY_LIST
             push(_LIST)
         elif code == 0x7D:  # EMPTY_DICT
-            push(_DICT)
+            push(_Dict())
         elif code in (0x86, 0x87):  # TUPLE2 TUPLE3
             n = code - 0x84
             items = [pop() for _ in range(n)][::-1]
@@ -393,8 +427,7 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             pop_mark()
             push(_LIST)
         elif code == 0x64:  # DICT
-            pop_mark()
-            push(_DICT)
+            push(_Dict(bool(pop_mark())))
         elif code == 0x91:  # FROZENSET
             pop_mark()
             push(_OTHER)
@@ -410,12 +443,14 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             if code == 0x73:
                 pop()
                 pop()
+                added = True
             else:
-                pop_mark()
+                added = bool(pop_mark())
             target = top()
-            if not (
-                target is _DICT
-                or _untrusted_call(target)
+            if isinstance(target, _Dict):
+                target.filled = target.filled or added
+            elif not (
+                _untrusted_call(target)
                 or (isinstance(target, _Call) and target.name in _DICT_TYPES)
             ):
                 walk.problem("SETITEM on something that is not a dict", Verdict.NEEDS_TRUST)
@@ -423,8 +458,8 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             pop_mark()
             top()
         elif code == 0x62:  # BUILD
-            pop()
-            _build(top(), walk)
+            state = pop()
+            _build(top(), state, walk)
         elif code == 0x81:  # NEWOBJ
             pop()
             cls = pop()
@@ -497,7 +532,44 @@ def _untrusted_call(item: object) -> bool:
     return isinstance(item, _Call) and item.name not in WEIGHTS_ONLY_GLOBALS
 
 
-def _build(target: object, walk: _Walk) -> None:
+#: Results of allowlisted calls whose type has no ``__dict__`` and no ``__setstate__``: torch's
+#: BUILD (``torch/_weights_only_unpickler.py``, ``Unpickler.load``, BUILD, "mimics load_build")
+#: only accepts a state it need not apply. The types of ``_get_layout`` (``torch.layout``) and
+#: ``_codecs.encode`` (``bytes``) are not allowlisted at all: BUILD on them is always refused.
+_NO_DICT_RESULTS = {
+    "torch.device": "a torch.device",
+    "torch.Size": "a torch.Size",
+    "builtins.set": "a set",
+    "builtins.bytearray": "a bytearray",
+    "builtins.complex": "a complex",
+}
+_UNBUILDABLE_RESULTS = {
+    "torch.serialization._get_layout": "a torch.layout",
+    "_codecs.encode": "bytes",
+}
+
+
+def _is_empty(item: object) -> bool | None:
+    """Whether ``item`` is falsy, when the walk knows (None, (), '', b'', an empty dict)."""
+    if item is _NONE:
+        return True
+    if isinstance(item, _Dict):
+        return not item.filled
+    if isinstance(item, tuple | str | bytes):
+        return not item
+    return None
+
+
+def _updates_a_dict(state: object) -> bool:
+    """``dict.update(state)`` surely succeeds: a dict, or a tuple of pairs (not None)."""
+    if isinstance(state, _Dict) or (state is not _NONE and _is_empty(state)):
+        return True
+    if isinstance(state, _Call):
+        return state.name in _DICT_TYPES
+    return isinstance(state, tuple) and all(isinstance(i, tuple) and len(i) == 2 for i in state)
+
+
+def _build(target: object, state: object, walk: _Walk) -> None:
     # torch builds tensors, Parameter, OrderedDict and instances of allowed types; BUILD on any
     # call result is judged by the called global, so only classes and plain values remain.
     if isinstance(target, _Global):
@@ -508,6 +580,55 @@ def _build(target: object, walk: _Walk) -> None:
         )
     elif not isinstance(target, _Call):
         walk.problem("BUILD on a value that is not an object", Verdict.NEEDS_TRUST)
+    elif target.name == "collections.OrderedDict":
+        # weights-only: ``inst.__dict__.update(state)`` whatever the state is.
+        if not _updates_a_dict(state):
+            walk.refused(
+                "BUILD on an OrderedDict with a state that is not a dict (such as (None, "
+                "{...})), which torch's weights-only loader applies with __dict__.update and "
+                "fails on"
+            )
+    elif target.name in _UNBUILDABLE_RESULTS:
+        walk.refused(
+            f"BUILD on {_UNBUILDABLE_RESULTS[target.name]}, a type torch's weights-only loader "
+            "does not build"
+        )
+    elif target.name in _NO_DICT_RESULTS or target.name == "collections.Counter":
+        # Neither has __setstate__: a 2-tuple is (state, slotstate); a non-empty state goes to
+        # inst.__dict__.update, a non-empty slotstate to setattr.
+        main, slots = state if isinstance(state, tuple) and len(state) == 2 else (state, _NONE)
+        if target.name == "collections.Counter":  # has a __dict__: any dict state applies
+            fits = bool(_is_empty(main) or _updates_a_dict(main)) and bool(
+                _is_empty(slots) or isinstance(slots, _Dict)
+            )
+        else:
+            fits = bool(_is_empty(main)) and bool(_is_empty(slots))
+        if not fits:
+            what = _NO_DICT_RESULTS.get(target.name, "a Counter")
+            walk.refused(
+                f"BUILD on {what} with a state it cannot take (it has no __dict__ or the state "
+                "is not a dict): torch.load refuses it",
+                torch_refuses=target.name != "collections.Counter",
+            )
+
+
+def _python2_str(raw: bytes, code: int, here: int, walk: _Walk) -> str:
+    """A SHORT_BINSTRING/BINSTRING value; torch decodes it strictly as UTF-8.
+
+    ``torch.load`` sets ``pickle_load_args["encoding"] = "utf-8"`` (``torch/serialization.py``,
+    ``load``) and the weights-only SHORT_BINSTRING does ``strdata.decode(self.encoding,
+    "strict")`` (``_weights_only_unpickler.py``), as pickle does with ``errors='strict'``.
+    """
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        name = "SHORT_BINSTRING" if code == 0x55 else "BINSTRING"
+        walk.refused(
+            f"a {name} of invalid UTF-8 (first at byte {here}): torch.load decodes Python 2 "
+            "strings as UTF-8 and fails, with weights_only=True or False",
+            torch_refuses=True,
+        )
+        return raw.decode("latin-1")
 
 
 def _reduce(func: object, args: object, walk: _Walk) -> object:
@@ -624,8 +745,16 @@ class Ledger:
                 safety=self.safety,
             )
 
-    def note(self, message: str, verdict: Verdict, where: str, *, reached: bool = True) -> None:
+    def note(
+        self,
+        message: str,
+        verdict: Verdict,
+        where: str,
+        *,
+        reached: bool = True,
+        torch_refuses: bool = False,
+    ) -> None:
         """Add a problem found by the container reader (TorchScript, TAR, trailing data)."""
         self.safety = self.safety.merge(
-            PickleSafety((), (Problem(message, verdict, where, reached),))
+            PickleSafety((), (Problem(message, verdict, where, reached, torch_refuses),))
         )
