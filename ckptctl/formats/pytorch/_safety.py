@@ -40,6 +40,9 @@ from ckptctl.safety import GlobalUse, PickleSafety, Problem, Verdict
 MAX_NESTED_STREAMS = 4
 #: Most nested streams scanned in one pickle (a plain pickle has one per storage).
 MAX_STREAMS = 100_000
+#: Most bytes of nested zip records (decompressed) judged for one pickle, and for one record.
+MAX_NESTED_ZIP_BYTES = 256 << 20
+MAX_NESTED_RECORD_BYTES = 64 << 20
 
 # --- the symbolic walk -----------------------------------------------------------------------
 
@@ -118,6 +121,8 @@ class _Walk:
         self._index: dict[str, int] = {}
         self._seen_ops: set[int] = set()
         self._said: set[str] = set()
+        #: the pickle's STOP lies inside a frame with bytes left after it (see assess_stream)
+        self.frame_left = False
 
     def problem(self, message: str, verdict: Verdict, *, torch_refuses: bool = False) -> None:
         self.problems.append(Problem(message, verdict, self.where, self.reached, torch_refuses))
@@ -216,7 +221,14 @@ def assess_pickle(
         where: the stream's name in messages (``data.pkl``).
         reached: whether ``torch.load`` would read this stream.
     """
-    walk = _Walk(where, reached, _depth, [MAX_STREAMS] if _budget is None else _budget)
+    return _assess(data, where, reached, _depth, _budget)[0]
+
+
+def _assess(
+    data: bytes | memoryview, where: str, reached: bool, depth: int, budget: list[int] | None
+) -> tuple[PickleSafety, bool]:
+    """:func:`assess_pickle`, and whether its STOP left bytes of a frame unread."""
+    walk = _Walk(where, reached, depth, _new_budget() if budget is None else budget)
     try:
         _run(bytes(data), walk)
     except _Malformed as exc:
@@ -233,7 +245,12 @@ def assess_pickle(
     out = PickleSafety(tuple(walk.uses), tuple(walk.problems))
     for nested in walk.nested:
         out = out.merge(nested)
-    return out
+    return out, walk.frame_left
+
+
+def _new_budget() -> list[int]:
+    """Shared by every stream nested in one pickle: [streams left, nested zip bytes left]."""
+    return [MAX_STREAMS, MAX_NESTED_ZIP_BYTES]
 
 
 def _line(data: bytes, pos: int) -> tuple[bytes, int]:
@@ -290,7 +307,12 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
     here = 0
     known = WEIGHTS_ONLY_OPCODES
     u32 = _U32.unpack_from
+    fend = _NO_FRAME  # where the current FRAME ends (see _frame_straddled)
     while pos < end:
+        if pos >= fend:  # the opcode at ``here`` reached the end of the frame
+            if pos > fend and here < fend and fend not in _read_splits(data, here):
+                _frame_straddled(walk, here)
+            fend = _NO_FRAME
         here = pos
         code = data[pos]
         pos += 1
@@ -358,6 +380,7 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
         if code not in known:
             walk.op(code)
         if code == 0x2E:  # STOP
+            walk.frame_left = fend != _NO_FRAME and pos < fend
             return
         if code == 0x71:  # BINPUT
             index = data[need(1) - 1]
@@ -409,7 +432,9 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             else:
                 size = {0x4D: 2, 0x4A: 4, 0x47: 8, 0x80: 1, 0x95: 8}[code]
                 pos = need(size)
-                if code not in (0x80, 0x95):
+                if code == 0x95:
+                    fend = _frame(data, here, pos, fend, walk)
+                elif code != 0x80:
                     push(_OTHER)
         elif code == 0x4E:  # NONE
             push(_NONE)
@@ -631,6 +656,57 @@ def _python2_str(raw: bytes, code: int, here: int, walk: _Walk) -> str:
         return raw.decode("latin-1")
 
 
+# --- frames ---------------------------------------------------------------------------------
+#
+# The C unpickler reading from a file object (torch reads data.pkl, and every _load_from_bytes
+# stream, from an io.BytesIO) loads a FRAME's bytes into its buffer and serves each read from
+# there only when it fits in what is left; a read that does not fit is taken whole from the file
+# after the frame, and the frame's last bytes are skipped (_pickle.c: _Unpickler_ReadImpl ->
+# _Unpickler_ReadFromFile, _Unpickler_Readline; load_frame). A FRAME that fits in the current
+# frame is only checked. pickle.loads, pickletools and this walk read sequentially instead, so
+# a frame whose length ends inside a read makes the C unpickler read another pickle.
+
+_NO_FRAME = 1 << 62
+_LEN_WIDTH = {0x8A: 1, 0x55: 1, 0x43: 1, 0x8C: 1, 0x8B: 4, 0x54: 4, 0x58: 4, 0x42: 4,
+              0x8D: 8, 0x8E: 8, 0x96: 8}  # fmt: skip
+_HIDDEN = (
+    "frames that hide a second pickle: {what}, so the C unpickler torch.load(weights_only=False) "
+    "uses skips the rest of the frame and reads different opcodes than the ones judged here"
+)
+
+
+def _read_splits(data: bytes, here: int) -> set[int]:
+    """Where the C unpickler's separate reads of the opcode at ``here`` begin."""
+    code = data[here]
+    splits = {here + 1}
+    width = _LEN_WIDTH.get(code)
+    if width is not None:
+        splits.add(here + 1 + width)
+    elif code in (0x63, 0x69):  # GLOBAL INST: two readline() calls
+        splits.add(data.find(b"\n", here + 1) + 1)
+    return splits
+
+
+def _frame_straddled(walk: _Walk, here: int) -> None:
+    walk.problem(
+        _HIDDEN.format(what=f"a FRAME ends inside the opcode at byte {here}"), Verdict.UNSAFE
+    )
+
+
+def _frame(data: bytes, here: int, pos: int, fend: int, walk: _Walk) -> int:
+    """The frame end after the FRAME at ``here`` (its length read, ``pos`` just past it)."""
+    length: int = struct.unpack_from("<Q", data, here + 1)[0]
+    if fend == _NO_FRAME or pos == fend:
+        return pos + length
+    if pos + length <= fend:  # fits in the current frame: the C unpickler only checks it
+        return fend
+    walk.problem(
+        _HIDDEN.format(what=f"the FRAME at byte {here} starts before the current frame ends"),
+        Verdict.UNSAFE,
+    )
+    return _NO_FRAME
+
+
 def _reduce(func: object, args: object, walk: _Walk) -> object:
     result = walk.called(func, "REDUCE")
     if not isinstance(func, _Global):
@@ -652,7 +728,13 @@ def _reduce(func: object, args: object, walk: _Walk) -> object:
 
 
 def _nested(args: object, walk: _Walk) -> None:
-    """Follow a ``_load_from_bytes`` argument: a legacy stream torch loads unrestricted."""
+    """Follow a ``_load_from_bytes`` argument, which torch loads unrestricted.
+
+    ``torch.storage._load_from_bytes(b)`` is ``torch.load(io.BytesIO(b), weights_only=False)``
+    (``torch/storage.py``): a zip archive when ``b`` starts with a local header
+    (``serialization.py``, ``_is_zipfile``), else a legacy stream; never a TAR, which
+    ``_legacy_load`` tries only for real files (``_should_read_directly``).
+    """
     blob = args[0] if isinstance(args, tuple) and len(args) == 1 else None
     if not isinstance(blob, bytes):
         walk.problem("_load_from_bytes of bytes computed by the pickle", Verdict.UNSAFE)
@@ -663,9 +745,67 @@ def _nested(args: object, walk: _Walk) -> None:
     walk.budget[0] -= 1
     count = sum(1 for p in walk.nested) + 1
     where = f"{walk.where} > _load_from_bytes #{count}"
+    if blob.startswith(b"PK\x03\x04"):
+        walk.nested.append(_nested_zip(blob, where, walk.reached, walk.depth + 1, walk.budget))
+        return
     walk.nested.append(
         assess_stream(blob, where, reached=walk.reached, depth=walk.depth + 1, budget=walk.budget)
     )
+
+
+def _nested_zip(
+    blob: bytes, where: str, reached: bool, depth: int, budget: list[int]
+) -> PickleSafety:
+    """Judge a zip archive handed to ``_load_from_bytes``: every ``.pkl`` record in it.
+
+    torch reads ``<folder>/data.pkl`` (``constants.pkl`` too for TorchScript), the folder being
+    the first record's; judging every pickle record is stricter and needs no name rules.
+    """
+    from ckptctl._io import MemorySource  # only nested archives need it
+    from ckptctl.formats.pytorch._containers import _ZipRecords  # imports us
+
+    def problem(message: str, verdict: Verdict, torch_refuses: bool = False) -> PickleSafety:
+        return PickleSafety((), (Problem(message, verdict, where, reached, torch_refuses),))
+
+    try:
+        records = _ZipRecords(MemorySource(blob, where))
+    except CkptError as exc:
+        return problem(
+            f"a nested zip archive ckptctl cannot read ({exc.message}); torch.load would unpickle "
+            "what it holds unrestricted",
+            Verdict.UNSAFE,
+        )
+    out = PickleSafety()
+    names = [n for n in records.infos if n.endswith(".pkl")]
+    if any(n.endswith("constants.pkl") for n in names):
+        out = out.merge(
+            problem(
+                "a nested TorchScript archive: torch.load hands it to torch.jit.load, which runs "
+                "the archive's code",
+                Verdict.NEEDS_TRUST,
+            )
+        )
+    for name in names:
+        info = records.infos[name]
+        if info.file_size > min(MAX_NESTED_RECORD_BYTES, budget[1]):
+            return out.merge(
+                problem(f"nested record {name!r} is too large to judge", Verdict.UNSAFE)
+            )
+        budget[1] -= info.file_size
+        try:
+            data = records.read(info, MAX_NESTED_RECORD_BYTES)
+        except CkptError as exc:
+            return out.merge(
+                problem(
+                    f"cannot read nested record {name!r} ({exc.message}); torch.load would "
+                    "unpickle it unrestricted",
+                    Verdict.UNSAFE,
+                )
+            )
+        out = out.merge(
+            assess_pickle(data, f"{where} > {name}", reached=reached, _depth=depth, _budget=budget)
+        )
+    return out
 
 
 def assess_stream(
@@ -684,16 +824,18 @@ def assess_stream(
         if pos >= len(blob):
             break
         stop = _stop_of(blob, pos)
-        part = assess_pickle(
-            blob[pos : stop if stop is not None else len(blob)],
-            f"{where} (pickle {index + 1})" if pickles > 1 else where,
-            reached=reached,
-            _depth=depth,
-            _budget=budget,
+        name = f"{where} (pickle {index + 1})" if pickles > 1 else where
+        part, frame_left = _assess(
+            blob[pos : stop if stop is not None else len(blob)], name, reached, depth, budget
         )
         out = out.merge(part)
         if stop is None:
             break
+        if frame_left and index + 1 < pickles and stop < len(blob):
+            # torch's next pickle.load starts where the C unpickler stopped reading: the end of
+            # the frame, not the STOP (see the frames section above).
+            message = _HIDDEN.format(what="a frame has bytes left after the pickle's STOP")
+            return out.merge(PickleSafety((), (Problem(message, Verdict.UNSAFE, name, reached),)))
         pos = stop
     return out
 
