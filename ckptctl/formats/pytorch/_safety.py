@@ -121,8 +121,8 @@ class _Walk:
         self._index: dict[str, int] = {}
         self._seen_ops: set[int] = set()
         self._said: set[str] = set()
-        #: the pickle's STOP lies inside a frame with bytes left after it (see assess_stream)
-        self.frame_left = False
+        #: where the frame ends when the pickle's STOP leaves bytes of it (see assess_stream)
+        self.frame_left: int | None = None
 
     def problem(self, message: str, verdict: Verdict, *, torch_refuses: bool = False) -> None:
         self.problems.append(Problem(message, verdict, self.where, self.reached, torch_refuses))
@@ -226,8 +226,8 @@ def assess_pickle(
 
 def _assess(
     data: bytes | memoryview, where: str, reached: bool, depth: int, budget: list[int] | None
-) -> tuple[PickleSafety, bool]:
-    """:func:`assess_pickle`, and whether its STOP left bytes of a frame unread."""
+) -> tuple[PickleSafety, int | None]:
+    """:func:`assess_pickle`, and where the frame ends when its STOP left bytes of it."""
     walk = _Walk(where, reached, depth, _new_budget() if budget is None else budget)
     try:
         _run(bytes(data), walk)
@@ -380,7 +380,7 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
         if code not in known:
             walk.op(code)
         if code == 0x2E:  # STOP
-            walk.frame_left = fend != _NO_FRAME and pos < fend
+            walk.frame_left = fend if fend != _NO_FRAME and pos < fend else None
             return
         if code == 0x71:  # BINPUT
             index = data[need(1) - 1]
@@ -831,7 +831,7 @@ def assess_stream(
         out = out.merge(part)
         if stop is None:
             break
-        if frame_left and index + 1 < pickles and stop < len(blob):
+        if frame_left is not None and index + 1 < pickles and pos + frame_left < len(blob):
             # torch's next pickle.load starts where the C unpickler stopped reading: the end of
             # the frame, not the STOP (see the frames section above).
             message = _HIDDEN.format(what="a frame has bytes left after the pickle's STOP")
