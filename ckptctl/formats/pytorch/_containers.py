@@ -508,16 +508,25 @@ def parse_legacy(
     Returns:
         ``(root object, storage key -> bytes, little_endian, end of the stream)``.
     """
-    magic, pos = pickle_at(reader, 0, reader.size, where, ledger=ledger)
+
+    def next_pickle(
+        start: int, load: Callable[[object], object] | None = None
+    ) -> tuple[object, int]:
+        found = pickle_at(reader, start, reader.size, where, load, ledger=ledger)
+        if ledger is not None:  # a frame left over hides the next pickle from this reader
+            ledger.refuse_frame_left(start, reader.size, where)
+        return found
+
+    magic, pos = next_pickle(0)
     if magic != LEGACY_MAGIC:
         raise CorruptCheckpointError("not a legacy torch.save stream (wrong magic number)")
-    version, pos = pickle_at(reader, pos, reader.size, where, ledger=ledger)
+    version, pos = next_pickle(pos)
     if version != 1001:
         raise UnsupportedError(f"legacy stream protocol version {version!r} (expected 1001)")
-    sys_info, pos = pickle_at(reader, pos, reader.size, where, ledger=ledger)
+    sys_info, pos = next_pickle(pos)
     little = not (isinstance(sys_info, dict) and sys_info.get("little_endian") is False)
     roots, persistent_load = _legacy_persistent(where)
-    root, pos = pickle_at(reader, pos, reader.size, where, persistent_load, ledger=ledger)
+    root, pos = next_pickle(pos, persistent_load)
     keys, pos = pickle_at(reader, pos, reader.size, where, ledger=ledger)
     storages, end = _walk_legacy_data(reader, pos, reader.size, _keys(keys), roots, ledger, where)
     return root, storages, little, end
@@ -547,6 +556,8 @@ def read_plain(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
     parsed.root, end = pickle_at(
         source, 0, source.size, "the pickle", None, extra, ledger=parsed.ledger
     )
+    if parsed.root == LEGACY_MAGIC:  # torch.load reads on: a legacy stream it does not see
+        parsed.ledger.refuse_frame_left(0, source.size, "the pickle")
     if end != source.size:
         parsed.notes.append(f"{source.size - end} bytes after the end of the pickle were ignored")
         _judge_trailing(_Reader(source), end, parsed)

@@ -870,6 +870,8 @@ class Ledger:
 
     def __init__(self) -> None:
         self.safety = PickleSafety()
+        #: where the last judged pickle's frame ends when its STOP left bytes of it
+        self.frame_end: int | None = None
 
     def judge(self, data: bytes | memoryview, where: str, *, reached: bool = True) -> None:
         """Assess one pickle stream and add it to the ledger.
@@ -877,7 +879,7 @@ class Ledger:
         Raises:
             UnsafePickleError: the stream is reached and unsafe.
         """
-        found = assess_pickle(data, where, reached=reached)
+        found, self.frame_end = _assess(data, where, reached, 0, None)
         self.safety = self.safety.merge(found)
         if reached and found.verdict is Verdict.UNSAFE:
             raise UnsafePickleError(
@@ -886,6 +888,27 @@ class Ledger:
                 "do not load it",
                 safety=self.safety,
             )
+
+    def refuse_frame_left(self, start: int, size: int, where: str) -> None:
+        """Refuse a stream whose last judged pickle (at ``start``) hides the next one.
+
+        torch.load of a legacy stream from a file object without ``peek`` (``io.BytesIO``) starts
+        each of its five pickles where the C unpickler stopped reading: the end of a frame, not
+        the STOP (see the frames section above).
+
+        Raises:
+            UnsafePickleError: the frame ends before ``size``, where another pickle follows.
+        """
+        if self.frame_end is None or start + self.frame_end >= size:
+            return
+        message = _HIDDEN.format(what="a frame has bytes left after the pickle's STOP")
+        self.note(message, Verdict.UNSAFE, where)
+        raise UnsafePickleError(
+            f"unsafe pickle: {message} in {where}",
+            hint="loading this file with torch.load(weights_only=False) or pickle runs code; "
+            "do not load it",
+            safety=self.safety,
+        )
 
     def note(
         self,
