@@ -9,11 +9,15 @@ directory (``run_torch`` of test_pickle_parity.py), once with ``weights_only=Tru
   canary never appears under ``weights_only=True``;
 * ``weights_only_loads`` is what ``weights_only=True`` does;
 * ckptctl's verdict is the manifest's: ``safe`` exactly when torch's weights-only loader accepts
-  the file, ``unsafe`` (refused) whenever a payload runs, never ``safe`` or ``needs-trust`` then.
+  the file, ``unsafe`` (refused) whenever a payload runs, never ``safe`` or ``needs-trust`` then;
+* ``runs_payload_from_bytesio``, where the manifest has it, is what
+  ``torch.load(io.BytesIO(data), weights_only=False)`` does (a pickle read without ``peek``).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +98,37 @@ def test_manifest_is_what_torch_does_and_ckptctl_agrees(
     assert (verdict == "safe") == wo["ok"], (name, wo["error"][:300], evidence)
     expect = record["expect"]
     assert verdict == ("unsafe" if expect == "refused" else expect), evidence
+
+
+BYTESIO = sorted(n for n, r in MANIFEST.items() if "runs_payload_from_bytesio" in r)
+BYTESIO_CHILD = """
+import io, sys, warnings
+import torch
+warnings.simplefilter("ignore")
+with open(sys.argv[1], "rb") as fh:
+    data = fh.read()
+try:
+    torch.load(io.BytesIO(data), weights_only=False)
+except Exception as exc:
+    print(type(exc).__name__, str(exc)[:300])
+"""
+
+
+def test_some_files_are_loaded_from_a_bytesio():
+    assert BYTESIO, "the manifest has no runs_payload_from_bytesio entry"
+
+
+@pytest.mark.parametrize("name", BYTESIO)
+def test_a_bytesio_load_runs_what_the_manifest_says(name, tmp_path):
+    """torch.load(io.BytesIO(data)) reads pickles without peek: a frame's leftover is skipped."""
+    record = MANIFEST[name]
+    proc = subprocess.run(
+        [sys.executable, "-c", BYTESIO_CHILD, str(PARITY / name)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    fired = (tmp_path / record["canary"]).exists()
+    assert fired == record["runs_payload_from_bytesio"], (name, proc.stdout, proc.stderr[-500:])
