@@ -440,9 +440,11 @@ def _walk_legacy_data(
             raise CorruptCheckpointError(f"legacy stream stores an unreferenced storage {key!r}")
         stype, numel = roots[key]
         if pos + 8 > limit:
+            message = "legacy stream is truncated in its storage data"
+            if ledger is not None:
+                _torch_refuses(ledger, message, where, "it runs out of data or memory")
             raise CorruptCheckpointError(
-                "legacy stream is truncated in its storage data",
-                hint="the file looks truncated; re-download or re-save it",
+                message, hint="the file looks truncated; re-download or re-save it"
             )
         (count,) = struct.unpack("<q", reader.read(pos, 8))
         if count != numel:
@@ -453,9 +455,13 @@ def _walk_legacy_data(
         nbytes = numel * _element_size(stype)
         start = pos + 8
         if start + nbytes > limit:
+            message = (
+                f"storage {key!r} ends at byte {start + nbytes} but the data has {limit} bytes"
+            )
+            if ledger is not None:
+                _torch_refuses(ledger, message, where, "it runs out of data or memory")
             raise CorruptCheckpointError(
-                f"storage {key!r} ends at byte {start + nbytes} but the data has {limit} bytes",
-                hint="the file looks truncated; re-download or re-save it",
+                message, hint="the file looks truncated; re-download or re-save it"
             )
         out[key] = reader.storage(start, nbytes)
         pos = start + nbytes
