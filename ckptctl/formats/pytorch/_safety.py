@@ -572,6 +572,27 @@ _UNBUILDABLE_RESULTS = {
     "torch.serialization._get_layout": "a torch.layout",
     "_codecs.encode": "bytes",
 }
+#: Calls returning a plain ``torch.Tensor``: BUILD is ``inst.set_(*state)``, which takes no
+#: arguments or the legacy ``(storage, offset, size, stride)``.
+_TENSOR_RESULTS = frozenset(
+    {
+        *(f"torch._utils._rebuild_{n}" for n in (
+            "tensor", "tensor_v2", "tensor_v3", "device_tensor_from_cpu_tensor",
+            "device_tensor_from_numpy", "meta_tensor_no_storage", "qtensor", "sparse_tensor",
+            "nested_tensor",
+        )),
+        *(n for n in WEIGHTS_ONLY_GLOBALS if n.endswith("Tensor")),
+    }
+)  # fmt: skip
+#: Calls returning a ``Parameter``: BUILD is ``Tensor.__setstate__``, which unpacks a 3-, 4- or
+#: 5-tuple (``torch/_tensor.py``).
+_PARAMETER_RESULTS = frozenset(
+    {
+        "torch._utils._rebuild_parameter",
+        "torch._utils._rebuild_parameter_with_state",
+        "torch.nn.parameter.Parameter",
+    }
+)
 
 
 def _is_empty(item: object) -> bool | None:
@@ -612,6 +633,19 @@ def _build(target: object, state: object, walk: _Walk) -> None:
                 "BUILD on an OrderedDict with a state that is not a dict (such as (None, "
                 "{...})), which torch's weights-only loader applies with __dict__.update and "
                 "fails on"
+            )
+    elif target.name in _TENSOR_RESULTS:
+        empty = state is not _NONE and _is_empty(state)
+        if not (empty or (isinstance(state, tuple) and len(state) == 4)):
+            walk.refused(
+                "BUILD on a tensor with a state Tensor.set_(*state) cannot take: torch.load "
+                "refuses it"
+            )
+    elif target.name in _PARAMETER_RESULTS:
+        if not (isinstance(state, tuple) and len(state) in (3, 4, 5)):
+            walk.refused(
+                "BUILD on a Parameter with a state Tensor.__setstate__ cannot unpack: torch.load "
+                "refuses it"
             )
     elif target.name in _UNBUILDABLE_RESULTS:
         walk.refused(
