@@ -292,3 +292,14 @@ def test_nested_zips_are_bounded(monkeypatch):
     found = assess_pickle(deep, "d")
     assert found.verdict is Verdict.UNSAFE
     assert any("too many nested" in p.message for p in found.problems)
+
+
+def test_a_safe_verdict_of_an_unreadable_file_does_not_claim_torch_loads_it(run_cli):
+    # torch's weights-only BUILD takes {} on a device; ckptctl's emulation (a str) cannot
+    _, finding = verdict_of(run_cli, PARITY / "device_build_empty_ok.pt")
+    assert finding["details"]["verdict"] == "safe"
+    assert finding["status"] == "ok"
+    assert "loads it" not in finding["message"]
+    assert "unreadable" in finding["message"]
+    _, readable = verdict_of(run_cli, PARITY / "sbs_ascii_ok.pt")
+    assert readable["message"].startswith("safe: torch.load(weights_only=True) loads it")

@@ -23,7 +23,11 @@ def _names(names: list[str]) -> str:
 
 
 def safe_pickle_finding(
-    safety: PickleSafety, *, allow_globals: Collection[str] = (), trust: bool = False
+    safety: PickleSafety,
+    *,
+    allow_globals: Collection[str] = (),
+    trust: bool = False,
+    readable: bool = True,
 ) -> Finding:
     """The ``safe-pickle`` finding of a verdict: what was found, what it means, what to do.
 
@@ -31,6 +35,8 @@ def safe_pickle_finding(
         safety: the verdict of every pickle stream of one file.
         allow_globals: globals to trust, as torch's ``add_safe_globals`` does.
         trust: a needs-trust verdict warns instead of failing.
+        readable: ckptctl read the whole file; when not, a ``safe`` verdict covers what was
+            read and does not claim torch loads the file.
     """
     safety = safety.allowing(allow_globals)
     verdict = safety.verdict
@@ -100,6 +106,14 @@ def safe_pickle_finding(
             Status.WARN,
             f"safe for torch.load ({found}), but {', '.join(streams)} is {unreached.value}",
             "torch.load does not read it, other tools may: remove it or re-save the file",
+            safety=safety,
+        )
+    if not readable:  # torch may well refuse what ckptctl could not read (issue 25)
+        return Finding(
+            "safe-pickle",
+            Status.OK,
+            f"safe as far as read ({found}): nothing torch.load(weights_only=True) refuses, but "
+            "the file is unreadable, so torch may not load it either",
             safety=safety,
         )
     return Finding(
