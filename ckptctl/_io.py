@@ -124,6 +124,35 @@ class ByteSource:
         self.close()
 
 
+class MemorySource(ByteSource):
+    """A :class:`ByteSource` over bytes in memory (an archive nested in a pickle).
+
+    Args:
+        data: the bytes.
+        name: what messages call it (its ``path``).
+    """
+
+    def __init__(self, data: bytes, name: str) -> None:  # no file: ByteSource.__init__ opens one
+        self.path = name
+        self.size = len(data)
+        self._data = data
+        self._map = None
+
+    def fileno(self) -> int:
+        raise OSError(f"{self.path} is in memory, it has no file descriptor")
+
+    @property
+    def buffer(self) -> memoryview:
+        return memoryview(self._data)
+
+    def read(self, offset: int, length: int) -> bytes:
+        self.check_range(offset, length, "read")
+        return self._data[offset : offset + length]
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
 def open_source(path: str | os.PathLike[str]) -> ByteSource:
     """A :class:`ByteSource` for a local path, or a remote one for a URL (``https://``,
     ``hf://``, ``s3://`` ...; needs the ``remote`` extra, imported only here)."""

@@ -77,12 +77,18 @@ class GlobalUse:
 
 @dataclass(frozen=True)
 class Problem:
-    """A construct that makes a pickle need trust or unsafe, independent of any one global."""
+    """A construct that makes a pickle need trust or unsafe, independent of any one global.
+
+    Attributes:
+        torch_refuses: ``torch.load`` fails on it whatever ``weights_only`` says (invalid UTF-8,
+            a storage size that disagrees with its data): trusting the file loads nothing.
+    """
 
     message: str
     verdict: Verdict
     where: str
     reached: bool = True
+    torch_refuses: bool = False
 
 
 @dataclass(frozen=True)
@@ -147,8 +153,8 @@ class PickleSafety:
     def torch_refusal(self) -> str | None:
         """Why ``torch.load`` refuses the file (the first such problem), or None."""
         for problem in self.problems:
-            if problem.reached and problem.message.startswith(TORCH_REFUSES):
-                return problem.message[len(TORCH_REFUSES) :]
+            if problem.reached and problem.torch_refuses:
+                return problem.message.removeprefix(TORCH_REFUSES)
         return None
 
     def describe(self, limit: int = 4) -> str:

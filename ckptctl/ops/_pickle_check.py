@@ -23,7 +23,11 @@ def _names(names: list[str]) -> str:
 
 
 def safe_pickle_finding(
-    safety: PickleSafety, *, allow_globals: Collection[str] = (), trust: bool = False
+    safety: PickleSafety,
+    *,
+    allow_globals: Collection[str] = (),
+    trust: bool = False,
+    readable: bool = True,
 ) -> Finding:
     """The ``safe-pickle`` finding of a verdict: what was found, what it means, what to do.
 
@@ -31,6 +35,8 @@ def safe_pickle_finding(
         safety: the verdict of every pickle stream of one file.
         allow_globals: globals to trust, as torch's ``add_safe_globals`` does.
         trust: a needs-trust verdict warns instead of failing.
+        readable: ckptctl read the whole file; when not, a ``safe`` verdict covers what was
+            read and does not claim torch loads the file.
     """
     safety = safety.allowing(allow_globals)
     verdict = safety.verdict
@@ -49,25 +55,33 @@ def safe_pickle_finding(
             "do not load this file; ask its author for safetensors or a weights-only state_dict",
             safety=safety,
         )
-    refusal = safety.torch_refusal
     if verdict is Verdict.NEEDS_TRUST:
         untrusted = [g.name for g in safety.untrusted()]
         problems = [p.message for p in safety.problems if p.reached and p.verdict is verdict]
-        if refusal is not None and not untrusted and len(problems) == 1:
-            return Finding(
-                "safe-pickle",
-                Status.WARN if trust else Status.FAIL,
-                f"{TORCH_REFUSES}{refusal} (with weights_only=True or False); beyond torch, "
-                "ckptctl reads it and its pickle holds only what the weights-only loader accepts",
-                "re-save it with torch, or convert it with ckptctl to a file torch loads",
-                safety=safety,
-            )
         what = (
             f"globals outside torch's weights-only allowlist: {_names(untrusted)}"
             if (untrusted)
             else problems[0]
         )
         hint: str | Note = "re-save a state_dict with torch.save (or save safetensors)"
+        refusals = [p for p in safety.problems if p.reached and p.torch_refuses]
+        if refusals and not untrusted:
+            # Not a question of trust: torch.load fails on it whatever weights_only says.
+            message = refusals[0].message
+            if message.startswith(TORCH_REFUSES):  # the container: torch never opens it
+                message += (
+                    " (with weights_only=True or False); beyond torch, ckptctl reads it and its "
+                    "pickle holds only what the weights-only loader accepts"
+                )
+                fix = "re-save it with torch, or convert it with ckptctl to a file torch loads"
+            else:
+                message = f"needs trust: {message}"
+                fix = (
+                    "torch cannot load this file as it is; re-save it from the original checkpoint"
+                )
+            return Finding(
+                "safe-pickle", Status.WARN if trust else Status.FAIL, message, fix, safety=safety
+            )
         if untrusted and not problems:
             allow = Command(
                 options=tuple(
@@ -75,11 +89,15 @@ def safe_pickle_finding(
                 )
             )
             hint = Note(f"{hint}; or if you trust its source: {{fix0}}", (allow,))
+        consequence = (
+            "weights_only=False would run that code"
+            if untrusted
+            else "weights_only=False would trust whatever else the file holds"
+        )
         return Finding(
             "safe-pickle",
             Status.WARN if trust else Status.FAIL,
-            f"needs trust: {what}; torch.load(weights_only=True) refuses it and "
-            "weights_only=False would run that code",
+            f"needs trust: {what}; torch.load(weights_only=True) refuses it and {consequence}",
             hint,
             safety=safety,
         )
@@ -96,6 +114,14 @@ def safe_pickle_finding(
             Status.WARN,
             f"safe for torch.load ({found}), but {', '.join(streams)} is {unreached.value}",
             "torch.load does not read it, other tools may: remove it or re-save the file",
+            safety=safety,
+        )
+    if not readable:  # torch may well refuse what ckptctl could not read (issue 25)
+        return Finding(
+            "safe-pickle",
+            Status.OK,
+            f"safe as far as read ({found}): nothing torch.load(weights_only=True) refuses, but "
+            "the file is unreadable, so torch may not load it either",
             safety=safety,
         )
     return Finding(

@@ -206,7 +206,9 @@ def _verify_file(path: str, opts: _Options) -> FileResult:
         if exc.safety is not None:  # judged before the reader gave up
             findings.insert(
                 1,
-                safe_pickle_finding(exc.safety, allow_globals=opts.allow_globals, trust=opts.trust),
+                safe_pickle_finding(
+                    exc.safety, allow_globals=opts.allow_globals, trust=opts.trust, readable=False
+                ),
             )
         return FileResult(path, fmt, None, None, tuple(findings))
     with ckpt:

@@ -1604,7 +1604,9 @@ def test_zip_at_the_archive_root_and_metadata(tmp_path: Path) -> None:
     assert parsed.notes == ["data.pkl is at the archive root (torch itself would refuse this)"]
     assert parsed.metadata == {"byteorder": "little", "version": "1"}
     assert parsed.format == "pytorch-zip"
-    assert parsed.ledger.safety.problems == (Problem(refusal, Verdict.NEEDS_TRUST, "the archive"),)
+    assert parsed.ledger.safety.problems == (
+        Problem(refusal, Verdict.NEEDS_TRUST, "the archive", torch_refuses=True),
+    )
 
 
 def test_big_endian_zip(tmp_path: Path) -> None:

@@ -64,6 +64,28 @@ WEIGHTS_ONLY_GLOBALS = frozenset(
         *(f"torch._utils.{n}" for n in _REBUILD_NAMES),
     }
 )  # fmt: skip
+#: Allowlisted globals torch's unpickler maps to something that is not a class: functions, dtype
+#: objects, and the legacy typed storages (``torch/serialization.py``: ``StorageType(name)``
+#: instances, in ``_get_allowed_globals`` and in both ``find_class`` overrides of ``_load``).
+#: NEWOBJ on one fails in ``cls.__new__(cls, *args)`` (weights-only) or with "NEWOBJ class
+#: argument must be a type" (``_pickle.c``), so torch refuses the file however it is loaded.
+WEIGHTS_ONLY_NON_CLASSES = frozenset(
+    {
+        "_codecs.encode", "torch.serialization._get_layout", "torch._tensor._rebuild_from_type_v2",
+        *(f"torch.{n}Storage" for n in _STORAGE_NAMES),
+        *(f"torch.cuda.{n}Storage" for n in _STORAGE_NAMES if not n.startswith("Q")),
+        *(f"torch.{n}" for n in _DTYPE_NAMES),
+        *(f"torch._utils.{n}" for n in _REBUILD_NAMES),
+    }
+)  # fmt: skip
+#: Of those, the ones that cannot even be called (REDUCE fails: "object is not callable").
+WEIGHTS_ONLY_NOT_CALLABLE = frozenset(
+    {
+        *(f"torch.{n}Storage" for n in _STORAGE_NAMES),
+        *(f"torch.cuda.{n}Storage" for n in _STORAGE_NAMES if not n.startswith("Q")),
+        *(f"torch.{n}" for n in _DTYPE_NAMES),
+    }
+)  # fmt: skip
 #: Opcodes torch's weights-only unpickler knows (anything else: "Unsupported operand").
 WEIGHTS_ONLY_OPCODES = frozenset(b"c\x81Rbaesu(t\x85\x86\x87N\x89\x88)]}\x8fJKMGXUQhjqr\x8a\x80.")
 

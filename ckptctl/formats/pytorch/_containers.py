@@ -41,7 +41,7 @@ from ckptctl.formats.pytorch._unpickler import (
     load_pickle,
 )
 from ckptctl.formats.pytorch._zipdir import ZipDirectory, ZipRecord, local_header, read_directory
-from ckptctl.safety import Verdict
+from ckptctl.safety import TORCH_REFUSES, Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -397,7 +397,9 @@ def _open_zip_view(source: ByteSource, ledger: Ledger) -> _ZipView:
             assert lenient_error is not None
             raise lenient_error
         prefix = _zip_prefix(list(lenient.infos))
-        ledger.note(f"torch.load refuses this file: {refusal}", Verdict.NEEDS_TRUST, "the archive")
+        ledger.note(
+            f"{TORCH_REFUSES}{refusal}", Verdict.NEEDS_TRUST, "the archive", torch_refuses=True
+        )
         return _ZipView(lenient, prefix, lenient.infos[prefix + "data.pkl"], None, refusal)
     records = _ZipRecords(source, torch.directory)
     index = torch.lookup("data.pkl")
@@ -499,9 +501,11 @@ def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
             )
         nbytes = numel * _element_size(stype)
         if info.file_size != nbytes:
-            raise CorruptCheckpointError(
+            message = (
                 f"storage record {info.name!r} has {info.file_size} bytes, the pickle says {nbytes}"
             )
+            _torch_refuses(parsed.ledger, message, "data.pkl", "record size does not match")
+            raise CorruptCheckpointError(message)
         if view.torch is not None:
             index = view.torch.lookup(record)
             assert index is not None  # view.lookup found it
@@ -542,7 +546,7 @@ def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
     )
     if refused:
         parsed.ledger.note(
-            f"torch.load refuses this file: {refused[0]}", Verdict.NEEDS_TRUST, "the archive"
+            f"{TORCH_REFUSES}{refused[0]}", Verdict.NEEDS_TRUST, "the archive", torch_refuses=True
         )
     if storage_differs:
         parsed.ledger.note(
@@ -581,6 +585,16 @@ def _judge_other_pickles(records: _ZipRecords, main: ZipRecord, ledger: Ledger) 
             ledger.note(f"cannot read it: {exc.message}", Verdict.NEEDS_TRUST, where, reached=False)
             continue
         ledger.judge(data, where, reached=False)
+
+
+def _torch_refuses(ledger: Ledger, message: str, where: str, torch_says: str) -> None:
+    """Note a storage size torch.load refuses too, so the verdict is not ``safe``."""
+    ledger.note(
+        f"{message}: torch.load refuses it with weights_only=True or False ({torch_says})",
+        Verdict.NEEDS_TRUST,
+        where,
+        torch_refuses=True,
+    )
 
 
 def _bad_persistent_id(pid: object, where: str) -> CorruptCheckpointError:
@@ -635,6 +649,8 @@ def _walk_legacy_data(
     limit: int,
     keys: list[str],
     roots: dict[str, tuple[StorageType, int]],
+    ledger: Ledger | None = None,
+    where: str = "the legacy stream",
 ) -> tuple[dict[str, StorageBytes], int]:
     """Locate each storage's bytes: an i64 element count, then the raw elements (section 6.1).
 
@@ -647,21 +663,28 @@ def _walk_legacy_data(
             raise CorruptCheckpointError(f"legacy stream stores an unreferenced storage {key!r}")
         stype, numel = roots[key]
         if pos + 8 > limit:
+            message = "legacy stream is truncated in its storage data"
+            if ledger is not None:
+                _torch_refuses(ledger, message, where, "it runs out of data or memory")
             raise CorruptCheckpointError(
-                "legacy stream is truncated in its storage data",
-                hint="the file looks truncated; re-download or re-save it",
+                message, hint="the file looks truncated; re-download or re-save it"
             )
         (count,) = struct.unpack("<q", reader.read(pos, 8))
         if count != numel:
-            raise CorruptCheckpointError(
-                f"storage {key!r} has {count} elements, the pickle says {numel}"
-            )
+            message = f"storage {key!r} has {count} elements, the pickle says {numel}"
+            if ledger is not None:
+                _torch_refuses(ledger, message, where, "storage has wrong byte size")
+            raise CorruptCheckpointError(message)
         nbytes = numel * _element_size(stype)
         start = pos + 8
         if start + nbytes > limit:
+            message = (
+                f"storage {key!r} ends at byte {start + nbytes} but the data has {limit} bytes"
+            )
+            if ledger is not None:
+                _torch_refuses(ledger, message, where, "it runs out of data or memory")
             raise CorruptCheckpointError(
-                f"storage {key!r} ends at byte {start + nbytes} but the data has {limit} bytes",
-                hint="the file looks truncated; re-download or re-save it",
+                message, hint="the file looks truncated; re-download or re-save it"
             )
         out[key] = reader.storage(start, nbytes)
         pos = start + nbytes
@@ -714,18 +737,27 @@ def parse_legacy(
     Returns:
         ``(root object, storage key -> bytes, little_endian, end of the stream)``.
     """
-    magic, pos = pickle_at(reader, 0, reader.size, where, ledger=ledger)
+
+    def next_pickle(
+        start: int, load: Callable[[object], object] | None = None
+    ) -> tuple[object, int]:
+        found = pickle_at(reader, start, reader.size, where, load, ledger=ledger)
+        if ledger is not None:  # a frame left over hides the next pickle from this reader
+            ledger.refuse_frame_left(start, reader.size, where)
+        return found
+
+    magic, pos = next_pickle(0)
     if magic != LEGACY_MAGIC:
         raise CorruptCheckpointError("not a legacy torch.save stream (wrong magic number)")
-    version, pos = pickle_at(reader, pos, reader.size, where, ledger=ledger)
+    version, pos = next_pickle(pos)
     if version != 1001:
         raise UnsupportedError(f"legacy stream protocol version {version!r} (expected 1001)")
-    sys_info, pos = pickle_at(reader, pos, reader.size, where, ledger=ledger)
+    sys_info, pos = next_pickle(pos)
     little = not (isinstance(sys_info, dict) and sys_info.get("little_endian") is False)
     roots, persistent_load = _legacy_persistent(where)
-    root, pos = pickle_at(reader, pos, reader.size, where, persistent_load, ledger=ledger)
+    root, pos = next_pickle(pos, persistent_load)
     keys, pos = pickle_at(reader, pos, reader.size, where, ledger=ledger)
-    storages, end = _walk_legacy_data(reader, pos, reader.size, _keys(keys), roots)
+    storages, end = _walk_legacy_data(reader, pos, reader.size, _keys(keys), roots, ledger, where)
     return root, storages, little, end
 
 
@@ -753,6 +785,8 @@ def read_plain(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
     parsed.root, end = pickle_at(
         source, 0, source.size, "the pickle", None, extra, ledger=parsed.ledger
     )
+    if parsed.root == LEGACY_MAGIC:  # torch.load reads on: a legacy stream it does not see
+        parsed.ledger.refuse_frame_left(0, source.size, "the pickle")
     if end != source.size:
         parsed.notes.append(f"{source.size - end} bytes after the end of the pickle were ignored")
         _judge_trailing(_Reader(source), end, parsed)

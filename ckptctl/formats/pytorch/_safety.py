@@ -27,6 +27,8 @@ from ckptctl.formats.pytorch._allowlist import (
     LOAD_FROM_BYTES,
     SPECIAL_CALLS,
     WEIGHTS_ONLY_GLOBALS,
+    WEIGHTS_ONLY_NON_CLASSES,
+    WEIGHTS_ONLY_NOT_CALLABLE,
     WEIGHTS_ONLY_OPCODES,
     canonical,
     classify,
@@ -38,6 +40,9 @@ from ckptctl.safety import GlobalUse, PickleSafety, Problem, Verdict
 MAX_NESTED_STREAMS = 4
 #: Most nested streams scanned in one pickle (a plain pickle has one per storage).
 MAX_STREAMS = 100_000
+#: Most bytes of nested zip records (decompressed) judged for one pickle, and for one record.
+MAX_NESTED_ZIP_BYTES = 256 << 20
+MAX_NESTED_RECORD_BYTES = 64 << 20
 
 # --- the symbolic walk -----------------------------------------------------------------------
 
@@ -65,7 +70,7 @@ class _Call:
 
 
 class _Kind:
-    """A value of a kind that matters to torch's rules (list, dict) or of no interest."""
+    """A value of a kind that matters to torch's rules (list, None) or of no interest."""
 
     __slots__ = ("kind",)
 
@@ -73,7 +78,16 @@ class _Kind:
         self.kind = kind
 
 
-_LIST, _DICT, _OTHER = _Kind("list"), _Kind("dict"), _Kind("value")
+class _Dict:
+    """A dict the pickle builds (one per EMPTY_DICT/DICT): BUILD rules care if it is empty."""
+
+    __slots__ = ("filled",)
+
+    def __init__(self, filled: bool = False) -> None:
+        self.filled = filled
+
+
+_LIST, _NONE, _OTHER = _Kind("list"), _Kind("None"), _Kind("value")
 _U32 = struct.Struct("<I")
 _DICT_TYPES = frozenset({"collections.OrderedDict", "collections.Counter"})
 
@@ -106,9 +120,18 @@ class _Walk:
         self.nested: list[PickleSafety] = []
         self._index: dict[str, int] = {}
         self._seen_ops: set[int] = set()
+        self._said: set[str] = set()
+        #: where the frame ends when the pickle's STOP leaves bytes of it (see assess_stream)
+        self.frame_left: int | None = None
 
-    def problem(self, message: str, verdict: Verdict) -> None:
-        self.problems.append(Problem(message, verdict, self.where, self.reached))
+    def problem(self, message: str, verdict: Verdict, *, torch_refuses: bool = False) -> None:
+        self.problems.append(Problem(message, verdict, self.where, self.reached, torch_refuses))
+
+    def refused(self, message: str, *, torch_refuses: bool = False) -> None:
+        """A construct torch's weights-only loader refuses (needs trust), said once per stream."""
+        if message not in self._said:
+            self._said.add(message)
+            self.problem(message, Verdict.NEEDS_TRUST, torch_refuses=torch_refuses)
 
     def named(self, module: str, name: str) -> _Global:
         module, name = canonical(module, name)
@@ -136,6 +159,20 @@ class _Walk:
     def called(self, item: object, how: str) -> _Call | _Kind:
         """Record a call of ``item``; calling anything but a global is unsafe."""
         if isinstance(item, _Global):
+            if how.startswith("NEWOBJ") and item.name in WEIGHTS_ONLY_NON_CLASSES:
+                # torch/_weights_only_unpickler.py, Unpickler.load, NEWOBJ: cls.__new__(cls,
+                # *args) raises for a function or a dtype; pickle's NEWOBJ refuses a non-type.
+                self.refused(
+                    f"{how} on {item.name}, which is not a class: torch.load refuses it with "
+                    "weights_only=True or False (cls.__new__ fails)",
+                    torch_refuses=True,
+                )
+            elif how == "REDUCE" and item.name in WEIGHTS_ONLY_NOT_CALLABLE:
+                self.refused(
+                    f"REDUCE calls {item.name}, which is not callable in torch: torch.load "
+                    "refuses it with weights_only=True or False",
+                    torch_refuses=True,
+                )
             use = self.uses[item.index]
             if not use.called:
                 name = item.name[len(item.module) + 1 :]
@@ -184,7 +221,14 @@ def assess_pickle(
         where: the stream's name in messages (``data.pkl``).
         reached: whether ``torch.load`` would read this stream.
     """
-    walk = _Walk(where, reached, _depth, [MAX_STREAMS] if _budget is None else _budget)
+    return _assess(data, where, reached, _depth, _budget)[0]
+
+
+def _assess(
+    data: bytes | memoryview, where: str, reached: bool, depth: int, budget: list[int] | None
+) -> tuple[PickleSafety, int | None]:
+    """:func:`assess_pickle`, and where the frame ends when its STOP left bytes of it."""
+    walk = _Walk(where, reached, depth, _new_budget() if budget is None else budget)
     try:
         _run(bytes(data), walk)
     except _Malformed as exc:
@@ -201,7 +245,12 @@ def assess_pickle(
     out = PickleSafety(tuple(walk.uses), tuple(walk.problems))
     for nested in walk.nested:
         out = out.merge(nested)
-    return out
+    return out, walk.frame_left
+
+
+def _new_budget() -> list[int]:
+    """Shared by every stream nested in one pickle: [streams left, nested zip bytes left]."""
+    return [MAX_STREAMS, MAX_NESTED_ZIP_BYTES]
 
 
 def _line(data: bytes, pos: int) -> tuple[bytes, int]:
@@ -258,7 +307,12 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
     here = 0
     known = WEIGHTS_ONLY_OPCODES
     u32 = _U32.unpack_from
+    fend = _NO_FRAME  # where the current FRAME ends (see _frame_straddled)
     while pos < end:
+        if pos >= fend:  # the opcode at ``here`` reached the end of the frame
+            if pos > fend and here < fend and fend not in _read_splits(data, here):
+                _frame_straddled(walk, here)
+            fend = _NO_FRAME
         here = pos
         code = data[pos]
         pos += 1
@@ -326,6 +380,7 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
         if code not in known:
             walk.op(code)
         if code == 0x2E:  # STOP
+            walk.frame_left = fend if fend != _NO_FRAME and pos < fend else None
             return
         if code == 0x71:  # BINPUT
             index = data[need(1) - 1]
@@ -359,8 +414,8 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             pos += n
             if code in (0x8C, 0x8D):  # unicode
                 push(_text(raw))
-            elif code in (0x54, 0x55):  # Python 2 str: pickle decodes it (ASCII by default)
-                push(raw.decode("latin-1"))
+            elif code in (0x54, 0x55):  # Python 2 str
+                push(_python2_str(raw, code, here, walk))
             elif code == 0x96:
                 push(_OTHER)
             else:
@@ -377,14 +432,18 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             else:
                 size = {0x4D: 2, 0x4A: 4, 0x47: 8, 0x80: 1, 0x95: 8}[code]
                 pos = need(size)
-                if code not in (0x80, 0x95):
+                if code == 0x95:
+                    fend = _frame(data, here, pos, fend, walk)
+                elif code != 0x80:
                     push(_OTHER)
-        elif code in (0x4E, 0x88, 0x8F):  # NONE NEWTRUE EMPTY_SET
+        elif code == 0x4E:  # NONE
+            push(_NONE)
+        elif code in (0x88, 0x8F):  # NEWTRUE EMPTY_SET
             push(_OTHER)
         elif code == 0x5D:  # EMPTY_LIST
             push(_LIST)
         elif code == 0x7D:  # EMPTY_DICT
-            push(_DICT)
+            push(_Dict())
         elif code in (0x86, 0x87):  # TUPLE2 TUPLE3
             n = code - 0x84
             items = [pop() for _ in range(n)][::-1]
@@ -393,8 +452,7 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             pop_mark()
             push(_LIST)
         elif code == 0x64:  # DICT
-            pop_mark()
-            push(_DICT)
+            push(_Dict(bool(pop_mark())))
         elif code == 0x91:  # FROZENSET
             pop_mark()
             push(_OTHER)
@@ -410,12 +468,14 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             if code == 0x73:
                 pop()
                 pop()
+                added = True
             else:
-                pop_mark()
+                added = bool(pop_mark())
             target = top()
-            if not (
-                target is _DICT
-                or _untrusted_call(target)
+            if isinstance(target, _Dict):
+                target.filled = target.filled or added
+            elif not (
+                _untrusted_call(target)
                 or (isinstance(target, _Call) and target.name in _DICT_TYPES)
             ):
                 walk.problem("SETITEM on something that is not a dict", Verdict.NEEDS_TRUST)
@@ -423,8 +483,8 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             pop_mark()
             top()
         elif code == 0x62:  # BUILD
-            pop()
-            _build(top(), walk)
+            state = pop()
+            _build(top(), state, walk)
         elif code == 0x81:  # NEWOBJ
             pop()
             cls = pop()
@@ -497,7 +557,65 @@ def _untrusted_call(item: object) -> bool:
     return isinstance(item, _Call) and item.name not in WEIGHTS_ONLY_GLOBALS
 
 
-def _build(target: object, walk: _Walk) -> None:
+#: Results of allowlisted calls whose type has no ``__dict__`` and no ``__setstate__``: torch's
+#: BUILD (``torch/_weights_only_unpickler.py``, ``Unpickler.load``, BUILD, "mimics load_build")
+#: only accepts a state it need not apply. The types of ``_get_layout`` (``torch.layout``) and
+#: ``_codecs.encode`` (``bytes``) are not allowlisted at all: BUILD on them is always refused.
+_NO_DICT_RESULTS = {
+    "torch.device": "a torch.device",
+    "torch.Size": "a torch.Size",
+    "builtins.set": "a set",
+    "builtins.bytearray": "a bytearray",
+    "builtins.complex": "a complex",
+}
+_UNBUILDABLE_RESULTS = {
+    "torch.serialization._get_layout": "a torch.layout",
+    "_codecs.encode": "bytes",
+}
+#: Calls returning a plain ``torch.Tensor``: BUILD is ``inst.set_(*state)``, which takes no
+#: arguments or the legacy ``(storage, offset, size, stride)``.
+_TENSOR_RESULTS = frozenset(
+    {
+        *(f"torch._utils._rebuild_{n}" for n in (
+            "tensor", "tensor_v2", "tensor_v3", "device_tensor_from_cpu_tensor",
+            "device_tensor_from_numpy", "meta_tensor_no_storage", "qtensor", "sparse_tensor",
+            "nested_tensor",
+        )),
+        *(n for n in WEIGHTS_ONLY_GLOBALS if n.endswith("Tensor")),
+    }
+)  # fmt: skip
+#: Calls returning a ``Parameter``: BUILD is ``Tensor.__setstate__``, which unpacks a 3-, 4- or
+#: 5-tuple (``torch/_tensor.py``).
+_PARAMETER_RESULTS = frozenset(
+    {
+        "torch._utils._rebuild_parameter",
+        "torch._utils._rebuild_parameter_with_state",
+        "torch.nn.parameter.Parameter",
+    }
+)
+
+
+def _is_empty(item: object) -> bool | None:
+    """Whether ``item`` is falsy, when the walk knows (None, (), '', b'', an empty dict)."""
+    if item is _NONE:
+        return True
+    if isinstance(item, _Dict):
+        return not item.filled
+    if isinstance(item, tuple | str | bytes):
+        return not item
+    return None
+
+
+def _updates_a_dict(state: object) -> bool:
+    """``dict.update(state)`` surely succeeds: a dict, or a tuple of pairs (not None)."""
+    if isinstance(state, _Dict) or (state is not _NONE and _is_empty(state)):
+        return True
+    if isinstance(state, _Call):
+        return state.name in _DICT_TYPES
+    return isinstance(state, tuple) and all(isinstance(i, tuple) and len(i) == 2 for i in state)
+
+
+def _build(target: object, state: object, walk: _Walk) -> None:
     # torch builds tensors, Parameter, OrderedDict and instances of allowed types; BUILD on any
     # call result is judged by the called global, so only classes and plain values remain.
     if isinstance(target, _Global):
@@ -508,6 +626,119 @@ def _build(target: object, walk: _Walk) -> None:
         )
     elif not isinstance(target, _Call):
         walk.problem("BUILD on a value that is not an object", Verdict.NEEDS_TRUST)
+    elif target.name == "collections.OrderedDict":
+        # weights-only: ``inst.__dict__.update(state)`` whatever the state is.
+        if not _updates_a_dict(state):
+            walk.refused(
+                "BUILD on an OrderedDict with a state that is not a dict (such as (None, "
+                "{...})), which torch's weights-only loader applies with __dict__.update and "
+                "fails on"
+            )
+    elif target.name in _TENSOR_RESULTS:
+        empty = state is not _NONE and _is_empty(state)
+        if not (empty or (isinstance(state, tuple) and len(state) == 4)):
+            walk.refused(
+                "BUILD on a tensor with a state Tensor.set_(*state) cannot take: torch.load "
+                "refuses it"
+            )
+    elif target.name in _PARAMETER_RESULTS:
+        if not (isinstance(state, tuple) and len(state) in (3, 4, 5)):
+            walk.refused(
+                "BUILD on a Parameter with a state Tensor.__setstate__ cannot unpack: torch.load "
+                "refuses it"
+            )
+    elif target.name in _UNBUILDABLE_RESULTS:
+        walk.refused(
+            f"BUILD on {_UNBUILDABLE_RESULTS[target.name]}, a type torch's weights-only loader "
+            "does not build"
+        )
+    elif target.name in _NO_DICT_RESULTS or target.name == "collections.Counter":
+        # Neither has __setstate__: a 2-tuple is (state, slotstate); a non-empty state goes to
+        # inst.__dict__.update, a non-empty slotstate to setattr.
+        main, slots = state if isinstance(state, tuple) and len(state) == 2 else (state, _NONE)
+        if target.name == "collections.Counter":  # has a __dict__: any dict state applies
+            fits = bool(_is_empty(main) or _updates_a_dict(main)) and bool(
+                _is_empty(slots) or isinstance(slots, _Dict)
+            )
+        else:
+            fits = bool(_is_empty(main)) and bool(_is_empty(slots))
+        if not fits:
+            what = _NO_DICT_RESULTS.get(target.name, "a Counter")
+            walk.refused(
+                f"BUILD on {what} with a state it cannot take (it has no __dict__ or the state "
+                "is not a dict): torch.load refuses it",
+                torch_refuses=target.name != "collections.Counter",
+            )
+
+
+def _python2_str(raw: bytes, code: int, here: int, walk: _Walk) -> str:
+    """A SHORT_BINSTRING/BINSTRING value; torch decodes it strictly as UTF-8.
+
+    ``torch.load`` sets ``pickle_load_args["encoding"] = "utf-8"`` (``torch/serialization.py``,
+    ``load``) and the weights-only SHORT_BINSTRING does ``strdata.decode(self.encoding,
+    "strict")`` (``_weights_only_unpickler.py``), as pickle does with ``errors='strict'``.
+    """
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        name = "SHORT_BINSTRING" if code == 0x55 else "BINSTRING"
+        walk.refused(
+            f"a {name} of invalid UTF-8 (first at byte {here}): torch.load decodes Python 2 "
+            "strings as UTF-8 and fails, with weights_only=True or False",
+            torch_refuses=True,
+        )
+        return raw.decode("latin-1")
+
+
+# --- frames ---------------------------------------------------------------------------------
+#
+# The C unpickler reading from a file object (torch reads data.pkl, and every _load_from_bytes
+# stream, from an io.BytesIO) loads a FRAME's bytes into its buffer and serves each read from
+# there only when it fits in what is left; a read that does not fit is taken whole from the file
+# after the frame, and the frame's last bytes are skipped (_pickle.c: _Unpickler_ReadImpl ->
+# _Unpickler_ReadFromFile, _Unpickler_Readline; load_frame). A FRAME that fits in the current
+# frame is only checked. pickle.loads, pickletools and this walk read sequentially instead, so
+# a frame whose length ends inside a read makes the C unpickler read another pickle.
+
+_NO_FRAME = 1 << 62
+_LEN_WIDTH = {0x8A: 1, 0x55: 1, 0x43: 1, 0x8C: 1, 0x8B: 4, 0x54: 4, 0x58: 4, 0x42: 4,
+              0x8D: 8, 0x8E: 8, 0x96: 8}  # fmt: skip
+_HIDDEN = (
+    "frames that hide a second pickle: {what}, so the C unpickler torch.load(weights_only=False) "
+    "uses skips the rest of the frame and reads different opcodes than the ones judged here"
+)
+
+
+def _read_splits(data: bytes, here: int) -> set[int]:
+    """Where the C unpickler's separate reads of the opcode at ``here`` begin."""
+    code = data[here]
+    splits = {here + 1}
+    width = _LEN_WIDTH.get(code)
+    if width is not None:
+        splits.add(here + 1 + width)
+    elif code in (0x63, 0x69):  # GLOBAL INST: two readline() calls
+        splits.add(data.find(b"\n", here + 1) + 1)
+    return splits
+
+
+def _frame_straddled(walk: _Walk, here: int) -> None:
+    walk.problem(
+        _HIDDEN.format(what=f"a FRAME ends inside the opcode at byte {here}"), Verdict.UNSAFE
+    )
+
+
+def _frame(data: bytes, here: int, pos: int, fend: int, walk: _Walk) -> int:
+    """The frame end after the FRAME at ``here`` (its length read, ``pos`` just past it)."""
+    length: int = struct.unpack_from("<Q", data, here + 1)[0]
+    if fend == _NO_FRAME or pos == fend:
+        return pos + length
+    if pos + length <= fend:  # fits in the current frame: the C unpickler only checks it
+        return fend
+    walk.problem(
+        _HIDDEN.format(what=f"the FRAME at byte {here} starts before the current frame ends"),
+        Verdict.UNSAFE,
+    )
+    return _NO_FRAME
 
 
 def _reduce(func: object, args: object, walk: _Walk) -> object:
@@ -531,7 +762,13 @@ def _reduce(func: object, args: object, walk: _Walk) -> object:
 
 
 def _nested(args: object, walk: _Walk) -> None:
-    """Follow a ``_load_from_bytes`` argument: a legacy stream torch loads unrestricted."""
+    """Follow a ``_load_from_bytes`` argument, which torch loads unrestricted.
+
+    ``torch.storage._load_from_bytes(b)`` is ``torch.load(io.BytesIO(b), weights_only=False)``
+    (``torch/storage.py``): a zip archive when ``b`` starts with a local header
+    (``serialization.py``, ``_is_zipfile``), else a legacy stream; never a TAR, which
+    ``_legacy_load`` tries only for real files (``_should_read_directly``).
+    """
     blob = args[0] if isinstance(args, tuple) and len(args) == 1 else None
     if not isinstance(blob, bytes):
         walk.problem("_load_from_bytes of bytes computed by the pickle", Verdict.UNSAFE)
@@ -542,9 +779,67 @@ def _nested(args: object, walk: _Walk) -> None:
     walk.budget[0] -= 1
     count = sum(1 for p in walk.nested) + 1
     where = f"{walk.where} > _load_from_bytes #{count}"
+    if blob.startswith(b"PK\x03\x04"):
+        walk.nested.append(_nested_zip(blob, where, walk.reached, walk.depth + 1, walk.budget))
+        return
     walk.nested.append(
         assess_stream(blob, where, reached=walk.reached, depth=walk.depth + 1, budget=walk.budget)
     )
+
+
+def _nested_zip(
+    blob: bytes, where: str, reached: bool, depth: int, budget: list[int]
+) -> PickleSafety:
+    """Judge a zip archive handed to ``_load_from_bytes``: every ``.pkl`` record in it.
+
+    torch reads ``<folder>/data.pkl`` (``constants.pkl`` too for TorchScript), the folder being
+    the first record's; judging every pickle record is stricter and needs no name rules.
+    """
+    from ckptctl._io import MemorySource  # only nested archives need it
+    from ckptctl.formats.pytorch._containers import _ZipRecords  # imports us
+
+    def problem(message: str, verdict: Verdict, torch_refuses: bool = False) -> PickleSafety:
+        return PickleSafety((), (Problem(message, verdict, where, reached, torch_refuses),))
+
+    try:
+        records = _ZipRecords(MemorySource(blob, where))
+    except CkptError as exc:
+        return problem(
+            f"a nested zip archive ckptctl cannot read ({exc.message}); torch.load would unpickle "
+            "what it holds unrestricted",
+            Verdict.UNSAFE,
+        )
+    out = PickleSafety()
+    names = [n for n in records.infos if n.endswith(".pkl")]
+    if any(n.endswith("constants.pkl") for n in names):
+        out = out.merge(
+            problem(
+                "a nested TorchScript archive: torch.load hands it to torch.jit.load, which runs "
+                "the archive's code",
+                Verdict.NEEDS_TRUST,
+            )
+        )
+    for name in names:
+        info = records.infos[name]
+        if info.file_size > min(MAX_NESTED_RECORD_BYTES, budget[1]):
+            return out.merge(
+                problem(f"nested record {name!r} is too large to judge", Verdict.UNSAFE)
+            )
+        budget[1] -= info.file_size
+        try:
+            data = records.read(info, MAX_NESTED_RECORD_BYTES)
+        except CkptError as exc:
+            return out.merge(
+                problem(
+                    f"cannot read nested record {name!r} ({exc.message}); torch.load would "
+                    "unpickle it unrestricted",
+                    Verdict.UNSAFE,
+                )
+            )
+        out = out.merge(
+            assess_pickle(data, f"{where} > {name}", reached=reached, _depth=depth, _budget=budget)
+        )
+    return out
 
 
 def assess_stream(
@@ -563,16 +858,18 @@ def assess_stream(
         if pos >= len(blob):
             break
         stop = _stop_of(blob, pos)
-        part = assess_pickle(
-            blob[pos : stop if stop is not None else len(blob)],
-            f"{where} (pickle {index + 1})" if pickles > 1 else where,
-            reached=reached,
-            _depth=depth,
-            _budget=budget,
+        name = f"{where} (pickle {index + 1})" if pickles > 1 else where
+        part, frame_left = _assess(
+            blob[pos : stop if stop is not None else len(blob)], name, reached, depth, budget
         )
         out = out.merge(part)
         if stop is None:
             break
+        if frame_left is not None and index + 1 < pickles and pos + frame_left < len(blob):
+            # torch's next pickle.load starts where the C unpickler stopped reading: the end of
+            # the frame, not the STOP (see the frames section above).
+            message = _HIDDEN.format(what="a frame has bytes left after the pickle's STOP")
+            return out.merge(PickleSafety((), (Problem(message, Verdict.UNSAFE, name, reached),)))
         pos = stop
     return out
 
@@ -607,6 +904,8 @@ class Ledger:
 
     def __init__(self) -> None:
         self.safety = PickleSafety()
+        #: where the last judged pickle's frame ends when its STOP left bytes of it
+        self.frame_end: int | None = None
 
     def judge(self, data: bytes | memoryview, where: str, *, reached: bool = True) -> None:
         """Assess one pickle stream and add it to the ledger.
@@ -614,7 +913,7 @@ class Ledger:
         Raises:
             UnsafePickleError: the stream is reached and unsafe.
         """
-        found = assess_pickle(data, where, reached=reached)
+        found, self.frame_end = _assess(data, where, reached, 0, None)
         self.safety = self.safety.merge(found)
         if reached and found.verdict is Verdict.UNSAFE:
             raise UnsafePickleError(
@@ -624,8 +923,37 @@ class Ledger:
                 safety=self.safety,
             )
 
-    def note(self, message: str, verdict: Verdict, where: str, *, reached: bool = True) -> None:
+    def refuse_frame_left(self, start: int, size: int, where: str) -> None:
+        """Refuse a stream whose last judged pickle (at ``start``) hides the next one.
+
+        torch.load of a legacy stream from a file object without ``peek`` (``io.BytesIO``) starts
+        each of its five pickles where the C unpickler stopped reading: the end of a frame, not
+        the STOP (see the frames section above).
+
+        Raises:
+            UnsafePickleError: the frame ends before ``size``, where another pickle follows.
+        """
+        if self.frame_end is None or start + self.frame_end >= size:
+            return
+        message = _HIDDEN.format(what="a frame has bytes left after the pickle's STOP")
+        self.note(message, Verdict.UNSAFE, where)
+        raise UnsafePickleError(
+            f"unsafe pickle: {message} in {where}",
+            hint="loading this file with torch.load(weights_only=False) or pickle runs code; "
+            "do not load it",
+            safety=self.safety,
+        )
+
+    def note(
+        self,
+        message: str,
+        verdict: Verdict,
+        where: str,
+        *,
+        reached: bool = True,
+        torch_refuses: bool = False,
+    ) -> None:
         """Add a problem found by the container reader (TorchScript, TAR, trailing data)."""
         self.safety = self.safety.merge(
-            PickleSafety((), (Problem(message, verdict, where, reached),))
+            PickleSafety((), (Problem(message, verdict, where, reached, torch_refuses),))
         )

@@ -622,7 +622,9 @@ def load_pickle(
         ledger.judge(memoryview(data)[start:end], where)
     if end - start > MAX_PICKLE_BYTES:
         raise CorruptCheckpointError(f"{where} is larger than {MAX_PICKLE_BYTES} bytes")
-    chunk = data[start:end] if start or end != len(data) else data
+    # Bytes after the STOP stay: a frame may run past it (the frames section of _safety.py),
+    # and the unpickler stops at the STOP anyway.
+    chunk = data[start:] if start else data
     last: Exception | None = None
     for encoding in ("utf-8", "latin1"):
         try:
