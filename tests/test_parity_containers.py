@@ -207,3 +207,18 @@ def test_last_end_record_wins_even_when_its_comment_overruns() -> None:
 
 def test_nan_and_inf_compare_as_torch_gave_them() -> None:
     assert [math.isnan(v) for v in expected_values(["nan", "inf"])] == [True, False]
+
+
+def test_legacy_magic_pickle_holding_a_stop_byte_is_still_a_legacy_stream(tmp_path: Path) -> None:
+    # BINPUT 46 (b"q.") inside the magic pickle: cutting it at the first "." misread the file
+    from ckptctl._io import ByteSource
+    from ckptctl.formats.pytorch import _is_legacy
+
+    magic = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19q\x2e."
+    path = tmp_path / "m.pt"
+    path.write_bytes(magic + b"\x80\x02M\xe9\x03." + b"\0" * 64)
+    with ByteSource(path) as source:
+        assert _is_legacy(source)
+    path.write_bytes(magic.replace(b"\x19q", b"\x18q") + b"\0" * 64)  # another number
+    with ByteSource(path) as source:
+        assert not _is_legacy(source)

@@ -106,11 +106,10 @@ def _is_legacy(source: ByteSource) -> bool:
     from ckptctl.formats.pytorch._containers import LEGACY_MAGIC
     from ckptctl.formats.pytorch._unpickler import load_pickle
 
-    head = source.read(0, min(source.size, 64))
+    head = source.read(0, min(source.size, 64))  # the magic pickle is tiny, framed or not
     try:
-        end = head.index(b".") + 1  # the magic pickle is tiny; STOP ends it
-        value, _ = load_pickle(head[:end], "the first pickle")
-    except (ValueError, CkptError):
+        value, _ = load_pickle(head, "the first pickle", complete=False)
+    except CkptError:
         return False
     return value == LEGACY_MAGIC
 
