@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,6 +39,23 @@ os.environ.setdefault(
 TIERS = ("torch", "corpus")
 _tier_counts = pytest.StashKey[dict[str, int]]()
 REQUIRE_TIERS_ENV = "CKPTCTL_REQUIRE_TIERS"
+
+
+def load_module(path: Path) -> Any:
+    """Import the script at ``path`` (a fixture generator) as a module, without running main."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # dataclasses look their module up while being made
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[path.stem]
+    return module
 
 
 def copy_benchmarks(tmp_path: Path) -> Path:

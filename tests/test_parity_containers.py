@@ -16,11 +16,9 @@ tests/torch_tier/test_parity_containers_torch.py) and the verdict ckptctl must g
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import struct
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,7 @@ import pytest
 
 from ckptctl import open_checkpoint
 from ckptctl.formats.pytorch import _torchzip
-from tests.conftest import HOSTILE
+from tests.conftest import HOSTILE, load_module
 
 PARITY = HOSTILE / "parity"
 MANIFEST: dict[str, dict[str, Any]] = json.loads((PARITY / "manifest.json").read_text())
@@ -106,19 +104,11 @@ def test_nan_values_torch_reads_fail_no_nan(run_cli: Any) -> None:
 
 
 def test_fixtures_are_what_the_generator_writes(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("make_parity", PARITY / "make_parity.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["make_parity"] = module
-    try:
-        spec.loader.exec_module(module)
-        for build in (module._family1, module._family2, module._family3, module._family4,
-                      module._family5, module._family7):  # fmt: skip
-            build()
-        cases = module.CASES
-    finally:
-        del sys.modules["make_parity"]
+    module = load_module(PARITY / "make_parity.py")
+    for build in (module._family1, module._family2, module._family3, module._family4,
+                  module._family5, module._family7):  # fmt: skip
+        build()
+    cases = module.CASES
     assert sorted(cases) == FILES
     readme = (PARITY / "README.md").read_text(encoding="utf-8")
     for name, case in cases.items():

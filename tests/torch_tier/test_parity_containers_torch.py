@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.conftest import HOSTILE
+from tests.conftest import HOSTILE, load_module
+from tests.torch_tier.test_pickle_parity import run_torch
 
 torch = pytest.importorskip("torch")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
@@ -35,81 +34,27 @@ MANIFEST: dict[str, dict[str, Any]] = json.loads((PARITY / "manifest.json").read
 FILES = sorted(MANIFEST)
 TIMEOUT_S = 60
 
-# One child imports torch once and forks per load: chdir into the job's directory, alarm,
-# torch.load, report {"ok", "error", "canary", "tensors": {name: [float32 bytes as hex]}}.
-CHILD = r"""
-import json, os, signal, sys, warnings
-import torch
-
-jobs = json.load(sys.stdin)
-results = {}
-for job in jobs:
-    out = job["dir"] + ".json"
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.chdir(job["dir"])
-            log = os.open(job["dir"] + ".log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.dup2(log, 1)
-            os.dup2(log, 2)
-            signal.alarm(job["timeout"])
-            warnings.simplefilter("ignore")
-            result = {"ok": True, "error": "", "tensors": None}
-            try:
-                root = torch.load(job["path"], weights_only=job["weights_only"], map_location="cpu")
-                if isinstance(root, dict):
-                    result["tensors"] = {
-                        k: v.contiguous().numpy().tobytes().hex()
-                        for k, v in root.items() if isinstance(v, torch.Tensor)
-                    }
-            except BaseException as exc:
-                result = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
-            with open(out, "w") as fh:
-                json.dump(result, fh)
-        finally:
-            os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    try:
-        with open(out) as fh:
-            results[job["id"]] = json.load(fh)
-    except OSError:
-        results[job["id"]] = {"ok": False, "error": f"child died ({status})", "tensors": None}
-    results[job["id"]]["canary"] = any(
-        n.startswith("ckptctl-canary-") for n in os.listdir(job["dir"])
-    )
-print(json.dumps(results))
-"""
-
 
 @pytest.fixture(scope="module")
 def torch_says(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """``f"{file}:{weights_only}"`` -> what torch.load did."""
     base = tmp_path_factory.mktemp("parity")
-    jobs = []
-    for i, name in enumerate(FILES):
-        for weights_only in (True, False):
-            job_dir = base / f"{i}-{int(weights_only)}"
-            job_dir.mkdir()
-            jobs.append(
-                {
-                    "id": f"{name}:{weights_only}",
-                    "dir": str(job_dir),
-                    "path": str(PARITY / name),
-                    "weights_only": weights_only,
-                    "timeout": TIMEOUT_S,
-                }
-            )
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD],
-        input=json.dumps(jobs),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S * 4 + 5 * len(jobs),
-        cwd=base,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results: dict[str, dict[str, Any]] = json.loads(proc.stdout.splitlines()[-1])
+    jobs: list[dict[str, Any]] = [
+        {
+            "id": f"{name}:{weights_only}",
+            "dir": str(base / f"{i}-{int(weights_only)}"),
+            "paths": [str(PARITY / name)],
+            "weights_only": weights_only,
+            "tensors": True,
+        }
+        for i, name in enumerate(FILES)
+        for weights_only in (True, False)
+    ]
+    results = run_torch(jobs)
+    for job in jobs:
+        results[job["id"]]["canary"] = any(
+            n.startswith("ckptctl-canary-") for n in os.listdir(job["dir"])
+        )
     return results
 
 
@@ -154,21 +99,6 @@ def test_ckptctl_agrees_with_torch(
     assert {k: v.tobytes().hex() for k, v in values.items()} == weights_only["tensors"]
 
 
-def _load_generator() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("make_parity", PARITY / "make_parity.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["make_parity"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules["make_parity"]
-    return module
-
-
 def test_case_twins_resolve_as_torchs_sorted_search(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -178,7 +108,7 @@ def test_case_twins_resolve_as_torchs_sorted_search(
 
     from ckptctl import open_checkpoint
 
-    gen = _load_generator()
+    gen = load_module(PARITY / "make_parity.py")
     rng = random.Random(25)
     spellings = ["data/0", "DATA/0", "Data/0", "data/0", "dAtA/0"]
     paths: list[Path] = []
@@ -197,17 +127,12 @@ def test_case_twins_resolve_as_torchs_sorted_search(
         path.write_bytes(gen.archive(recs))
         paths.append(path)
     base = tmp_path_factory.mktemp("twins")
-    jobs = []
-    for i, path in enumerate(paths):
-        (base / str(i)).mkdir()
-        jobs.append({"id": path.name, "dir": str(base / str(i)), "path": str(path),
-                     "weights_only": True, "timeout": TIMEOUT_S})  # fmt: skip
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD], input=json.dumps(jobs), capture_output=True, text=True,
-        timeout=TIMEOUT_S * 4 + 5 * len(jobs), cwd=base,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.splitlines()[-1])
+    jobs = [
+        {"id": p.name, "dir": str(base / str(i)), "paths": [str(p)], "weights_only": True,
+         "tensors": True}
+        for i, p in enumerate(paths)
+    ]  # fmt: skip
+    results = run_torch(jobs)
     assert len(paths) >= 30
     for path in paths:
         torch_result = results[path.name]

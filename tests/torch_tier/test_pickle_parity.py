@@ -68,7 +68,8 @@ FIXTURE_FILES = [
 CORPUS_FILES = pickle_files(CORPUS)
 
 # The child: import torch once, then per job fork, chdir into the job's own directory, arm an
-# alarm, torch.load each path, write {"ok": bool, "error": str} to result.json beside that
+# alarm, torch.load each path, write {"ok": bool, "error": str} (and with "tensors": true in the
+# job, the loaded dict's tensors as {name: hex of their bytes}) to result.json beside that
 # directory, and _exit. stdout/stderr of the fork go to a log file (payloads print).
 CHILD = r"""
 import json, os, signal, sys, warnings
@@ -90,7 +91,12 @@ for job in jobs:
             result = {"ok": True, "error": ""}
             try:
                 for path in job["paths"]:
-                    torch.load(path, weights_only=job["weights_only"], map_location="cpu")
+                    root = torch.load(path, weights_only=job["weights_only"], map_location="cpu")
+                if job.get("tensors"):  # the values torch loaded: name -> raw bytes (hex)
+                    result["tensors"] = {
+                        k: v.contiguous().numpy().tobytes().hex()
+                        for k, v in root.items() if isinstance(v, torch.Tensor)
+                    } if isinstance(root, dict) else None
             except BaseException as exc:
                 text = str(exc)
                 result = {"ok": False, "error": f"{type(exc).__name__}: {text[:2000]}"}
