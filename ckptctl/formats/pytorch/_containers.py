@@ -389,7 +389,8 @@ def _open_zip_view(source: ByteSource, ledger: Ledger) -> _ZipView:
     lenient: _ZipRecords | None = None
     lenient_error: CkptError | None = None
     try:
-        lenient = _ZipRecords(source)
+        same = torch.directory if torch is not None else None
+        lenient = _ZipRecords(source, read_directory(source, same_as=same))
     except CkptError as exc:
         lenient_error = exc
     if torch is None:
@@ -405,7 +406,9 @@ def _open_zip_view(source: ByteSource, ledger: Ledger) -> _ZipView:
     index = torch.lookup("data.pkl")
     assert index is not None  # _torch_view refused it otherwise
     view = _ZipView(records, torch.prefix, torch.record(index), torch, None)
-    if lenient is not None:
+    # Another directory is another reader's view; the same records (the usual case) show
+    # nothing the twins of torch's case-folded names do not already show.
+    if lenient is not None and lenient.directory.records is not torch.directory.records:
         view.others.append(lenient.infos)
     if lenient is None or lenient.directory.prefix:  # else it is the same directory
         with contextlib.suppress(CkptError):
@@ -432,7 +435,7 @@ def _note_differences(view: _ZipView, ledger: Ledger, twins: list[int]) -> None:
     others: list[ZipRecord] = [view.torch.record(i) for i in twins]
     exact = view.exact("data.pkl")
     others += exact
-    if not exact and view.others:
+    if main.name != view.prefix + "data.pkl" and not exact:
         ledger.note(
             f"torch reads {main.name!r} as data.pkl (its zip reader matches names "
             "case-insensitively); a zipfile-style reader finds no data.pkl",
@@ -494,7 +497,8 @@ def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
                 raise CorruptCheckpointError(f"storage {skey!r} is used with two different types")
             return ref
         record = "data/" + skey
-        info = view.lookup(record)
+        index = view.torch.lookup(record) if view.torch is not None else None
+        info = view.lookup(record) if index is None else records.directory.records[index]
         if info is None:
             raise CorruptCheckpointError(
                 f"storage record {prefix + record!r} is missing from the archive"
@@ -506,14 +510,12 @@ def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
             )
             _torch_refuses(parsed.ledger, message, "data.pkl", "record size does not match")
             raise CorruptCheckpointError(message)
-        if view.torch is not None:
-            index = view.torch.lookup(record)
-            assert index is not None  # view.lookup found it
+        if view.torch is not None and index is not None:
             why = unreadable_reason(source, view.torch, index, local=False)
             if why is not None:
                 refused.append(f"its storage record {info.name!r} {why}")
-            twins = [view.torch.record(i) for i in view.torch.twins(index)]
-            if any(not _same_bytes(view, info, o) for o in [*twins, *view.exact(record)]):
+            others = [*map(view.torch.record, view.torch.twins(index)), *view.exact(record)]
+            if any(o is not info and not _same_bytes(view, info, o) for o in others):
                 storage_differs.append(info.name)
         if records.is_stored(info) and source.is_remote:
             # Each local header would cost a request: find it when the bytes are loaded.

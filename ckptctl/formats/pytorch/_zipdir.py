@@ -106,13 +106,19 @@ def _find_eocd(buf: memoryview, size: int) -> int:
     raise _corrupt("no end-of-central-directory record")
 
 
-def read_directory(source: ByteSource, *, absolute: bool = False) -> ZipDirectory:
+def read_directory(
+    source: ByteSource, *, absolute: bool = False, same_as: ZipDirectory | None = None
+) -> ZipDirectory:
     """Parse the end records and the central directory of the zip archive in ``source``.
 
     By default offsets are ``zipfile``'s: the directory ends where its end records begin, and
     a gap before it shifts every offset (bytes prepended to the archive). With ``absolute``,
     the directory is where the end record says and offsets are taken as they are (readers
     such as Info-ZIP's do this; ``verify`` compares what each would read).
+
+    ``same_as``: a directory already parsed from this file (torch's view, ``_torchzip.py``);
+    when its bytes are the same range, read with no shift, its records are taken as they are
+    instead of parsing the same bytes again.
 
     Raises:
         CorruptCheckpointError: missing or inconsistent end records, a central directory past
@@ -162,7 +168,14 @@ def read_directory(source: ByteSource, *, absolute: bool = False) -> ZipDirector
         raise _corrupt("central directory offset is past its end records")
     if count > MAX_ZIP_RECORDS or count * _CENTRAL.size > cd_size:
         raise _corrupt(f"central directory claims {count} records in {cd_size} bytes")
-    records, raw_names, attributes = read_entries(buf, cd_start, end_of_cd, count, prefix)
+    if (
+        same_as is not None
+        and (same_as.cd_start, same_as.cd_end, same_as.prefix) == (cd_start, end_of_cd, prefix)
+        and len(same_as.records) == count
+    ):
+        records, raw_names, attributes = same_as.records, same_as.raw_names, same_as.attributes
+    else:
+        records, raw_names, attributes = read_entries(buf, cd_start, end_of_cd, count, prefix)
     return ZipDirectory(
         records, prefix, cd_start, end_of_cd, zip64_end, locator, eocd_range, raw_names, attributes
     )
