@@ -38,6 +38,8 @@ from ckptctl.safety import GlobalUse, PickleSafety, Problem, Verdict
 MAX_NESTED_STREAMS = 4
 #: Most nested streams scanned in one pickle (a plain pickle has one per storage).
 MAX_STREAMS = 100_000
+#: Problems kept as they come before repeats of one message are dropped.
+MAX_REPEATED_PROBLEMS = 100
 
 # --- the symbolic walk -----------------------------------------------------------------------
 
@@ -106,9 +108,15 @@ class _Walk:
         self.nested: list[PickleSafety] = []
         self._index: dict[str, int] = {}
         self._seen_ops: set[int] = set()
+        self._seen_problems: set[tuple[str, Verdict]] = set()
 
     def problem(self, message: str, verdict: Verdict) -> None:
-        self.problems.append(Problem(message, verdict, self.where, self.reached))
+        # Past the first few, once per message: a million APPENDs to a dict are not a million
+        # problems (#25); every distinct one is kept, so the verdict is the same.
+        key = (message, verdict)
+        if len(self.problems) < MAX_REPEATED_PROBLEMS or key not in self._seen_problems:
+            self._seen_problems.add(key)
+            self.problems.append(Problem(message, verdict, self.where, self.reached))
 
     def named(self, module: str, name: str) -> _Global:
         module, name = canonical(module, name)

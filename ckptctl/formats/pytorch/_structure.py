@@ -12,6 +12,7 @@ anything else (strided views, compressed records, conj/neg flags, big-endian dat
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections import Counter
@@ -31,6 +32,8 @@ from ckptctl.model import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
     from numpy.typing import NDArray
 
     from ckptctl._io import ByteSource
@@ -138,26 +141,25 @@ class _Walker:
             raise CorruptCheckpointError(f"more than {MAX_TENSORS} tensors")
         self.found.append(Found(".".join(parts), tensor, ".".join(parts[:-1]), module_type))
 
-    def children(self, obj: object) -> tuple[list[tuple[str, object]], str | None]:
-        """Named children of a container node, and the module class owning its tensors."""
+    def children(self, obj: object) -> tuple[Iterable[tuple[str, object]], str | None]:
+        """Named children of a container node, and the module class owning its tensors.
+
+        Lazy for lists, tuples, dicts and stub items: a list of a million references to one
+        object (a few MiB of BINGET) would otherwise be a million name tuples at once (#25).
+        """
         if isinstance(obj, dict):
-            return [(str(k), v) for k, v in obj.items()], None
+            return ((str(k), v) for k, v in obj.items()), None
         if isinstance(obj, list | tuple):
-            return [(str(i), v) for i, v in enumerate(obj)], None
+            return ((str(i), v) for i, v in enumerate(obj)), None
         if not isinstance(obj, Stub):
-            return [], None
+            return (), None
         if self.script and obj.qualname.startswith("__torch__."):
             return self.script_children(obj), _short(obj.qualname)
         if _is_module(obj):
             return self.module_children(obj), _short(obj.qualname)
         state = _state_dict_of(obj)
-        out = [(str(k), v) for k, v in (state or {}).items()]
-        for index, item in enumerate(obj.items):
-            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
-                out.append(item)
-            else:
-                out.append((str(index), item))
-        return out, None
+        named = ((str(k), v) for k, v in (state or {}).items())
+        return itertools.chain(named, _stub_items(obj.items)), None
 
     def module_children(self, stub: Stub) -> list[tuple[str, object]]:
         # Module.state_dict(): own parameters, persistent buffers, then children (spec 9.2).
@@ -199,40 +201,61 @@ class _Walker:
         self.objects[".".join(parts)] = _plain(value)
 
     def walk(self, root: object) -> None:
-        # Iterative DFS; ``on_path`` breaks cycles, the node budget bounds memo-shared DAGs.
-        stack: list[tuple[object, tuple[str, ...], str | None] | int] = [(root, (), None)]
+        # Iterative DFS over lazy child iterators (memory grows with the depth, not the width);
+        # ``on_path`` breaks cycles, the node budget bounds memo-shared DAGs.
+        frames: list[tuple[Iterator[tuple[str, object]], tuple[str, ...], str | None, int]] = []
         on_path: set[int] = set()
-        while stack:
-            item = stack.pop()
-            if isinstance(item, int):
-                on_path.discard(item)
+        self.visit(root, (), None, frames, on_path)
+        while frames:
+            kids, parts, owner, ident = frames[-1]
+            item = next(kids, None)
+            if item is None:
+                frames.pop()
+                on_path.discard(ident)
                 continue
-            obj, parts, module_type = item
-            self.nodes += 1
-            if self.nodes > MAX_WALK_NODES:
-                raise CorruptCheckpointError(
-                    f"the pickle describes more than {MAX_WALK_NODES} objects (a memo bomb?)"
-                )
-            if isinstance(obj, TensorRef):
-                self.emit(parts, obj, module_type)
-                continue
-            if isinstance(obj, StorageRef):  # a bare storage: its bytes as a 1-D tensor
-                dtype = obj.stype.dtype or "uint8"
-                self.emit(parts, TensorRef(obj, 0, (obj.numel,), (1,), dtype), module_type)
-                continue
-            if isinstance(obj, _PLAIN) or (
-                isinstance(obj, list | tuple) and all(isinstance(v, _PLAIN) for v in obj)
-            ):
-                self.note_object(parts, obj)
-                continue
-            if id(obj) in on_path:
-                continue
-            kids, owner = self.children(obj)
-            if not kids:
-                continue
-            on_path.add(id(obj))
-            stack.append(id(obj))
-            stack.extend((child, (*parts, name), owner) for name, child in reversed(kids))
+            name, child = item
+            self.visit(child, (*parts, name), owner, frames, on_path)
+
+    def visit(
+        self,
+        obj: object,
+        parts: tuple[str, ...],
+        module_type: str | None,
+        frames: list[tuple[Iterator[tuple[str, object]], tuple[str, ...], str | None, int]],
+        on_path: set[int],
+    ) -> None:
+        """Count one node and emit it, note it, or open a frame over its children."""
+        self.nodes += 1
+        if self.nodes > MAX_WALK_NODES:
+            raise CorruptCheckpointError(
+                f"the pickle describes more than {MAX_WALK_NODES} objects (a memo bomb?)"
+            )
+        if isinstance(obj, TensorRef):
+            self.emit(parts, obj, module_type)
+            return
+        if isinstance(obj, StorageRef):  # a bare storage: its bytes as a 1-D tensor
+            dtype = obj.stype.dtype or "uint8"
+            self.emit(parts, TensorRef(obj, 0, (obj.numel,), (1,), dtype), module_type)
+            return
+        if isinstance(obj, _PLAIN) or (
+            isinstance(obj, list | tuple) and all(isinstance(v, _PLAIN) for v in obj)
+        ):
+            self.note_object(parts, obj)
+            return
+        if id(obj) in on_path:
+            return
+        kids, owner = self.children(obj)
+        on_path.add(id(obj))
+        frames.append((iter(kids), parts, owner, id(obj)))
+
+
+def _stub_items(items: list[object]) -> Iterator[tuple[str, object]]:
+    """A stub's APPENDed items (or SETITEM pairs with a text key), named by index otherwise."""
+    for index, item in enumerate(items):
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+            yield item
+        else:
+            yield str(index), item
 
 
 def analyse(parsed: Parsed) -> Analysis:
