@@ -26,6 +26,7 @@ from ckptctl.model import (
     CheckpointKind,
     ComputedData,
     FileData,
+    StridedData,
     Structure,
     TensorEntry,
     describe_groups,
@@ -436,13 +437,90 @@ def _entry(parsed: Parsed, found: Found, source: ByteSource) -> TensorEntry:
             data = ComputedData(lambda: b"")
         return TensorEntry(name, dtype, t.size, nbytes, offset, data, module_type=found.module_type)
 
-    def compute() -> NDArray[Any]:
-        raw = ref.inline if ref.inline is not None else location.load()  # type: ignore[union-attr]  # location set when inline is None
-        return _gather(raw, dtype, t, base, count, parsed.byteorder)
+    def storage() -> bytes | memoryview:
+        return ref.inline if ref.inline is not None else location.load()  # type: ignore[union-attr]  # location set when inline is None
 
-    return TensorEntry(
-        name, dtype, t.size, nbytes, None, ComputedData(compute), module_type=found.module_type
+    def compute() -> NDArray[Any]:
+        return _gather(storage(), dtype, t, base, count, parsed.byteorder)
+
+    if contiguous or not numel:
+        computed = ComputedData(compute)
+    else:  # a strided (perhaps expanded) view: gathered a range at a time where possible
+        computed = StridedData(
+            compute,
+            gather=lambda first, n: _gather_range(
+                storage(), dtype, t, base, count, parsed.byteorder, first, n
+            ),
+            itemsize=itemsize,
+            distinct=lambda: _distinct(storage(), dtype, t, base, count, parsed.byteorder),
+            distinct_numel=math.prod(d for d, st in zip(t.size, t.stride, strict=True) if st),
+            view=(lambda: _view(storage(), dtype, t, base, count)) if plain else None,
+            nbytes=nbytes,
+        )
+    return TensorEntry(name, dtype, t.size, nbytes, None, computed, module_type=found.module_type)
+
+
+def _gather_range(
+    raw: bytes | memoryview,
+    dtype: DType,
+    t: TensorRef,
+    base: int,
+    count: int,
+    byteorder: str,
+    first: int,
+    n: int,
+) -> NDArray[Any]:
+    """Elements ``first .. first + n - 1`` (C order) of a strided view, without the rest."""
+    import numpy as np
+
+    np_dtype = dtype.numpy
+    if byteorder == "big":
+        np_dtype = np_dtype.newbyteorder(">")
+    flat = np.frombuffer(raw, dtype=np_dtype, count=count, offset=base * dtype.itemsize)
+    row = math.prod(t.size[1:])
+    if row and first % row == 0 and n % row == 0:  # whole rows: a slab of the strided view
+        view = np.lib.stride_tricks.as_strided(
+            flat[t.offset :],
+            shape=t.size,
+            strides=[st * dtype.itemsize for st in t.stride],
+            writeable=False,
+        )
+        slab = view[first // row : (first + n) // row]
+        out = np.ascontiguousarray(slab).reshape(-1).astype(dtype.numpy, copy=False)
+        return _flagged(out, dtype, t)
+    index = np.arange(first, first + n, dtype=np.int64)
+    where = np.full(n, t.offset, dtype=np.int64)
+    for dim, st in zip(reversed(t.size), reversed(t.stride), strict=True):
+        if st:
+            where += (index % dim) * st
+        index //= dim
+    return _flagged(flat[where].astype(dtype.numpy, copy=False), dtype, t)
+
+
+def _view(
+    raw: bytes | memoryview, dtype: DType, t: TensorRef, base: int, count: int
+) -> NDArray[Any]:
+    """The strided view itself, read-only, over the storage's bytes (nothing copied)."""
+    import numpy as np
+
+    flat = np.frombuffer(raw, dtype=dtype.numpy, count=count, offset=base * dtype.itemsize)
+    return np.lib.stride_tricks.as_strided(
+        flat[t.offset :],
+        shape=t.size,
+        strides=[st * dtype.itemsize for st in t.stride],
+        writeable=False,
     )
+
+
+def _distinct(
+    raw: bytes | memoryview, dtype: DType, t: TensorRef, base: int, count: int, byteorder: str
+) -> tuple[NDArray[Any], int]:
+    """The view without its stride-0 dimensions, and how often each element repeats."""
+    keep = [(d, st) for d, st in zip(t.size, t.stride, strict=True) if st]
+    repeats = math.prod(d for d, st in zip(t.size, t.stride, strict=True) if not st)
+    reduced = TensorRef(t.storage, t.offset, tuple(d for d, _ in keep),
+                        tuple(st for _, st in keep), t.dtype, flags=t.flags)  # fmt: skip
+    return _gather(raw, dtype, reduced, base, count, byteorder).reshape(-1), repeats
 
 
 def _gather(
@@ -465,6 +543,13 @@ def _gather(
             writeable=False,
         )
         out = np.ascontiguousarray(view).astype(dtype.numpy, copy=False)
+    return _flagged(out, dtype, t)
+
+
+def _flagged(out: NDArray[Any], dtype: DType, t: TensorRef) -> NDArray[Any]:
+    """``out`` with the tensor's conj/neg flags applied."""
+    import numpy as np
+
     if "conj" in t.flags and dtype in (DType.C64, DType.C128):
         out = np.conj(out)
     if "neg" in t.flags:
