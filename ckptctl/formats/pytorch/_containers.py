@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 from ckptctl.errors import CkptError, CorruptCheckpointError, UnknownFormatError, UnsupportedError
 from ckptctl.formats.pytorch._safety import Ledger
 from ckptctl.formats.pytorch._scan import (
+    COMPRESSED_PICKLE_BUDGET_PER_FILE_BYTE,
     MIN_PICKLE_BUDGET_BYTES,
-    PICKLE_BUDGET_PER_FILE_BYTE,
     PickleTruncatedError,
     pickle_budget,
 )
@@ -164,7 +164,13 @@ def pickle_at(
         complete = pos + n >= limit or n >= MAX_PICKLE_BYTES
         try:
             obj, end = load_pickle(
-                data, where, persistent_load, extra, ledger=ledger, complete=complete
+                data,
+                where,
+                persistent_load,
+                extra,
+                ledger=ledger,
+                complete=complete,
+                file_bytes=source.size,
             )
         except PickleTruncatedError:
             if complete:
@@ -393,13 +399,13 @@ def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
         return ref
 
     info = records.infos[prefix + "data.pkl"]
-    cap = min(MAX_PICKLE_BYTES, pickle_budget(source.size))
+    cap = min(MAX_PICKLE_BYTES, pickle_budget(source.size, compressed=True))
     if info.file_size > cap and not records.is_stored(info):
         # A longer pickle would be over its memory budget anyway: refuse it before inflating.
         raise CorruptCheckpointError(
             f"zip record {info.name!r} inflates to {info.file_size} bytes, more than a pickle in a "
             f"{source.size}-byte file may build (at most max({MIN_PICKLE_BUDGET_BYTES}, "
-            f"{PICKLE_BUDGET_PER_FILE_BYTE} x the file's size) bytes)",
+            f"{COMPRESSED_PICKLE_BUDGET_PER_FILE_BYTE} x the file's size) bytes when compressed)",
             hint="torch.save never compresses data.pkl: the file is crafted (a zip bomb?)",
         )
     data = records.read(info, MAX_PICKLE_BYTES)
@@ -417,6 +423,7 @@ def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
         seen_globals=parsed.globals,
         ledger=parsed.ledger,
         file_bytes=source.size,
+        compressed=not records.is_stored(info),
     )
     _judge_other_pickles(records, prefix + "data.pkl", parsed.ledger)
     if seen_compressed:

@@ -24,11 +24,13 @@ MAX_PICKLE_DEPTH = 1000
 #: the scan, the safety walk and the unpickler 55 s and 160 MiB. Each opcode is charged the
 #: bytes it makes the three passes allocate (``_COST``, at least ``MIN_OPCODE_COST``, which
 #: also stands for its time: 3 to 5 us in all), and a pickle may spend at most
-#: ``max(MIN_PICKLE_BUDGET_BYTES, PICKLE_BUDGET_PER_FILE_BYTE * file bytes)``: 1 Mi opcodes
-#: or 64 MiB of objects for any file up to 2 MiB. torch's own pickles spend about 20 per
-#: pickle byte; 1 MiB of EMPTY_SET + APPEND would make 250 MiB of sets.
-MIN_PICKLE_BUDGET_BYTES = 64 << 20
-PICKLE_BUDGET_PER_FILE_BYTE = 32
+#: ``max(MIN_PICKLE_BUDGET_BYTES, PICKLE_BUDGET_PER_FILE_BYTE * file bytes)``, or, compressed,
+#: ``COMPRESSED_PICKLE_BUDGET_PER_FILE_BYTE`` per file byte: 512 Ki opcodes or 32 MiB of objects
+#: for any file up to 256 KiB. torch's own pickles spend 30 to 46 per pickle byte (a legacy
+#: optimizer state is nearly all pickle); 1 MiB of EMPTY_SET + APPEND would make 250 MiB of sets.
+MIN_PICKLE_BUDGET_BYTES = 32 << 20
+PICKLE_BUDGET_PER_FILE_BYTE = 128
+COMPRESSED_PICKLE_BUDGET_PER_FILE_BYTE = 32
 MIN_OPCODE_COST = 64
 
 # Opcode argument kinds.
@@ -104,17 +106,18 @@ class PickleBudgetError(CorruptCheckpointError):
         self.pos = pos
 
 
-def pickle_budget(file_bytes: int) -> int:
+def pickle_budget(file_bytes: int, *, compressed: bool = False) -> int:
     """The most a pickle in a file of ``file_bytes`` bytes may spend (see ``_COST``)."""
-    return max(MIN_PICKLE_BUDGET_BYTES, PICKLE_BUDGET_PER_FILE_BYTE * file_bytes)
+    rate = COMPRESSED_PICKLE_BUDGET_PER_FILE_BYTE if compressed else PICKLE_BUDGET_PER_FILE_BYTE
+    return max(MIN_PICKLE_BUDGET_BYTES, rate * file_bytes)
 
 
 def _over_budget(where: str, pos: int, budget: int) -> PickleBudgetError:
     return PickleBudgetError(
         f"the pickle in {where} asks for more than {budget} bytes of objects and work by byte "
         f"{pos} (a pickle may spend max({MIN_PICKLE_BUDGET_BYTES}, "
-        f"{PICKLE_BUDGET_PER_FILE_BYTE} x its file's size), each opcode at least "
-        f"{MIN_OPCODE_COST})",
+        f"{PICKLE_BUDGET_PER_FILE_BYTE} x its file's size; {COMPRESSED_PICKLE_BUDGET_PER_FILE_BYTE}"
+        f" x if compressed), each opcode at least {MIN_OPCODE_COST})",
         pos,
         hint="no torch.save pickle comes close: the file is crafted (a decompression bomb?)",
     )
@@ -128,7 +131,9 @@ def _fail(where: str, pos: int, why: str, *, cut: bool = False) -> CorruptCheckp
     )
 
 
-def scan_pickle(data: bytes, start: int, where: str, file_bytes: int | None = None) -> int:
+def scan_pickle(
+    data: bytes, start: int, where: str, file_bytes: int | None = None, *, compressed: bool = False
+) -> int:
     """Check one pickle starting at ``start`` and return the offset just past its STOP.
 
     A fast pass accepts well-formed pickles; on anything doubtful it defers to the careful
@@ -137,13 +142,14 @@ def scan_pickle(data: bytes, start: int, where: str, file_bytes: int | None = No
     Args:
         file_bytes: the size of the file the pickle came from, which bounds its work
             (``pickle_budget``); ``len(data)`` when not given.
+        compressed: the pickle was inflated from a compressed record (a stricter budget).
 
     Raises:
         PickleBudgetError: more opcodes or objects than ``pickle_budget`` allows.
         CorruptCheckpointError: unknown opcode, a length or memo index beyond the data, nesting
             deeper than ``MAX_PICKLE_DEPTH``, or no STOP before the end of the data.
     """
-    budget = pickle_budget(len(data) if file_bytes is None else file_bytes)
+    budget = pickle_budget(len(data) if file_bytes is None else file_bytes, compressed=compressed)
     try:
         return _scan_fast(data, start, budget, where)
     except _Doubt:

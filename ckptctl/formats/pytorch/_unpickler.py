@@ -596,6 +596,7 @@ def load_pickle(
     ledger: Ledger | None = None,
     complete: bool = True,
     file_bytes: int | None = None,
+    compressed: bool = False,
 ) -> tuple[object, int]:
     """Judge, scan, then unpickle the pickle at ``start``; return ``(object, end offset)``.
 
@@ -612,7 +613,7 @@ def load_pickle(
         CorruptCheckpointError: the pickle is malformed or exceeds a limit.
     """
     try:
-        end = scan_pickle(data, start, where, file_bytes)
+        end = scan_pickle(data, start, where, file_bytes, compressed=compressed)
     except PickleBudgetError as exc:
         if ledger is not None:  # judged on what is within the budget, then refused
             ledger.judge(memoryview(data)[start : exc.pos], where)
