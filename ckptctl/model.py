@@ -169,6 +169,10 @@ class TensorData:
         """
         return self.read()[start : start + length]
 
+    def is_ranged(self) -> bool:
+        """Whether :meth:`read_range` reads only the range (not the whole tensor each time)."""
+        return False
+
 
 @dataclass(frozen=True, eq=False)
 class FileData(TensorData):
@@ -189,6 +193,9 @@ class FileData(TensorData):
             raise ValueError(f"range {start}+{length} outside a tensor of {self.nbytes} bytes")
         return self.source.read(self.offset + start, length)
 
+    def is_ranged(self) -> bool:
+        return True
+
 
 @dataclass(frozen=True, eq=False)
 class ComputedData(TensorData):
@@ -203,6 +210,53 @@ class ComputedData(TensorData):
         if isinstance(out, np.ndarray):
             return np.ascontiguousarray(out).reshape(-1).view(np.uint8).data
         return memoryview(out).cast("B")
+
+
+#: Largest strided view gathered whole by ``read()`` (writers and scans read views in chunks).
+MAX_GATHER_BYTES = 4 << 30
+
+
+@dataclass(frozen=True, eq=False)
+class StridedData(ComputedData):
+    """A strided view of a storage, whose elements can be gathered a range at a time.
+
+    An expanded view (stride 0) of a 4-element storage can describe 2**28 elements in a 1 KB
+    file: writers and scans read it with :meth:`read_range`, never whole (issue 25).
+
+    Attributes:
+        gather: ``gather(first, count)`` -> elements ``first .. first + count - 1`` of the view
+            in C order, as a contiguous array of the entry's dtype.
+        itemsize: bytes per element.
+        distinct: ``() -> (elements, repeats)``: the view without its stride-0 dimensions, and
+            how many times each of its elements appears in the view (for counts such as NaNs).
+        distinct_numel: element count of ``distinct()``'s array, known without computing it.
+        view: ``() -> array``: the view itself as a read-only numpy view of the storage (no
+            copy), when no conversion (byte order, conj/neg flags) is needed; else None.
+        nbytes: the view's size in bytes.
+    """
+
+    gather: Callable[[int, int], NDArray[Any]] = field(default=None)  # type: ignore[assignment]  # always given
+    itemsize: int = 1
+    distinct: Callable[[], tuple[NDArray[Any], int]] | None = None
+    distinct_numel: int = 0
+    view: Callable[[], NDArray[Any]] | None = None
+    nbytes: int = 0
+
+    def read(self) -> memoryview:
+        if self.nbytes > MAX_GATHER_BYTES:
+            raise UnsupportedError(
+                f"a strided view of {self.nbytes} bytes is too large to gather in memory (the "
+                f"limit is {MAX_GATHER_BYTES} bytes); it is read in chunks when converted",
+            )
+        return super().read()
+
+    def read_range(self, start: int, length: int) -> bytes | memoryview:
+        if start % self.itemsize or length % self.itemsize:
+            return self.read()[start : start + length]
+        return self.gather(start // self.itemsize, length // self.itemsize).view("u1").data
+
+    def is_ranged(self) -> bool:
+        return True
 
 
 @dataclass(frozen=True)
@@ -260,6 +314,8 @@ class TensorEntry:
                 "empty (its non-zero dimensions span more than 2**63 - 1 bytes)",
                 path=where[0].path if where else None,
             )
+        if isinstance(self.data, StridedData) and self.data.view is not None:
+            return self.data.view()  # a strided view of the storage: nothing copied
         raw = self.data.read()
         if len(raw) != self.nbytes:
             raise CorruptCheckpointError(
@@ -368,6 +424,11 @@ class Checkpoint(Mapping[str, TensorEntry]):
     def entries(self) -> list[TensorEntry]:
         """All entries in file order."""
         return list(self._entries.values())
+
+    @property
+    def input_bytes(self) -> int:
+        """Total size of the files this checkpoint reads from (all shards of an index)."""
+        return sum(source.size for source in self._sources)
 
     def close(self) -> None:
         """Close every file this checkpoint read from."""

@@ -22,7 +22,11 @@ if TYPE_CHECKING:
     from ckptctl.fix import Fix
 
 #: API parameter names whose click parameter is called otherwise.
-API_TO_PARAM = {"remap": "rules"}
+API_TO_PARAM = {
+    "remap": "rules",
+    "max_output_bytes": "max_output_size",
+    "max_compare_bytes": "max_compare_size",
+}
 
 #: The subcommand being run (what a ``Command`` without a name refers to).
 CURRENT: ContextVar[str | None] = ContextVar("CURRENT", default=None)

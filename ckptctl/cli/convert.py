@@ -134,6 +134,14 @@ def run_conversion(
     "most SIZE (e.g. 5GB, 500MB, 2GiB) named like model-00001-of-00003.safetensors, plus "
     "DST.index.json.",
 )
+@click.option(
+    "--max-output-size",
+    metavar="SIZE",
+    type=ByteSize(),
+    help="Refuse to write more than SIZE bytes of tensors (e.g. 8GiB). Default: 1 GiB or 64 "
+    "times the input's size, whichever is larger; views expanded with stride 0 can describe "
+    "far more data than the input holds.",
+)
 @jobs_option("With --max-shard-size: write N shards at once; the files are the same for any N.")
 @write_options
 @remote_options
@@ -154,6 +162,7 @@ def command(
     paths_from: str | None,
     dedupe_tied: bool,
     max_shard_size: int | None,
+    max_output_size: int | None,
     jobs: int,
     to: str | None,
     force: bool,
@@ -193,6 +202,7 @@ def command(
         param_ids_from=param_ids_from,
         paths_from=paths_from,
         max_shard_bytes=max_shard_size,
+        max_output_bytes=max_output_size,
         dedupe_tied=dedupe_tied,
         to=to,
         force=force,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ckptctl.cli._options import (
+    ByteSize,
     OutputFormat,
     adapter_option,
     byte_progress,
@@ -66,6 +67,14 @@ from ckptctl.errors import ExitCode
 @click.option(
     "--all", "show_all", is_flag=True, help="List every common tensor, not only those that differ."
 )
+@click.option(
+    "--max-compare-size",
+    metavar="SIZE",
+    type=ByteSize(),
+    help="Refuse to compare more than SIZE bytes of tensors (e.g. 8GiB). Default: 1 GiB or 64 "
+    "times the two inputs' size, whichever is larger; views expanded with stride 0 can "
+    "describe far more data than a file holds.",
+)
 @jobs_option("Compare N tensors at once (shards read in parallel); same report for any N.")
 @quiet_option("Print nothing; only the exit status says whether A and B differ.")
 @remote_options
@@ -82,6 +91,7 @@ def command(
     atol: float,
     values_only: bool,
     show_all: bool,
+    max_compare_size: int | None,
     jobs: int,
     quiet: bool,
     fmt: OutputFormat,
@@ -124,12 +134,18 @@ def command(
     )
     err = make_console(stderr=True)
     if quiet or fmt is OutputFormat.JSON or not err.is_terminal:
-        report = diff_checkpoints(a, b, options, jobs=jobs)
+        report = diff_checkpoints(a, b, options, jobs=jobs, max_compare_bytes=max_compare_size)
     else:
         from dataclasses import replace
 
         with byte_progress(err, "comparing") as advance:
-            report = diff_checkpoints(a, b, replace(options, progress=advance), jobs=jobs)
+            report = diff_checkpoints(
+                a,
+                b,
+                replace(options, progress=advance),
+                jobs=jobs,
+                max_compare_bytes=max_compare_size,
+            )
     code = ExitCode.OK if report.identical else ExitCode.CHECK_FAILED
     if quiet:  # like diff -q / git diff --quiet: the exit code says it all
         return code

@@ -98,6 +98,18 @@ def read_entry_bytes(entry: TensorEntry) -> memoryview:
     return raw
 
 
+def ranged_step(entry: TensorEntry) -> int:
+    """Bytes per ``read_range`` call for a chunked pass: whole rows of the first dimension
+    when a row fits in ``CHUNK_BYTES`` (a strided view gathers those as one slab), else whole
+    elements."""
+    rows = entry.shape[0] if entry.shape else 1
+    row_bytes = entry.nbytes // rows if rows else entry.nbytes
+    if 0 < row_bytes <= CHUNK_BYTES:
+        return CHUNK_BYTES // row_bytes * row_bytes
+    itemsize = max(1, entry.dtype.itemsize)
+    return max(itemsize, CHUNK_BYTES - CHUNK_BYTES % itemsize)
+
+
 def write_entry_bytes(out: IO[bytes], entry: TensorEntry) -> None:
     """Stream one entry's bytes to ``out`` without a tensor-sized buffer where possible.
 
@@ -105,6 +117,21 @@ def write_entry_bytes(out: IO[bytes], entry: TensorEntry) -> None:
     file, else through ``CHUNK_BYTES`` views of the memory map; computed bytes are read once.
     """
     where = entry.data.file_range()
+    if where is None and entry.nbytes > CHUNK_BYTES and entry.data.is_ranged():
+        # A strided view (an expanded one can be 2**28 elements of a 4-element storage):
+        # gathered CHUNK_BYTES at a time, never whole (issue 25).
+        start = out.tell() if has_fileno(out) else 0
+        step = ranged_step(entry)
+        for done in range(0, entry.nbytes, step):
+            piece = entry.data.read_range(done, min(step, entry.nbytes - done))
+            if len(piece) != min(step, entry.nbytes - done):
+                raise CorruptCheckpointError(
+                    f"tensor {entry.name!r} has a short range at byte {done}"
+                )
+            out.write(piece)
+        if has_fileno(out):
+            start_writeback(out, start, entry.nbytes)
+        return
     if has_fileno(out):
         start = out.tell()
         if where is None:

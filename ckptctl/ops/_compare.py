@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from ckptctl._io import ByteSource
-    from ckptctl.model import TensorEntry
+    from ckptctl.model import TensorData, TensorEntry
 
 #: Elements compared per step: 8 MiB of float64 per operand, a few tens of MiB in all.
 CHUNK_ELEMENTS = 1 << 20
@@ -162,9 +162,12 @@ class ElementReader:
         self._source: ByteSource | None = None
         self._offset = 0
         self._array: NDArray[Any] | None = None
+        self._ranged: TensorData | None = None
         where = entry.data.file_range()
         if where is not None and entry.nbytes == entry.numel * self.itemsize:
             self._source, self._offset = where
+        elif entry.data.is_ranged() and entry.nbytes == entry.numel * self.itemsize:
+            self._ranged = entry.data  # a strided view: gathered per request, never whole
         else:
             self._array = entry.load().reshape(-1)
 
@@ -177,6 +180,9 @@ class ElementReader:
         """Elements ``[start, start + count)`` of the flattened tensor."""
         if self._array is not None:
             return self._array[start : start + count]
+        if self._ranged is not None:
+            raw = self._ranged.read_range(start * self.itemsize, count * self.itemsize)
+            return np.frombuffer(raw, dtype=self.np_dtype)
         assert self._source is not None
         raw = self._source.read(self._offset + start * self.itemsize, count * self.itemsize)
         return np.frombuffer(raw, dtype=self.np_dtype)

@@ -36,7 +36,8 @@ from ckptctl.dtypes import DType, to_float
 from ckptctl.errors import CkptError, SelectionError, UnsafePickleError
 from ckptctl.fix import Command, Note, Option
 from ckptctl.formats import detect_format, open_checkpoint
-from ckptctl.model import CheckpointKind, describe_groups
+from ckptctl.formats._base import ranged_step
+from ckptctl.model import CheckpointKind, StridedData, describe_groups
 from ckptctl.ops._optimizer import OptimizerRecord, check_optimizer, load_record
 from ckptctl.ops._pickle_check import safe_pickle_finding
 from ckptctl.ops.inspect import select_state_key, top_level_groups
@@ -65,6 +66,10 @@ __all__ = [
 
 #: Bytes read per ``os.pread`` call by the NaN/Inf scan (a multiple of every itemsize).
 SCAN_CHUNK_BYTES = CHUNK_BYTES
+#: Largest set of distinct elements of an expanded (stride-0) view scanned at once; each is
+#: counted as often as the view repeats it, so a 1 KB file viewing 4 floats as 2**40 is judged
+#: from its 4 floats (issue 25).
+MAX_DISTINCT_SCAN_BYTES = 64 << 20
 #: Names listed in a finding's message before "and N more".
 MESSAGE_LIMIT = 5
 
@@ -527,13 +532,27 @@ def _scan(entry: TensorEntry) -> tuple[int, int]:
     if entry.nbytes == 0:
         return 0, 0
     located = entry.data.file_range()
-    if located is None:  # computed (strided view, adapter): its bytes are produced in memory anyway
-        return _count_bad(entry.load().reshape(-1), entry.dtype)
-    source, offset = located
     step = max(entry.dtype.itemsize, SCAN_CHUNK_BYTES - SCAN_CHUNK_BYTES % entry.dtype.itemsize)
+    data = entry.data
+    if located is None and isinstance(data, StridedData) and data.distinct is not None:
+        # An expanded view (stride 0) repeats its distinct elements: count those once each.
+        distinct_bytes = data.distinct_numel * entry.dtype.itemsize
+        if data.distinct_numel < entry.numel and distinct_bytes <= MAX_DISTINCT_SCAN_BYTES:
+            values, repeats = data.distinct()
+            n, i = _count_bad(values, entry.dtype)
+            return n * repeats, i * repeats
+    if located is None and not data.is_ranged():
+        # computed (adapter, compressed storage): its bytes are produced in memory anyway
+        return _count_bad(entry.load().reshape(-1), entry.dtype)
+    if located is None:
+        step = ranged_step(entry)  # whole rows: a strided view gathers them as one slab
     nan = inf = 0
     for start in range(0, entry.nbytes, step):
-        chunk = source.read(offset + start, min(step, entry.nbytes - start))
+        length = min(step, entry.nbytes - start)
+        if located is None:
+            chunk = data.read_range(start, length)
+        else:
+            chunk = located[0].read(located[1] + start, length)
         n, i = _count_bad(np.frombuffer(chunk, dtype=entry.dtype.numpy), entry.dtype)
         nan += n
         inf += i

@@ -43,6 +43,8 @@ MAX_STREAMS = 100_000
 #: Most bytes of nested zip records (decompressed) judged for one pickle, and for one record.
 MAX_NESTED_ZIP_BYTES = 256 << 20
 MAX_NESTED_RECORD_BYTES = 64 << 20
+#: Problems kept as they come before repeats of one message are dropped.
+MAX_REPEATED_PROBLEMS = 100
 
 # --- the symbolic walk -----------------------------------------------------------------------
 
@@ -121,11 +123,17 @@ class _Walk:
         self._index: dict[str, int] = {}
         self._seen_ops: set[int] = set()
         self._said: set[str] = set()
+        self._seen_problems: set[tuple[str, Verdict]] = set()
         #: where the frame ends when the pickle's STOP leaves bytes of it (see assess_stream)
         self.frame_left: int | None = None
 
     def problem(self, message: str, verdict: Verdict, *, torch_refuses: bool = False) -> None:
-        self.problems.append(Problem(message, verdict, self.where, self.reached, torch_refuses))
+        # Past the first few, once per message: a million APPENDs to a dict are not a million
+        # problems (#25); every distinct one is kept, so the verdict is the same.
+        key = (message, verdict)
+        if len(self.problems) < MAX_REPEATED_PROBLEMS or key not in self._seen_problems:
+            self._seen_problems.add(key)
+            self.problems.append(Problem(message, verdict, self.where, self.reached, torch_refuses))
 
     def refused(self, message: str, *, torch_refuses: bool = False) -> None:
         """A construct torch's weights-only loader refuses (needs trust), said once per stream."""

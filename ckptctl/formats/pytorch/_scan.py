@@ -18,6 +18,20 @@ from ckptctl.errors import CorruptCheckpointError
 
 #: Deepest container nesting accepted (real checkpoints stay far below 100).
 MAX_PICKLE_DEPTH = 1000
+#: The work a pickle may ask for is bounded by the size of the file holding it (issue 25): a
+#: stored pickle has at most one opcode per byte, but a compressed one (torch.save never
+#: compresses data.pkl) inflates up to 1032:1, and 64 KiB of deflated repeated opcodes took
+#: the scan, the safety walk and the unpickler 55 s and 160 MiB. Each opcode is charged the
+#: bytes it makes the three passes allocate (``_COST``, at least ``MIN_OPCODE_COST``, which
+#: also stands for its time: 3 to 5 us in all), and a pickle may spend at most
+#: ``max(MIN_PICKLE_BUDGET_BYTES, PICKLE_BUDGET_PER_FILE_BYTE * file bytes)``, or, compressed,
+#: ``COMPRESSED_PICKLE_BUDGET_PER_FILE_BYTE`` per file byte: 512 Ki opcodes or 32 MiB of objects
+#: for any file up to 256 KiB. torch's own pickles spend 30 to 46 per pickle byte (a legacy
+#: optimizer state is nearly all pickle); 1 MiB of EMPTY_SET + APPEND would make 250 MiB of sets.
+MIN_PICKLE_BUDGET_BYTES = 32 << 20
+PICKLE_BUDGET_PER_FILE_BYTE = 128
+COMPRESSED_PICKLE_BUDGET_PER_FILE_BYTE = 32
+MIN_OPCODE_COST = 64
 
 # Opcode argument kinds.
 _FIXED, _LEN1, _LEN4, _LEN8, _LINE, _LINE2 = range(6)
@@ -60,9 +74,53 @@ _op(b"ci", _LINE2)  # GLOBAL INST
 _PUSH_LEAF = frozenset(b"KMJGIFLSVUCXBTN\x88\x89\x8a\x8b\x8c\x8d\x8e\x96)]}\x8f\x82\x83\x84cP\x97")
 _LEN_STRUCT = {_LEN1: ("<B", 1), _LEN4: ("<I", 4), _LEN8: ("<Q", 8)}
 
+# Estimated bytes each opcode makes the scan, the safety walk and the unpickler allocate
+# (CPython 3.11, 64-bit): a stack slot in each by default; length-prefixed data adds its length.
+_COST = [MIN_OPCODE_COST] * 256
+for _code, _bytes in (
+    (0x5D, 96), (0x7D, 240), (0x8F, 240), (0x91, 240), (0x6C, 96), (0x64, 240),  # ] } set ...
+    (0x74, 64), (0x85, 64), (0x86, 72), (0x87, 80), (0x29, 16),  # tuples (items counted)
+    (0x71, 128), (0x72, 128), (0x70, 128), (0x94, 128),  # memo entries in all three passes
+    (0x52, 512), (0x81, 512), (0x92, 512), (0x6F, 512), (0x69, 512),  # emulated calls: stubs
+    (0x62, 64), (0x51, 128), (0x50, 128), (0x73, 48), (0x75, 48), (0x61, 16), (0x65, 16),
+    (0x47, 40), (0x4A, 40), (0x4D, 40), (0x8A, 48), (0x8B, 48), (0x63, 128), (0x93, 128),
+    (0x8C, 64), (0x58, 64), (0x8D, 64), (0x55, 64), (0x54, 64), (0x43, 48), (0x42, 48),
+    (0x8E, 48), (0x96, 72), (0x53, 64), (0x56, 64), (0x4C, 48), (0x49, 40), (0x46, 40),
+):  # fmt: skip
+    _COST[_code] = max(MIN_OPCODE_COST, _bytes)
+
 
 class PickleTruncatedError(CorruptCheckpointError):
     """The pickle runs past the end of the bytes given (a reader may retry with more)."""
+
+
+class PickleBudgetError(CorruptCheckpointError):
+    """The pickle asks for more work or memory than its file's size allows.
+
+    Attributes:
+        pos: the offset of the first opcode over the budget (everything before is within it).
+    """
+
+    def __init__(self, message: str, pos: int, *, hint: str) -> None:
+        super().__init__(message, hint=hint)
+        self.pos = pos
+
+
+def pickle_budget(file_bytes: int, *, compressed: bool = False) -> int:
+    """The most a pickle in a file of ``file_bytes`` bytes may spend (see ``_COST``)."""
+    rate = COMPRESSED_PICKLE_BUDGET_PER_FILE_BYTE if compressed else PICKLE_BUDGET_PER_FILE_BYTE
+    return max(MIN_PICKLE_BUDGET_BYTES, rate * file_bytes)
+
+
+def _over_budget(where: str, pos: int, budget: int) -> PickleBudgetError:
+    return PickleBudgetError(
+        f"the pickle in {where} asks for more than {budget} bytes of objects and work by byte "
+        f"{pos} (a pickle may spend max({MIN_PICKLE_BUDGET_BYTES}, "
+        f"{PICKLE_BUDGET_PER_FILE_BYTE} x its file's size; {COMPRESSED_PICKLE_BUDGET_PER_FILE_BYTE}"
+        f" x if compressed), each opcode at least {MIN_OPCODE_COST})",
+        pos,
+        hint="no torch.save pickle comes close: the file is crafted (a decompression bomb?)",
+    )
 
 
 def _fail(where: str, pos: int, why: str, *, cut: bool = False) -> CorruptCheckpointError:
@@ -73,23 +131,35 @@ def _fail(where: str, pos: int, why: str, *, cut: bool = False) -> CorruptCheckp
     )
 
 
-def scan_pickle(data: bytes, start: int, where: str) -> int:
+def scan_pickle(
+    data: bytes, start: int, where: str, file_bytes: int | None = None, *, compressed: bool = False
+) -> int:
     """Check one pickle starting at ``start`` and return the offset just past its STOP.
 
     A fast pass accepts well-formed pickles; on anything doubtful it defers to the careful
     pass, which says exactly what is wrong.
 
+    Args:
+        file_bytes: the size of the file the pickle came from, which bounds its work
+            (``pickle_budget``); ``len(data)`` when not given.
+        compressed: the pickle was inflated from a compressed record (a stricter budget).
+
     Raises:
+        PickleBudgetError: more opcodes or objects than ``pickle_budget`` allows.
         CorruptCheckpointError: unknown opcode, a length or memo index beyond the data, nesting
             deeper than ``MAX_PICKLE_DEPTH``, or no STOP before the end of the data.
     """
+    budget = pickle_budget(len(data) if file_bytes is None else file_bytes, compressed=compressed)
     try:
-        return _scan_fast(data, start)
+        return _scan_fast(data, start, budget, where)
     except _Doubt:
-        return _scan_careful(data, start, where)
+        return _scan_careful(data, start, where, budget)
 
 
-def _scan_careful(data: bytes, start: int, where: str) -> int:
+def _scan_careful(data: bytes, start: int, where: str, budget: int | None = None) -> int:
+    limit = pickle_budget(len(data)) if budget is None else budget
+    spent = 0
+    cost = _COST
     end = len(data)
     memo_cap = end  # a real memo never has more entries than the stream has bytes
     pos = start
@@ -104,6 +174,9 @@ def _scan_careful(data: bytes, start: int, where: str) -> int:
             raise _fail(where, pos, f"unknown opcode 0x{code:02x}")
         kind, size = arg
         here = pos
+        spent += cost[code]
+        if spent > limit:
+            raise _over_budget(where, here, limit)
         pos += 1
         index = -1
         if kind == _FIXED:
@@ -127,6 +200,7 @@ def _scan_careful(data: bytes, start: int, where: str) -> int:
                     except ValueError:
                         raise _fail(where, here, "bad memo index") from None
                 pos += nl + 1
+                spent += nl
         else:
             fmt, width = _LEN_STRUCT[kind]
             if pos + width > end:
@@ -138,6 +212,7 @@ def _scan_careful(data: bytes, start: int, where: str) -> int:
                     where, here, f"declared length {length} is past the end of the data", cut=True
                 )
             pos += length
+            spent += length
         # Depth simulation.
         if code in _PUSH_LEAF:
             stack.append(0)
@@ -287,12 +362,18 @@ for _code in b"iIFLSVPpg":  # other text-argument opcodes (protocols 0, 1): the 
     _ACTION[_code] = 0
 
 
-def _scan_fast(data: bytes, start: int) -> int:
+def _scan_fast(
+    data: bytes, start: int, budget: int | None = None, where: str = "the pickle"
+) -> int:
     """The careful pass's depth simulation, for well-formed binary pickles only.
 
-    Raises ``_Doubt`` (never a ``CorruptCheckpointError``) on anything the careful pass might
-    refuse, and on text-argument opcodes (protocols 0 and 1), which are rare in checkpoints.
+    Raises ``_Doubt`` on anything the careful pass might refuse, and on text-argument opcodes
+    (protocols 0 and 1), which are rare in checkpoints; its only ``CorruptCheckpointError`` is
+    ``PickleBudgetError``, which the careful pass would raise at the same opcode.
     """
+    limit_cost = pickle_budget(len(data)) if budget is None else budget
+    spent = 0
+    cost = _COST
     end = len(data)
     cap = end
     stack: list[int] = []
@@ -310,6 +391,9 @@ def _scan_fast(data: bytes, start: int) -> int:
         while pos < end:
             code = data[pos]
             act = action[code]
+            spent += cost[code]
+            if spent > limit_cost:
+                raise _over_budget(where, pos, limit_cost)
             if act == _A_LEAF:
                 push(0)
                 pos += 1 + size[code]
@@ -329,6 +413,7 @@ def _scan_fast(data: bytes, start: int) -> int:
             elif act == _A_TEXT4:
                 (n,) = u32(data, pos + 1)
                 pos += 5 + n
+                spent += n
                 push(0)
             elif act in (_A_MARKED, _A_MERGE_MARKED):
                 at = marks.pop()
@@ -387,6 +472,7 @@ def _scan_fast(data: bytes, start: int) -> int:
                 push(depth)
                 pos += 1
             elif act == _A_TEXT1:
+                spent += data[pos + 1]
                 pos += 2 + data[pos + 1]
                 push(0)
             elif act == _A_GET4:
@@ -406,12 +492,14 @@ def _scan_fast(data: bytes, start: int) -> int:
                     nl = data.find(b"\n", pos + 1)
                     if nl < 0:
                         raise _Doubt
+                    spent += nl - pos
                     pos = nl
                 pos += 1
                 push(0)
             elif act == _A_TEXT8:
                 (n,) = unpack_from("<Q", data, pos + 1)
                 pos += 9 + n
+                spent += n
                 push(0)
             elif act == _A_FRAME:
                 (n,) = unpack_from("<Q", data, pos + 1)

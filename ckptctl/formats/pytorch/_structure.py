@@ -12,6 +12,7 @@ anything else (strided views, compressed records, conj/neg flags, big-endian dat
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections import Counter
@@ -25,12 +26,15 @@ from ckptctl.model import (
     CheckpointKind,
     ComputedData,
     FileData,
+    StridedData,
     Structure,
     TensorEntry,
     describe_groups,
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
     from numpy.typing import NDArray
 
     from ckptctl._io import ByteSource
@@ -138,26 +142,25 @@ class _Walker:
             raise CorruptCheckpointError(f"more than {MAX_TENSORS} tensors")
         self.found.append(Found(".".join(parts), tensor, ".".join(parts[:-1]), module_type))
 
-    def children(self, obj: object) -> tuple[list[tuple[str, object]], str | None]:
-        """Named children of a container node, and the module class owning its tensors."""
+    def children(self, obj: object) -> tuple[Iterable[tuple[str, object]], str | None]:
+        """Named children of a container node, and the module class owning its tensors.
+
+        Lazy for lists, tuples, dicts and stub items: a list of a million references to one
+        object (a few MiB of BINGET) would otherwise be a million name tuples at once (#25).
+        """
         if isinstance(obj, dict):
-            return [(str(k), v) for k, v in obj.items()], None
+            return ((str(k), v) for k, v in obj.items()), None
         if isinstance(obj, list | tuple):
-            return [(str(i), v) for i, v in enumerate(obj)], None
+            return ((str(i), v) for i, v in enumerate(obj)), None
         if not isinstance(obj, Stub):
-            return [], None
+            return (), None
         if self.script and obj.qualname.startswith("__torch__."):
             return self.script_children(obj), _short(obj.qualname)
         if _is_module(obj):
             return self.module_children(obj), _short(obj.qualname)
         state = _state_dict_of(obj)
-        out = [(str(k), v) for k, v in (state or {}).items()]
-        for index, item in enumerate(obj.items):
-            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
-                out.append(item)
-            else:
-                out.append((str(index), item))
-        return out, None
+        named = ((str(k), v) for k, v in (state or {}).items())
+        return itertools.chain(named, _stub_items(obj.items)), None
 
     def module_children(self, stub: Stub) -> list[tuple[str, object]]:
         # Module.state_dict(): own parameters, persistent buffers, then children (spec 9.2).
@@ -199,40 +202,61 @@ class _Walker:
         self.objects[".".join(parts)] = _plain(value)
 
     def walk(self, root: object) -> None:
-        # Iterative DFS; ``on_path`` breaks cycles, the node budget bounds memo-shared DAGs.
-        stack: list[tuple[object, tuple[str, ...], str | None] | int] = [(root, (), None)]
+        # Iterative DFS over lazy child iterators (memory grows with the depth, not the width);
+        # ``on_path`` breaks cycles, the node budget bounds memo-shared DAGs.
+        frames: list[tuple[Iterator[tuple[str, object]], tuple[str, ...], str | None, int]] = []
         on_path: set[int] = set()
-        while stack:
-            item = stack.pop()
-            if isinstance(item, int):
-                on_path.discard(item)
+        self.visit(root, (), None, frames, on_path)
+        while frames:
+            kids, parts, owner, ident = frames[-1]
+            item = next(kids, None)
+            if item is None:
+                frames.pop()
+                on_path.discard(ident)
                 continue
-            obj, parts, module_type = item
-            self.nodes += 1
-            if self.nodes > MAX_WALK_NODES:
-                raise CorruptCheckpointError(
-                    f"the pickle describes more than {MAX_WALK_NODES} objects (a memo bomb?)"
-                )
-            if isinstance(obj, TensorRef):
-                self.emit(parts, obj, module_type)
-                continue
-            if isinstance(obj, StorageRef):  # a bare storage: its bytes as a 1-D tensor
-                dtype = obj.stype.dtype or "uint8"
-                self.emit(parts, TensorRef(obj, 0, (obj.numel,), (1,), dtype), module_type)
-                continue
-            if isinstance(obj, _PLAIN) or (
-                isinstance(obj, list | tuple) and all(isinstance(v, _PLAIN) for v in obj)
-            ):
-                self.note_object(parts, obj)
-                continue
-            if id(obj) in on_path:
-                continue
-            kids, owner = self.children(obj)
-            if not kids:
-                continue
-            on_path.add(id(obj))
-            stack.append(id(obj))
-            stack.extend((child, (*parts, name), owner) for name, child in reversed(kids))
+            name, child = item
+            self.visit(child, (*parts, name), owner, frames, on_path)
+
+    def visit(
+        self,
+        obj: object,
+        parts: tuple[str, ...],
+        module_type: str | None,
+        frames: list[tuple[Iterator[tuple[str, object]], tuple[str, ...], str | None, int]],
+        on_path: set[int],
+    ) -> None:
+        """Count one node and emit it, note it, or open a frame over its children."""
+        self.nodes += 1
+        if self.nodes > MAX_WALK_NODES:
+            raise CorruptCheckpointError(
+                f"the pickle describes more than {MAX_WALK_NODES} objects (a memo bomb?)"
+            )
+        if isinstance(obj, TensorRef):
+            self.emit(parts, obj, module_type)
+            return
+        if isinstance(obj, StorageRef):  # a bare storage: its bytes as a 1-D tensor
+            dtype = obj.stype.dtype or "uint8"
+            self.emit(parts, TensorRef(obj, 0, (obj.numel,), (1,), dtype), module_type)
+            return
+        if isinstance(obj, _PLAIN) or (
+            isinstance(obj, list | tuple) and all(isinstance(v, _PLAIN) for v in obj)
+        ):
+            self.note_object(parts, obj)
+            return
+        if id(obj) in on_path:
+            return
+        kids, owner = self.children(obj)
+        on_path.add(id(obj))
+        frames.append((iter(kids), parts, owner, id(obj)))
+
+
+def _stub_items(items: list[object]) -> Iterator[tuple[str, object]]:
+    """A stub's APPENDed items (or SETITEM pairs with a text key), named by index otherwise."""
+    for index, item in enumerate(items):
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+            yield item
+        else:
+            yield str(index), item
 
 
 def analyse(parsed: Parsed) -> Analysis:
@@ -413,13 +437,90 @@ def _entry(parsed: Parsed, found: Found, source: ByteSource) -> TensorEntry:
             data = ComputedData(lambda: b"")
         return TensorEntry(name, dtype, t.size, nbytes, offset, data, module_type=found.module_type)
 
-    def compute() -> NDArray[Any]:
-        raw = ref.inline if ref.inline is not None else location.load()  # type: ignore[union-attr]  # location set when inline is None
-        return _gather(raw, dtype, t, base, count, parsed.byteorder)
+    def storage() -> bytes | memoryview:
+        return ref.inline if ref.inline is not None else location.load()  # type: ignore[union-attr]  # location set when inline is None
 
-    return TensorEntry(
-        name, dtype, t.size, nbytes, None, ComputedData(compute), module_type=found.module_type
+    def compute() -> NDArray[Any]:
+        return _gather(storage(), dtype, t, base, count, parsed.byteorder)
+
+    if contiguous or not numel:
+        computed = ComputedData(compute)
+    else:  # a strided (perhaps expanded) view: gathered a range at a time where possible
+        computed = StridedData(
+            compute,
+            gather=lambda first, n: _gather_range(
+                storage(), dtype, t, base, count, parsed.byteorder, first, n
+            ),
+            itemsize=itemsize,
+            distinct=lambda: _distinct(storage(), dtype, t, base, count, parsed.byteorder),
+            distinct_numel=math.prod(d for d, st in zip(t.size, t.stride, strict=True) if st),
+            view=(lambda: _view(storage(), dtype, t, base, count)) if plain else None,
+            nbytes=nbytes,
+        )
+    return TensorEntry(name, dtype, t.size, nbytes, None, computed, module_type=found.module_type)
+
+
+def _gather_range(
+    raw: bytes | memoryview,
+    dtype: DType,
+    t: TensorRef,
+    base: int,
+    count: int,
+    byteorder: str,
+    first: int,
+    n: int,
+) -> NDArray[Any]:
+    """Elements ``first .. first + n - 1`` (C order) of a strided view, without the rest."""
+    import numpy as np
+
+    np_dtype = dtype.numpy
+    if byteorder == "big":
+        np_dtype = np_dtype.newbyteorder(">")
+    flat = np.frombuffer(raw, dtype=np_dtype, count=count, offset=base * dtype.itemsize)
+    row = math.prod(t.size[1:])
+    if row and first % row == 0 and n % row == 0:  # whole rows: a slab of the strided view
+        view = np.lib.stride_tricks.as_strided(
+            flat[t.offset :],
+            shape=t.size,
+            strides=[st * dtype.itemsize for st in t.stride],
+            writeable=False,
+        )
+        slab = view[first // row : (first + n) // row]
+        out = np.ascontiguousarray(slab).reshape(-1).astype(dtype.numpy, copy=False)
+        return _flagged(out, dtype, t)
+    index = np.arange(first, first + n, dtype=np.int64)
+    where = np.full(n, t.offset, dtype=np.int64)
+    for dim, st in zip(reversed(t.size), reversed(t.stride), strict=True):
+        if st:
+            where += (index % dim) * st
+        index //= dim
+    return _flagged(flat[where].astype(dtype.numpy, copy=False), dtype, t)
+
+
+def _view(
+    raw: bytes | memoryview, dtype: DType, t: TensorRef, base: int, count: int
+) -> NDArray[Any]:
+    """The strided view itself, read-only, over the storage's bytes (nothing copied)."""
+    import numpy as np
+
+    flat = np.frombuffer(raw, dtype=dtype.numpy, count=count, offset=base * dtype.itemsize)
+    return np.lib.stride_tricks.as_strided(
+        flat[t.offset :],
+        shape=t.size,
+        strides=[st * dtype.itemsize for st in t.stride],
+        writeable=False,
     )
+
+
+def _distinct(
+    raw: bytes | memoryview, dtype: DType, t: TensorRef, base: int, count: int, byteorder: str
+) -> tuple[NDArray[Any], int]:
+    """The view without its stride-0 dimensions, and how often each element repeats."""
+    keep = [(d, st) for d, st in zip(t.size, t.stride, strict=True) if st]
+    repeats = math.prod(d for d, st in zip(t.size, t.stride, strict=True) if not st)
+    reduced = TensorRef(t.storage, t.offset, tuple(d for d, _ in keep),
+                        tuple(st for _, st in keep), t.dtype, flags=t.flags)  # fmt: skip
+    return _gather(raw, dtype, reduced, base, count, byteorder).reshape(-1), repeats
 
 
 def _gather(
@@ -442,6 +543,13 @@ def _gather(
             writeable=False,
         )
         out = np.ascontiguousarray(view).astype(dtype.numpy, copy=False)
+    return _flagged(out, dtype, t)
+
+
+def _flagged(out: NDArray[Any], dtype: DType, t: TensorRef) -> NDArray[Any]:
+    """``out`` with the tensor's conj/neg flags applied."""
+    import numpy as np
+
     if "conj" in t.flags and dtype in (DType.C64, DType.C128):
         out = np.conj(out)
     if "neg" in t.flags:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ckptctl.errors import CkptError, CorruptCheckpointError, UnsafePickleError
 from ckptctl.formats.pytorch._allowlist import classify
-from ckptctl.formats.pytorch._scan import PickleTruncatedError, scan_pickle
+from ckptctl.formats.pytorch._scan import PickleBudgetError, PickleTruncatedError, scan_pickle
 from ckptctl.safety import Verdict
 
 if TYPE_CHECKING:
@@ -595,6 +595,8 @@ def load_pickle(
     *,
     ledger: Ledger | None = None,
     complete: bool = True,
+    file_bytes: int | None = None,
+    compressed: bool = False,
 ) -> tuple[object, int]:
     """Judge, scan, then unpickle the pickle at ``start``; return ``(object, end offset)``.
 
@@ -603,13 +605,19 @@ def load_pickle(
             pickle is refused before anything of it is unpickled.
         complete: ``data`` holds all there is (a truncated pickle is judged, not retried).
         seen_globals: receives every global the pickle names (``module.name``).
+        file_bytes: the size of the file the pickle came from, which bounds the work it may
+            ask for (``_scan.pickle_budget``); ``len(data)`` when not given.
 
     Raises:
         UnsafePickleError: the pickle is unsafe, or names a global only an attack would.
         CorruptCheckpointError: the pickle is malformed or exceeds a limit.
     """
     try:
-        end = scan_pickle(data, start, where)
+        end = scan_pickle(data, start, where, file_bytes, compressed=compressed)
+    except PickleBudgetError as exc:
+        if ledger is not None:  # judged on what is within the budget, then refused
+            ledger.judge(memoryview(data)[start : exc.pos], where)
+        raise
     except PickleTruncatedError:
         if ledger is not None and complete:
             ledger.judge(memoryview(data)[start:], where)

@@ -42,9 +42,10 @@ import zlib
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
-from ckptctl._io import read_chunks, start_writeback
+from ckptctl._io import CHUNK_BYTES, read_chunks, start_writeback
 from ckptctl.dtypes import TORCH_NAMES, DType
 from ckptctl.errors import CorruptCheckpointError, OutputError
+from ckptctl.formats._base import ranged_step
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -274,6 +275,15 @@ def _storage_chunks(storage: _Storage) -> Iterator[bytes | memoryview]:
         return
     entry = storage.members[0].entry
     where = entry.data.file_range()
+    if where is None and entry.nbytes > CHUNK_BYTES and entry.data.is_ranged():
+        # A strided (perhaps expanded) view: gathered a slab at a time, never whole (#25).
+        step = ranged_step(entry)
+        for start in range(0, entry.nbytes, step):
+            piece = entry.data.read_range(start, min(step, entry.nbytes - start))
+            if len(piece) != min(step, entry.nbytes - start):
+                raise CorruptCheckpointError(f"tensor {entry.name!r} has a short range")
+            yield piece
+        return
     if where is None:
         yield _read_exact(entry)
         return
