@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ckptctl.cli._options import (
+    InputPath,
     OutputFormat,
     adapter_option,
     byte_progress,
@@ -23,8 +24,8 @@ from ckptctl.errors import ExitCode
 
 
 @click.command("diff")
-@click.argument("a", type=click.Path(dir_okay=False))
-@click.argument("b", type=click.Path(dir_okay=False))
+@click.argument("a", type=InputPath())
+@click.argument("b", type=InputPath())
 @state_key_option
 @click.option(
     "--state-key-b",

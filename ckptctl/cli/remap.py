@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ckptctl.cli._options import (
+    InputPath,
     OutputFormat,
     output_options,
     remap_option,
@@ -15,7 +16,7 @@ from ckptctl.cli._options import (
 
 
 @click.command("remap")
-@click.argument("src", type=click.Path(dir_okay=False))
+@click.argument("src", type=InputPath())
 @click.argument("dst", type=click.Path(dir_okay=False))
 @remap_option(
     "--rule",
