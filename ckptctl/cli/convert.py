@@ -81,7 +81,8 @@ def run_conversion(
     "--remap",
     "-r",
     help_text="Rename tensors by regex, repeatable; applied in order before the adapters. "
-    "Groups are written $1 or ${name}, as in Burn's KeyRemapper.",
+    "Groups are written $1 or ${name}, as in Burn's KeyRemapper (${1}_x when a letter, digit "
+    "or _ follows).",
 )
 @state_key_option
 @click.option("--include", multiple=True, metavar="REGEX", help="Keep only matching tensors.")

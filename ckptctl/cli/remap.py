@@ -23,7 +23,8 @@ from ckptctl.cli._options import (
     "-r",
     required=True,
     help_text="A regex rename rule, repeatable; each applies (replace-all) to the previous "
-    "result. Groups are written $1 or ${name}, as in Burn's KeyRemapper.",
+    "result. Groups are written $1 or ${name}, as in Burn's KeyRemapper (${1}_x when a "
+    "letter, digit or _ follows).",
 )
 @state_key_option
 @click.option(
