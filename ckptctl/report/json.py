@@ -75,6 +75,8 @@ def _ls(report: LsReport) -> dict[str, JSONValue]:
         out["scalars"] = dict(report.scalars)
     if report.state_key is not None:
         out["state_key"] = report.state_key
+    if report.file_tensors is not None and report.total_tensors is not None:
+        out["outside_state_key"] = report.file_tensors - report.total_tensors
     if report.safety is not None:
         out["pickle"] = to_json(report.safety)
     if report.objects:

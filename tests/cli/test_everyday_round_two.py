@@ -3,6 +3,8 @@ verdicts of diff. Each test failed before the change it covers."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
@@ -51,3 +53,42 @@ def test_a_group_the_pattern_does_not_have_suggests_braces(run_cli, llama, tmp_p
     fixed = run_cli("remap", llama, out, "-r", r"^(lm)_head=${1}_out")
     assert fixed.code == 0, fixed.stderr
     assert "lm_out.weight" in run_cli("ls", out).stdout
+
+
+# --- item 4: tensors outside --state-key are counted, never dropped without a word -----------
+
+
+def test_convert_state_key_names_what_it_leaves_out(run_cli, llama, tmp_path):
+    out = tmp_path / "sub.safetensors"
+    result = run_cli("convert", llama, out, "--state-key", "model")
+    assert result.code == 0, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        "warning: 1 of 21 tensors is outside --state-key model and not written (lm_head.weight)"
+    )
+    quiet = run_cli("convert", llama, out, "--state-key", "model", "--force", "-q")
+    assert (quiet.code, quiet.stderr) == (0, "")
+    as_json = run_cli("convert", llama, out, "--state-key", "model", "--force", "--json")
+    assert json.loads(as_json.stdout)["warnings"][0].startswith("1 of 21 tensors is outside")
+
+
+def test_convert_state_key_names_the_first_few(run_cli, tmp_path):
+    src = tmp_path / "many.safetensors"
+    names = [f"head{i}.weight" for i in range(5)]
+    save_file({"model.w": np.zeros(2, "<f4"), **{n: np.zeros(2, "<f4") for n in names}}, str(src))
+    result = run_cli("convert", src, tmp_path / "o.safetensors", "--state-key", "model")
+    assert "warning: 5 of 6 tensors are outside --state-key model and not written " in (
+        result.stderr
+    )
+    assert "(head0.weight, head1.weight, head2.weight, ...)" in result.stderr
+
+
+def test_ls_state_key_says_how_many_of_all(run_cli, llama):
+    result = run_cli("ls", llama, "--state-key", "model")
+    assert result.code == 0
+    assert result.stdout.splitlines()[1] == (
+        "  below state key 'model': 20 of 21 tensors (outside it: lm_head.weight)"
+    )
+    as_json = json.loads(run_cli("ls", llama, "--state-key", "model", "--json").stdout)
+    assert (len(as_json["tensors"]), as_json["outside_state_key"]) == (20, 1)
+    inside = run_cli("ls", llama).stdout
+    assert "below state key" not in inside
