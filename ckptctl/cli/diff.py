@@ -99,10 +99,12 @@ def command(
     A goes through --state-key, --remap and --adapter as in convert; B only through
     --state-key-b. Tensors are read one at a time in fixed-size chunks: memory stays bounded.
 
-    Exits 0 when A and B are identical: the same tensor names, and every tensor with the same
-    dtype (unless --values-only), the same shape and all values within --rtol/--atol (--rtol 0
-    --atol 0 demands exact equality); 1 when they differ in any other way; 2 on a usage error,
-    3 on unreadable or corrupt input, 4 on unsupported input.
+    Exits 0 when A and B match: the same tensor names, and every tensor with the same dtype
+    (unless --values-only), the same shape and all values within --rtol/--atol (--rtol 0 --atol
+    0 demands exact equality); 1 when they differ in any other way; 2 on a usage error, 3 on
+    unreadable or corrupt input, 4 on unsupported input. The verdict says "identical" only when
+    every tensor has the same bytes, else "match within rtol=..., atol=..." (--json:
+    "identical" and "within_tolerance").
 
     \b
     Examples:
@@ -131,7 +133,7 @@ def command(
 
         with byte_progress(err, "comparing") as advance:
             report = diff_checkpoints(a, b, replace(options, progress=advance), jobs=jobs)
-    code = ExitCode.OK if report.identical else ExitCode.CHECK_FAILED
+    code = ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
     if quiet:  # like diff -q / git diff --quiet: the exit code says it all
         return code
     if fmt is OutputFormat.TEXT:

@@ -189,6 +189,7 @@ def _diff(report: DiffReport) -> dict[str, JSONValue]:
         "format_a": report.format_a,
         "format_b": report.format_b,
         "identical": report.identical,
+        "within_tolerance": report.within_tolerance,
         "options": {
             "state_key": opts.state_key,
             "state_key_b": opts.state_key_b,

@@ -92,3 +92,51 @@ def test_ls_state_key_says_how_many_of_all(run_cli, llama):
     assert (len(as_json["tensors"]), as_json["outside_state_key"]) == (20, 1)
     inside = run_cli("ls", llama).stdout
     assert "below state key" not in inside
+
+
+# --- item 5: "identical" means the same bytes; within tolerance is said so ------------------
+
+
+@pytest.fixture
+def near(tmp_path):
+    """A and B: one equal tensor, one within rtol=1e-2 only, one F32 against F16."""
+    values = np.linspace(1, 2, 8, dtype="<f4")
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    save_file({"same": values, "near": values, "cast": values}, str(a))
+    save_file(
+        {"same": values, "near": values * np.float32(1.001), "cast": values.astype("<f2")},
+        str(b),
+    )
+    return a, b
+
+
+def test_diff_within_tolerance_is_not_called_identical(run_cli, near):
+    a, b = near
+    result = run_cli("diff", a, b, "--values-only", "--rtol", "1e-2")
+    assert result.code == 0, result.stderr
+    verdict = result.stdout.splitlines()[-1]
+    assert verdict == (
+        "match within rtol=0.01, atol=1e-08: 3 tensors, same names and shapes, values within "
+        "(1 identical, 1 close, 1 dtype)"
+    )
+    assert "identical:" not in result.stdout
+    out = json.loads(run_cli("diff", a, b, "--values-only", "--rtol", "1e-2", "--json").stdout)
+    assert (out["identical"], out["within_tolerance"]) == (False, True)
+    assert list(out)[5:8] == ["identical", "within_tolerance", "options"]
+
+
+def test_diff_identical_stays_identical(run_cli, near):
+    a, _ = near
+    result = run_cli("diff", a, a)
+    assert result.code == 0
+    assert result.stdout.splitlines()[-1].startswith("identical: 3 tensors, same names, dtypes")
+    out = json.loads(run_cli("diff", a, a, "--json").stdout)
+    assert (out["identical"], out["within_tolerance"]) == (True, True)
+
+
+def test_diff_outside_tolerance_is_neither(run_cli, near):
+    a, b = near
+    result = run_cli("diff", a, b, "--values-only", "--json")
+    assert result.code == 1
+    out = json.loads(result.stdout)
+    assert (out["identical"], out["within_tolerance"]) == (False, False)
