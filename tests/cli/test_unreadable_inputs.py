@@ -116,3 +116,28 @@ def test_a_real_chmod_000_file(run_cli, good, tmp_path):
         assert run_cli("ls", path).code == 3
     finally:
         path.chmod(0o600)
+
+
+def test_a_reference_file_that_cannot_be_read_is_named(run_cli, locked, good):
+    result = run_cli("verify", good, "--expect", locked)
+    assert result.code == 1, result.stderr  # verify: a failed check, not a usage error
+    assert "permission denied" in result.stdout
+    assert "Usage:" not in result.stderr
+
+
+def test_a_directory_that_cannot_be_listed_is_named(run_cli, tmp_path, monkeypatch):
+    folder = tmp_path / "private"
+    folder.mkdir()
+    real_listdir = os.listdir
+
+    def fake_listdir(path="."):
+        if os.fspath(path) == str(folder):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_listdir(path)
+
+    monkeypatch.setattr(os, "listdir", fake_listdir)
+    result = run_cli("ls", folder)
+    assert result.code == 3, result.stderr
+    assert result.stderr.startswith(
+        f"ckptctl: error: {folder}: permission denied: the directory cannot be listed\n"
+    )
