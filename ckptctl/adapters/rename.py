@@ -517,7 +517,7 @@ def check_replacement(template: str, regex: re.Pattern[str], what: str) -> None:
         raise SelectionError(
             f"{what}: the replacement names the group {ref!r}, which the pattern does not "
             "have (it would insert nothing)",
-            hint=hint,
+            hint=hint + "; $$ writes a literal $",
         )
 
 

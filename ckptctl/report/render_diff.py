@@ -95,7 +95,7 @@ def verdict(report: DiffReport) -> str:
         detail = ", ".join(
             f"{counts[s]:,} {s}" for s in ("identical", "equal", "close", "dtype") if counts[s]
         )
-        return f"match within {tolerance}: {n:,} {noun}, same {what}, values within ({detail})"
+        return f"match within {tolerance}: {n:,} {noun}, same {what} ({detail})"
     parts = []
     differing = len(report.differing)
     if differing:
