@@ -23,6 +23,9 @@ from ckptctl.fix import Note, Option
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
+#: What to do about a file (or directory) this process may not read.
+PERMISSION_HINT = "check its permissions (ls -l): ckptctl needs to read it, nothing more"
+
 #: Chunk size for streamed copies and chunked comparisons.
 CHUNK_BYTES = 8 * 1024 * 1024
 
@@ -43,6 +46,8 @@ class ByteSource:
             mode = os.stat(self.path).st_mode
         except FileNotFoundError:
             raise InputError("no such file", path=self.path) from None
+        except PermissionError:  # a directory on the way that may not be searched
+            raise InputError("permission denied", path=self.path, hint=PERMISSION_HINT) from None
         except OSError as exc:
             raise InputError(f"cannot open: {exc.strerror or exc}", path=self.path) from None
         if stat.S_ISDIR(mode):
@@ -54,6 +59,8 @@ class ByteSource:
             )
         try:
             self._file: IO[bytes] = open(self.path, "rb")  # noqa: SIM115  # owned, closed in close()
+        except PermissionError:
+            raise InputError("permission denied", path=self.path, hint=PERMISSION_HINT) from None
         except OSError as exc:
             raise InputError(f"cannot open: {exc.strerror or exc}", path=self.path) from None
         self.size = os.fstat(self._file.fileno()).st_size

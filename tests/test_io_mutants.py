@@ -58,6 +58,20 @@ def test_unreadable_path_error_gives_the_os_reason(tmp_path):
 
 
 def test_open_failure_after_stat_gives_the_os_reason(tmp_path, monkeypatch):
+    path = tmp_path / "busy.bin"
+    path.write_bytes(b"x")
+
+    def refuse(*args: object, **kwargs: object) -> object:
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), str(path))
+
+    monkeypatch.setattr(_io, "open", refuse, raising=False)
+    with pytest.raises(InputError) as info:
+        ByteSource(path)
+    assert info.value.message == f"cannot open: {os.strerror(errno.EMFILE)}"
+    assert info.value.path == str(path)
+
+
+def test_permission_denied_after_stat_says_so(tmp_path, monkeypatch):
     path = tmp_path / "locked.bin"
     path.write_bytes(b"x")
 
@@ -67,8 +81,9 @@ def test_open_failure_after_stat_gives_the_os_reason(tmp_path, monkeypatch):
     monkeypatch.setattr(_io, "open", refuse, raising=False)  # root ignores chmod 000
     with pytest.raises(InputError) as info:
         ByteSource(path)
-    assert info.value.message == f"cannot open: {os.strerror(errno.EACCES)}"
+    assert info.value.message == "permission denied"
     assert info.value.path == str(path)
+    assert info.value.hint == _io.PERMISSION_HINT
 
 
 def test_directory_error_text(tmp_path):

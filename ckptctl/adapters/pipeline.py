@@ -24,9 +24,8 @@ from ckptctl.adapters.modules import (
     module_rules_from_mapping,
     parse_module_rules,
 )
-from ckptctl.adapters.rename import Rename, python_style_groups, unmatched_rules
+from ckptctl.adapters.rename import Rename, unmatched_rules
 from ckptctl.adapters.select import Select
-from ckptctl.errors import SelectionError
 from ckptctl.fix import Note, Option
 
 if TYPE_CHECKING:
@@ -90,14 +89,7 @@ def run_pipeline(
         SelectionError: a bad rule or adapter, or two tensors mapped to one name.
     """
     select, rename = Select(options.include, options.exclude), Rename.parse(options.remap)
-    try:
-        stage1 = plan(entries, chain(select, rename))
-    except SelectionError as exc:
-        if any(python_style_groups(rule) for rule in rename.rules):
-            raise SelectionError(
-                exc.message, hint="groups are written $1 or ${name} in a replacement, not \\1"
-            ) from None
-        raise
+    stage1 = plan(entries, chain(select, rename))
     renamed = [item.entry for item in stage1 if item.entry is not None]
     warnings: list[str | Note] = _rule_warnings(
         [e.name for e in entries if select.matches(e.name)], rename
@@ -186,15 +178,8 @@ def _uncertain(entries: list[TensorEntry], decisions: Mapping[str, Decision]) ->
 
 
 def _rule_warnings(names: list[str], rename: Rename) -> list[str | Note]:
-    """A warning for each remap rule that renames nothing, and for Python-style groups."""
-    out: list[str | Note] = [
-        f"remap rule #{rule.number} writes a group as \\1, which is literal text; "
-        "groups are written $1 or ${name}"
-        for rule in rename.rules
-        if python_style_groups(rule)
-    ]
-    out += [
+    """A warning for each remap rule that renames nothing."""
+    return [
         f"remap rule #{rule.number} '{rule.pattern}' matches no tensor name"
         for rule in unmatched_rules(names, rename.rules)
     ]
-    return out

@@ -30,8 +30,10 @@ Patterns are Rust ``regex`` syntax, translated to Python ``re`` where the two di
 
 Replacements use Rust interpolation (§3.2), never Python's: ``$1``, ``${1}``, ``$name``,
 ``${name}``, ``$$`` for a literal ``$``. ``$name`` takes the longest run of ``[0-9A-Za-z_]``, so
-``$1_x`` names the group ``1_x`` (empty) -- write ``${1}_x``. Unknown or non-participating
-groups expand to nothing; backslashes are literal.
+``$1_x`` names the group ``1_x`` -- write ``${1}_x``. :func:`expand_replacement` follows Rust:
+unknown or non-participating groups expand to nothing, backslashes are literal. A
+:class:`RemapRule` refuses what would only do that by mistake (:func:`check_replacement`): a
+group the pattern does not have, ``\\1``-style groups and other backslashes.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from ckptctl.adapters._rust_classes import DIGIT, SPACE, WORD
 from ckptctl.errors import SelectionError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
     from ckptctl.model import TensorEntry
 
@@ -384,26 +386,26 @@ def compile_pattern(pattern: str, what: str = "rule") -> re.Pattern[str]:
             raise SelectionError(f"{what}: invalid pattern {pattern!r}: {exc}") from None
 
 
-def expand_replacement(template: str, match: re.Match[str]) -> str:
-    """Expand a Rust-style replacement (``$1``, ``${name}``, ``$$``) for one match (§3.2)."""
-    out: list[str] = []
+def _interpolate(template: str) -> Iterator[tuple[bool, str]]:
+    """The pieces of a Rust-style replacement (§3.2): ``(False, text)`` for literal text,
+    ``(True, ref)`` for a group reference (``$1``, ``${1}``, ``$name``, ``${name}``)."""
     i = 0
     n = len(template)
     while i < n:
         dollar = template.find("$", i)
         if dollar < 0:
-            out.append(template[i:])
+            yield False, template[i:]
             break
-        out.append(template[i:dollar])
+        yield False, template[i:dollar]
         i = dollar + 1
         if template.startswith("$", i):
-            out.append("$")
+            yield False, "$"
             i += 1
             continue
         if template.startswith("{", i):
             close = template.find("}", i + 1)
             if close < 0:  # no closing brace: not a reference, the '$' is literal
-                out.append("$")
+                yield False, "$"
                 continue
             ref = template[i + 1 : close]
             i = close + 1
@@ -412,12 +414,16 @@ def expand_replacement(template: str, match: re.Match[str]) -> str:
             while end < n and template[end] in _CAP_LETTERS:
                 end += 1
             if end == i:
-                out.append("$")
+                yield False, "$"
                 continue
             ref = template[i:end]
             i = end
-        out.append(_group(match, ref))
-    return "".join(out)
+        yield True, ref
+
+
+def expand_replacement(template: str, match: re.Match[str]) -> str:
+    """Expand a Rust-style replacement (``$1``, ``${name}``, ``$$``) for one match (§3.2)."""
+    return "".join(_group(match, piece) if ref else piece for ref, piece in _interpolate(template))
 
 
 def _group(match: re.Match[str], ref: str) -> str:
@@ -452,6 +458,67 @@ def replace_all(regex: re.Pattern[str], text: str, template: str) -> str:
         reported = True
     out.append(text[last:])
     return "".join(out)
+
+
+_PYTHON_GROUP = re.compile(r"\\([0-9]+)|\\g<([^>]*)>")
+
+
+def _has_group(regex: re.Pattern[str], ref: str) -> bool:
+    if ref.isascii() and ref.isdigit():
+        return int(ref) <= regex.groups
+    return ref in regex.groupindex
+
+
+def _groups_text(regex: re.Pattern[str]) -> str:
+    if not regex.groups:
+        return "the pattern has no groups: put ( ) around what to keep"
+    names = "".join(f", ${{{name}}}" for name in regex.groupindex)
+    numbered = "$1" if regex.groups == 1 else f"$1 to ${regex.groups}"
+    return f"the pattern's groups are {numbered}{names}"
+
+
+def check_replacement(template: str, regex: re.Pattern[str], what: str) -> None:
+    """Refuse a replacement that cannot mean what its author meant.
+
+    Burn would run these, but never to a useful name: Python-style groups (``\\1``,
+    ``\\g<1>``) and other backslashes are literal text, and a group the pattern does not have
+    expands to nothing (``$1_`` is the group ``1_``, as in Rust, not ``$1`` then ``_``).
+
+    Raises:
+        SelectionError: naming the problem, with the replacement written right as the hint.
+    """
+    python = _PYTHON_GROUP.search(template)
+    if python is not None:
+        fixed = _PYTHON_GROUP.sub(lambda m: "${" + (m.group(1) or m.group(2)) + "}", template)
+        raise SelectionError(
+            f"{what}: the replacement writes a group as '{python.group()}', Python's syntax; "
+            "Burn would write it literally, and no tensor name wants a backslash",
+            hint=f"groups are written $1 or ${{name}} in a replacement, not \\1: {fixed!r}",
+        )
+    if "\\" in template:
+        raise SelectionError(
+            f"{what}: the replacement has a backslash, which Burn writes literally "
+            "(a replacement is plain text apart from its $ groups)",
+            hint="no tensor name wants a backslash: write '.' for a dot in a replacement",
+        )
+    for is_ref, ref in _interpolate(template):
+        if not is_ref or _has_group(regex, ref):
+            continue
+        prefix = next(
+            (ref[:k] for k in range(len(ref) - 1, 0, -1) if _has_group(regex, ref[:k])), None
+        )
+        if prefix is not None:
+            hint = (
+                f"write ${{{prefix}}}{ref[len(prefix) :]} for group {prefix} followed by "
+                f"{ref[len(prefix) :]!r}: $name takes every letter, digit and _ after the $"
+            )
+        else:
+            hint = _groups_text(regex)
+        raise SelectionError(
+            f"{what}: the replacement names the group {ref!r}, which the pattern does not "
+            "have (it would insert nothing)",
+            hint=hint + "; $$ writes a literal $",
+        )
 
 
 def split_rule(text: str) -> tuple[str, str]:
@@ -506,6 +573,7 @@ class RemapRule:
                 hint="an empty pattern matches between every character; anchor it with ^",
             )
         object.__setattr__(self, "regex", compile_pattern(self.pattern, self.label))
+        check_replacement(self.replacement, self.regex, self.label)
 
     @property
     def label(self) -> str:
@@ -558,11 +626,6 @@ def unmatched_rules(names: Sequence[str], rules: Sequence[RemapRule]) -> list[Re
             out.append(rule)
         current = [rule.apply(n) for n in current]
     return out
-
-
-def python_style_groups(rule: RemapRule) -> bool:
-    """True when the replacement writes a group the Python way (``\\1``), which is literal text."""
-    return re.search(r"\\[1-9]|\\g<", rule.replacement) is not None
 
 
 @dataclass(frozen=True)

@@ -62,10 +62,12 @@ class LazyGroup(click.Group):
         return name, command, rest
 
     def invoke(self, ctx: click.Context) -> object:
-        """Run the subcommand; a reader that closed the pipe (``ckptctl ls x | head``) ends it.
+        """Run the subcommand; EPIPE from a stream :func:`main` could not guard ends it quietly.
 
-        click would answer EPIPE with exit 1, our code for a failed check; nothing failed here,
-        the reader just stopped reading, so the command ends quietly with 0.
+        :func:`main` runs commands with :func:`~ckptctl.cli._streams.guard_closed_pipes`, so
+        the process's own stdout and stderr never raise here and every command keeps its exit
+        status. Streams put in their place by a caller can still raise; click would answer
+        with exit 1, our code for a failed check, so the command ends with 0 instead.
         """
         try:
             return super().invoke(ctx)
@@ -158,13 +160,16 @@ def main(args: Sequence[str] | None = None) -> None:
     """Run the CLI and exit with the documented code; never show a traceback unless asked."""
     from ckptctl.cli._options import _remote_traffic
     from ckptctl.cli._spelling import CURRENT, spell_cli
+    from ckptctl.cli._streams import guard_closed_pipes
     from ckptctl.fix import SPELLER
 
     _remote_traffic()  # a report counts only its own requests, not a failed earlier command's
     # The library's suggestions are spelled as this CLI's flags while it runs.
     speller, current = SPELLER.set(spell_cli), CURRENT.set(None)
     try:
-        code = _run(list(sys.argv[1:] if args is None else args))
+        # a reader closing stdout or stderr early (`| head`) must not change the exit status
+        with guard_closed_pipes():
+            code = _run(list(sys.argv[1:] if args is None else args))
     finally:
         SPELLER.reset(speller)
         CURRENT.reset(current)

@@ -197,11 +197,24 @@ _SIZE_UNITS = {
 }  # fmt: skip
 
 
+class InputPath(click.Path):
+    """A file (or directory, or URL) a command reads, passed on as given.
+
+    click's own checks would refuse an unreadable file or a directory as a usage error (exit 2)
+    and, in ``verify``, stop every other file; the library says what is wrong with it instead
+    (no such file, permission denied, a directory): an input error (exit 3) naming the file, or
+    in ``verify`` one FAIL line while the other files are still checked.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(allow_dash=False, readable=False)
+
+
 class CheckpointRef(click.Path):
     """A checkpoint a command only reads: an existing local file, or a URL (checked on use)."""
 
     def __init__(self) -> None:
-        super().__init__(exists=True, dir_okay=False)
+        super().__init__(exists=True, dir_okay=False, readable=False)  # the library says why
 
     def convert(
         self,

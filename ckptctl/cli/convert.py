@@ -9,6 +9,7 @@ import click
 
 from ckptctl.cli._options import (
     ByteSize,
+    InputPath,
     OutputFormat,
     adapter_option,
     byte_progress,
@@ -70,7 +71,7 @@ def run_conversion(
 
 
 @click.command("convert")
-@click.argument("src", type=click.Path(dir_okay=False))
+@click.argument("src", type=InputPath())
 @click.argument("dst", type=click.Path(dir_okay=False))
 @adapter_option(
     "Adapter to apply, repeatable, in order: pytorch-to-burn, burn-to-pytorch, half, "
@@ -80,7 +81,8 @@ def run_conversion(
     "--remap",
     "-r",
     help_text="Rename tensors by regex, repeatable; applied in order before the adapters. "
-    "Groups are written $1 or ${name}, as in Burn's KeyRemapper.",
+    "Groups are written $1 or ${name}, as in Burn's KeyRemapper (${1}_x when a letter, digit "
+    "or _ follows).",
 )
 @state_key_option
 @click.option("--include", multiple=True, metavar="REGEX", help="Keep only matching tensors.")
@@ -98,7 +100,7 @@ def run_conversion(
 )
 @click.option(
     "--target",
-    type=click.Path(dir_okay=False),
+    type=InputPath(),
     metavar="REF",
     help="A checkpoint whose names and shapes the output must fit; prints the Tensor Loading "
     "Summary and writes nothing (exit 1) when tensors are missing or mismatched.",
@@ -108,13 +110,13 @@ def run_conversion(
 )
 @click.option(
     "--param-ids-from",
-    type=click.Path(dir_okay=False),
+    type=InputPath(),
     metavar="FILE",
     help="Give the output the ParamIds of a Burn model (.bpk) or optimizer record, by name.",
 )
 @click.option(
     "--paths-from",
-    type=click.Path(dir_okay=False),
+    type=InputPath(),
     metavar="MODEL",
     help="Converting an old Burn optimizer record (optim-N.mpk): write burn 0.22's ParamId -> "
     "parameter path metadata, taken from the model record of the same checkpoint.",

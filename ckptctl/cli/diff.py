@@ -6,6 +6,7 @@ import click
 
 from ckptctl.cli._options import (
     ByteSize,
+    InputPath,
     OutputFormat,
     adapter_option,
     byte_progress,
@@ -24,8 +25,8 @@ from ckptctl.errors import ExitCode
 
 
 @click.command("diff")
-@click.argument("a", type=click.Path(dir_okay=False))
-@click.argument("b", type=click.Path(dir_okay=False))
+@click.argument("a", type=InputPath())
+@click.argument("b", type=InputPath())
 @state_key_option
 @click.option(
     "--state-key-b",
@@ -108,10 +109,12 @@ def command(
     A goes through --state-key, --remap and --adapter as in convert; B only through
     --state-key-b. Tensors are read one at a time in fixed-size chunks: memory stays bounded.
 
-    Exits 0 when A and B are identical: the same tensor names, and every tensor with the same
-    dtype (unless --values-only), the same shape and all values within --rtol/--atol (--rtol 0
-    --atol 0 demands exact equality); 1 when they differ in any other way; 2 on a usage error,
-    3 on unreadable or corrupt input, 4 on unsupported input.
+    Exits 0 when A and B match: the same tensor names, and every tensor with the same dtype
+    (unless --values-only), the same shape and all values within --rtol/--atol (--rtol 0 --atol
+    0 demands exact equality); 1 when they differ in any other way; 2 on a usage error, 3 on
+    unreadable or corrupt input, 4 on unsupported input. The verdict says "identical" only when
+    every tensor has the same bytes, else "match within rtol=..., atol=..." (--json:
+    "identical" and "within_tolerance").
 
     \b
     Examples:
@@ -146,7 +149,7 @@ def command(
                 jobs=jobs,
                 max_compare_bytes=max_compare_size,
             )
-    code = ExitCode.OK if report.identical else ExitCode.CHECK_FAILED
+    code = ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
     if quiet:  # like diff -q / git diff --quiet: the exit code says it all
         return code
     if fmt is OutputFormat.TEXT:

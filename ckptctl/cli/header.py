@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ckptctl.cli._options import (
+    InputPath,
     OutputFormat,
     emit_each,
     output_options,
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 
 @click.command("header")
-@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=False))
+@click.argument("files", nargs=-1, required=True, type=InputPath())
 @click.option("--all", "all_regions", is_flag=True, help="Show every region, however many.")
 @remote_options
 @output_options

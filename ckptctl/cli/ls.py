@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ckptctl.cli._options import (
+    InputPath,
     OutputFormat,
     emit_each,
     output_options,
@@ -14,7 +15,7 @@ from ckptctl.cli._options import (
 
 
 @click.command("ls")
-@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=False))
+@click.argument("files", nargs=-1, required=True, type=InputPath())
 @state_key_option
 @click.option("--filter", "pattern", metavar="REGEX", help="Only tensors whose name matches REGEX.")
 @click.option(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ckptctl.cli._options import (
+    InputPath,
     OutputFormat,
     output_options,
     remap_option,
@@ -15,14 +16,15 @@ from ckptctl.cli._options import (
 
 
 @click.command("remap")
-@click.argument("src", type=click.Path(dir_okay=False))
+@click.argument("src", type=InputPath())
 @click.argument("dst", type=click.Path(dir_okay=False))
 @remap_option(
     "--rule",
     "-r",
     required=True,
     help_text="A regex rename rule, repeatable; each applies (replace-all) to the previous "
-    "result. Groups are written $1 or ${name}, as in Burn's KeyRemapper.",
+    "result. Groups are written $1 or ${name}, as in Burn's KeyRemapper (${1}_x when a "
+    "letter, digit or _ follows).",
 )
 @state_key_option
 @click.option(

@@ -6,6 +6,7 @@ import click
 
 from ckptctl.cli._options import (
     CheckpointRef,
+    InputPath,
     OutputFormat,
     emit_verdict,
     jobs_option,
@@ -19,7 +20,7 @@ from ckptctl.report.verify import CHECKS
 
 
 @click.command("verify")
-@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=False))
+@click.argument("files", nargs=-1, required=True, type=InputPath())
 @state_key_option
 @click.option(
     "--no-nan",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from ckptctl._io import ByteSource, atomic_write, open_source, refuse_sources
+from ckptctl._io import PERMISSION_HINT, ByteSource, atomic_write, open_source, refuse_sources
 from ckptctl.errors import (
     CkptError,
     InputError,
@@ -96,7 +96,13 @@ def resolve_path(path: str | os.PathLike[str]) -> str:
             return resolve_url(name, CHECKPOINT_SUFFIXES)
     if not os.path.isdir(name):
         return name
-    files = sorted(f for f in os.listdir(name) if os.path.isfile(os.path.join(name, f)))
+    try:
+        listing = os.listdir(name)
+    except PermissionError:
+        raise InputError(
+            "permission denied: the directory cannot be listed", path=name, hint=PERMISSION_HINT
+        ) from None
+    files = sorted(f for f in listing if os.path.isfile(os.path.join(name, f)))
     found = [f for f in files if f.endswith(".index.json")]
     if not found:
         found = [f for f in files if f.lower().endswith(CHECKPOINT_SUFFIXES)]

@@ -22,7 +22,13 @@ from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint
 from ckptctl.formats.sharded import write_sharded
 from ckptctl.model import CheckpointKind, TensorData, describe_groups
 from ckptctl.ops._migrate import migration_plan
-from ckptctl.ops.inspect import select_state_key, tied_groups, top_level_groups
+from ckptctl.ops.inspect import (
+    describe_outside,
+    outside_state_key,
+    select_state_key,
+    tied_groups,
+    top_level_groups,
+)
 from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.model import ConvertReport, PlanRow
 from ckptctl.safety import Verdict
@@ -144,9 +150,13 @@ def convert(
     out_spec = format_for_output(dst, opts.to)
     target_specs = _read_specs(opts.target) if opts.target else None
     with open_checkpoint(src) as ckpt:
-        entries = select_state_key(ckpt.entries(), opts.state_key, ckpt)
+        everything = ckpt.entries()
+        entries = select_state_key(everything, opts.state_key, ckpt)
         items, notes = run_pipeline(entries, opts.pipeline, target_specs)
         warnings: list[str | Note] = list(notes)
+        outside = outside_state_key(everything, opts.state_key)
+        if outside and opts.state_key is not None:
+            warnings.insert(0, describe_outside(outside, len(everything), opts.state_key))
         outputs = [item.entry for item in items if item.entry is not None]
         if opts.param_ids_from:
             outputs, note = _attach_param_ids(outputs, opts.param_ids_from)

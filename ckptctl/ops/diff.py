@@ -15,8 +15,9 @@ Names are matched exactly; each common tensor gets one status:
                 tolerance of B;
 ``shape``       shapes differ otherwise; values are not compared.
 
-The checkpoints are *identical* (exit 0) when both hold the same tensor names and every tensor is
-``identical``, ``equal`` or ``close``; with ``values_only`` a ``dtype`` tensor passes too.
+The checkpoints match *within tolerance* (exit 0) when both hold the same tensor names and every
+tensor is ``identical``, ``equal`` or ``close``; with ``values_only`` a ``dtype`` tensor passes
+too. They are *identical* only when every tensor is ``identical`` (the same bytes).
 
 Values are compared one tensor at a time in fixed-size chunks (``ckptctl.ops._compare``), so
 memory stays bounded whatever the file sizes.
@@ -24,7 +25,8 @@ memory stays bounded whatever the file sizes.
 JSON form (``report.diff.diff_json``), keys in this order::
 
     {"schema_version": 1, "a": str, "b": str, "format_a": str, "format_b": str,
-     "identical": bool,
+     "identical": bool,          # same names, every tensor the same bytes
+     "within_tolerance": bool,   # same names, every tensor passes (exit 0)
      "options": {"state_key": str|null, "state_key_b": str|null, "remap": [str], "adapters": [str],
                  "module_types": [str], "rtol": float, "atol": float, "values_only": bool},
      "counts": {"tensors_a", "tensors_b", "common", "only_in_a", "only_in_b", "identical", "equal",
@@ -98,7 +100,8 @@ def diff_checkpoints(
             default, ``max(DEFAULT_MAX_COMPARE_BYTES, MAX_COMPARE_RATIO * both inputs' size)``).
 
     Returns:
-        A :class:`DiffReport`; ``report.identical`` says whether they match.
+        A :class:`DiffReport`; ``report.ok`` (``within_tolerance``) says whether they match,
+        ``report.identical`` whether every tensor has the same bytes.
 
     Raises:
         InputError: a file is unreadable, corrupt or unsafe.
@@ -108,7 +111,7 @@ def diff_checkpoints(
 
     Example:
         >>> report = diff_checkpoints("model.safetensors", "model.bpk")  # doctest: +SKIP
-        >>> report.identical  # doctest: +SKIP
+        >>> report.ok  # doctest: +SKIP
         True
     """
     opts = options or DiffOptions()

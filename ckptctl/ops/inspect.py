@@ -49,6 +49,31 @@ def select_state_key(
     )
 
 
+#: How many of the tensors left outside a state key a message names.
+OUTSIDE_NAMES_SHOWN = 3
+
+
+def outside_state_key(entries: Sequence[TensorEntry], key: str | None) -> list[str]:
+    """The names of the tensors that :func:`select_state_key` leaves out (none without a key)."""
+    if key is None:
+        return []
+    prefix = key.strip(".") + "."
+    return [e.name for e in entries if not e.name.startswith(prefix)]
+
+
+def describe_outside(names: Sequence[str], total: int, key: str) -> Note:
+    """``1 of 21 tensors are outside state key 'model' (lm_head.weight)``: what a state key
+    drops, counted, with the first names."""
+    shown = ", ".join(names[:OUTSIDE_NAMES_SHOWN]) + (
+        ", ..." if len(names) > OUTSIDE_NAMES_SHOWN else ""
+    )
+    verb = "is" if len(names) == 1 else "are"
+    return Note(
+        f"{len(names)} of {total} tensors {verb} outside {{fix0}} and not written ({shown})",
+        (Option("state_key", key.strip(".")),),
+    )
+
+
 def tied_groups(entries: Sequence[TensorEntry]) -> list[list[TensorEntry]]:
     """Groups of two or more entries that are the same tensor (tied weights: one storage, same
     offset, shape, stride and dtype), each in file order."""
@@ -126,8 +151,10 @@ def list_tensors(
         )
     regex = compile_regex(pattern, "pattern") if pattern is not None else None
     with open_checkpoint(path) as ckpt:
-        entries = select_state_key(ckpt.entries(), state_key, ckpt)
+        everything = ckpt.entries()
+        entries = select_state_key(everything, state_key, ckpt)
         total = len(entries)
+        outside = outside_state_key(everything, state_key)
         if regex is not None:
             entries = [e for e in entries if regex.search(e.name)]
         rows = [_row(e) for e in entries]
@@ -149,6 +176,8 @@ def list_tensors(
             scalars=dict(ckpt.scalars),
             state_key=state_key,
             total_tensors=total,
+            file_tensors=len(everything) if outside else None,
+            outside_state_key=tuple(outside[:OUTSIDE_NAMES_SHOWN]),
             safety=ckpt.safety,
             objects=dict(ckpt.objects),
             stored=_stored(entries),

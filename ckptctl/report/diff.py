@@ -124,14 +124,22 @@ class DiffReport:
         )
 
     @property
-    def identical(self) -> bool:
-        """Same names and every common tensor passes (see the module docstring)."""
+    def within_tolerance(self) -> bool:
+        """Same names and every common tensor passes: identical bytes, equal values or values
+        within ``rtol``/``atol`` (any dtypes with ``values_only``). The CLI exits 0 exactly then.
+        """
         return not self.only_in_a and not self.only_in_b and all(map(self.passes, self.tensors))
 
     @property
+    def identical(self) -> bool:
+        """Same names and every common tensor byte for byte the same (status ``identical``);
+        values that only match within the tolerance are :attr:`within_tolerance`, not this."""
+        return self.within_tolerance and all(t.status is DiffStatus.IDENTICAL for t in self.tensors)
+
+    @property
     def ok(self) -> bool:
-        """Alias of :attr:`identical` (the CLI exits 1 when false)."""
-        return self.identical
+        """Alias of :attr:`within_tolerance` (the CLI exits 1 when false)."""
+        return self.within_tolerance
 
     @property
     def differing(self) -> tuple[TensorDiff, ...]:

@@ -75,6 +75,8 @@ def _ls(report: LsReport) -> dict[str, JSONValue]:
         out["scalars"] = dict(report.scalars)
     if report.state_key is not None:
         out["state_key"] = report.state_key
+    if report.file_tensors is not None and report.total_tensors is not None:
+        out["outside_state_key"] = report.file_tensors - report.total_tensors
     if report.safety is not None:
         out["pickle"] = to_json(report.safety)
     if report.objects:
@@ -187,6 +189,7 @@ def _diff(report: DiffReport) -> dict[str, JSONValue]:
         "format_a": report.format_a,
         "format_b": report.format_b,
         "identical": report.identical,
+        "within_tolerance": report.within_tolerance,
         "options": {
             "state_key": opts.state_key,
             "state_key_b": opts.state_key_b,

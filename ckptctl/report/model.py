@@ -59,6 +59,10 @@ class LsReport:
     scalars: Mapping[str, JSONValue] = field(default_factory=dict)
     state_key: str | None = None
     total_tensors: int | None = None
+    #: tensors in the whole file, when ``state_key`` leaves some outside (else None)
+    file_tensors: int | None = None
+    #: the first names of the tensors outside ``state_key``
+    outside_state_key: tuple[str, ...] = ()
     safety: PickleSafety | None = None
     #: plain values stored beside the tensors (epoch, lr, hyper-parameters), by key path
     objects: Mapping[str, JSONValue] = field(default_factory=dict)

@@ -78,16 +78,24 @@ def _only_lines(title: str, rows: tuple[OnlyIn, ...]) -> list[Text]:
 
 
 def verdict(report: DiffReport) -> str:
-    """The one-line conclusion, e.g. ``identical: 3 tensors ...`` or ``different: ...``."""
+    """The one-line conclusion: ``identical: 3 tensors ...`` (the same bytes), ``match within
+    rtol=..., atol=...: ...`` (values within the tolerance) or ``different: ...``."""
     opts = report.options
     tolerance = f"rtol={opts.rtol:g}, atol={opts.atol:g}"
     n = len(report.tensors)
+    noun = "tensor" if n == 1 else "tensors"
     if report.identical:
         what = (
             "names, shapes and values" if opts.values_only else "names, dtypes, shapes and values"
         )
-        noun = "tensor" if n == 1 else "tensors"
         return f"identical: {n:,} {noun}, same {what} ({tolerance})"
+    if report.within_tolerance:
+        what = "names and shapes" if opts.values_only else "names, dtypes and shapes"
+        counts = report.counts()
+        detail = ", ".join(
+            f"{counts[s]:,} {s}" for s in ("identical", "equal", "close", "dtype") if counts[s]
+        )
+        return f"match within {tolerance}: {n:,} {noun}, same {what} ({detail})"
     parts = []
     differing = len(report.differing)
     if differing:

@@ -178,7 +178,16 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
     if report.safety is not None:
         console.print(Text(f"  pickle: {sanitize(report.safety.describe())}"))
     if report.state_key is not None:
-        console.print(Text(f"  below state key {sanitize(report.state_key)!r}"))
+        below = f"  below state key {sanitize(report.state_key)!r}"
+        if report.file_tensors is not None and report.total_tensors is not None:
+            names = ", ".join(sanitize(n) for n in report.outside_state_key)
+            if report.file_tensors - report.total_tensors > len(report.outside_state_key):
+                names += ", ..."
+            below += (
+                f": {report.total_tensors:,} of {report.file_tensors:,} tensors "
+                f"(outside it: {names})"
+            )
+        console.print(Text(below))
     show_ids = any(r.param_id is not None for r in report.tensors)
     show_modules = any(r.module_type is not None for r in report.tensors)
     table = PlainTable()

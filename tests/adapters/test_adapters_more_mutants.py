@@ -94,7 +94,7 @@ def test_parse_rules_keeps_the_split_hint() -> None:
 
 
 def test_rename_describe_lists_every_rule() -> None:
-    assert Rename.parse(["^a\\.=b.", "c=$1"]).describe() == "remap ^a\\.=b.; c=$1"
+    assert Rename.parse(["^a\\.=b.", "(c)=$1"]).describe() == "remap ^a\\.=b.; (c)=$1"
     assert Rename.parse(["x=y"]).describe() == "remap x=y"
 
 

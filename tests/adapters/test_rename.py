@@ -48,14 +48,11 @@ def test_llama_rules() -> None:
 @pytest.mark.parametrize(
     ("rule", "name", "expected"),
     [
-        (r"(a)(b)=$1_x", "ab", ""),  # group named "1_x" does not exist
         (r"(a)(b)=${1}_x", "ab", "a_x"),
         (r"a=$$", "a", "$"),
-        (r"(a)=$9", "a", ""),  # unknown group number
         (r"(a)|(b)=[$2]", "a", "[]"),  # group that did not participate
         (r"(?<n>a)=${n}${n}", "a", "aa"),  # Rust named-group syntax
         (r"(?P<n>a)=$n", "a", "a"),
-        (r"(a)=\1\g<1>", "a", r"\1\g<1>"),  # Python syntax is literal text
         (r"a=${1", "a", "${1"),  # no closing brace: literal
         (r"a=$", "a", "$"),
         (r"a=b", "aaa", "bbb"),  # replace-all
@@ -69,6 +66,36 @@ def test_llama_rules() -> None:
 )
 def test_replacement_and_dialect(rule: str, name: str, expected: str) -> None:
     assert rename([rule], name) == expected
+
+
+@pytest.mark.parametrize(
+    ("rule", "message", "hint"),
+    [
+        # Burn would expand these to nothing or write them literally: refused, with the fix
+        (r"(a)(b)=$1_x", "names the group '1_x'", "write ${1}_x for group 1 followed by '_x'"),
+        (r"(?<n>a)=$n_", "names the group 'n_'", "write ${n}_ for group n"),
+        (r"(a)=$9", "names the group '9', which the pattern does not have", "groups are $1"),
+        (r"(a)(b)=${3}", "names the group '3'", "groups are $1 to $2"),
+        (r"a=$x", "names the group 'x'", "the pattern has no groups"),
+        (r"^layers\.(\d)=L\1", "writes a group as '\\1'", "not \\1: 'L${1}'"),
+        (r"(a)=\g<1>", "writes a group as '\\g<1>'", "'${1}'"),
+        (r"^fc\.=fc1\.", "the replacement has a backslash", "write '.' for a dot"),
+    ],
+)
+def test_replacements_that_cannot_mean_it_are_refused(rule: str, message: str, hint: str) -> None:
+    with pytest.raises(SelectionError) as info:
+        parse_rules(["a=b", rule])
+    assert info.value.message.startswith("rule #2 ")
+    assert message in info.value.message
+    assert hint in str(info.value.hint)
+
+
+def test_the_engine_still_expands_like_rust() -> None:
+    """Refusing happens in RemapRule; the engine keeps Rust's expansion (the parity tests)."""
+    regex = compile_pattern("(a)(b)")
+    assert replace_all(regex, "ab", "$1_x") == ""
+    assert replace_all(regex, "ab", "$9") == ""
+    assert replace_all(regex, "ab", r"\1") == r"\1"
 
 
 def test_empty_matches_skip_like_rust() -> None:

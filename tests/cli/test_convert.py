@@ -369,5 +369,14 @@ def test_nested_source_without_state_key_warns(run_cli, tmp_path):
     assert result.code == 0
     assert "warning: the source is a nested checkpoint" in result.stderr
     assert "'model' (4), 'optimizer' (12)" in " ".join(result.stderr.split())  # unwrap
-    quiet = run_cli("convert", src, tmp_path / "model.safetensors", "--state-key", "model")
-    assert "warning" not in quiet.stderr
+    model = run_cli("convert", src, tmp_path / "model.safetensors", "--state-key", "model")
+    assert "nested checkpoint" not in model.stderr
+    # what stays outside the key is counted, never dropped without a word (#30)
+    assert warnings_of(model.stderr) == [
+        "warning: 12 of 16 tensors are outside --state-key model and not written "
+        "(optimizer.state.0.step, optimizer.state.0.exp_avg, optimizer.state.0.exp_avg_sq, ...)"
+    ]
+
+
+def warnings_of(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("warning:")]
