@@ -126,6 +126,8 @@ def diff_checkpoints(
         by_name_b = {e.name: e for e in entries_b}
         total = sum(e.nbytes for e in outputs if e.name in by_name_b)
         pairs = [(e, by_name_b[e.name]) for e in outputs if e.name in by_name_b]
+        if opts.progress is not None:
+            opts.progress(0, total)  # the bar knows its end before the first comparison
         rows: list[TensorDiff] = []
         for (entry, _), row in zip(pairs, _compare_all(pairs, opts, jobs), strict=True):
             rows.append(row)

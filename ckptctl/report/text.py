@@ -344,7 +344,14 @@ def _reason_key(note: str | None) -> str:
     return note
 
 
-_PAST = {"rename": "renamed", "transpose": "transposed", "cast": "cast", "custom": "adapted"}
+#: the kinds of change in the order the summary line counts them (always this order)
+_PAST = {"transpose": "transposed", "rename": "renamed", "cast": "cast", "custom": "adapted"}
+
+
+def _ordered(changed: Counter[str]) -> list[str]:
+    """The kinds of change in ``_PAST``'s order, then any others by name: a line that does not
+    depend on which tensor came first."""
+    return [k for k in _PAST if k in changed] + sorted(k for k in changed if k not in _PAST)
 
 
 def render_convert(report: ConvertReport, console: Console) -> None:
@@ -387,7 +394,9 @@ def render_convert(report: ConvertReport, console: Console) -> None:
                 f"wrote {sanitize(report.destination)} ({report.destination_format}): "
                 f"{written} tensor{'' if written == 1 else 's'}, "
                 f"{human_bytes(report.bytes_written)}"
-                + "".join(f", {n} {_PAST.get(kind, kind)}" for kind, n in changed.items())
+                + "".join(
+                    f", {changed[kind]} {_PAST.get(kind, kind)}" for kind in _ordered(changed)
+                )
                 + (f", {dropped} left out" if dropped else "")
             )
         )

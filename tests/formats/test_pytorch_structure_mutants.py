@@ -177,7 +177,7 @@ def test_module_state_with_a_slot_dict_is_a_module() -> None:
     state = (module_state({"weight": w}), {"cache": tensor(ref("1"))})
     analysis = run(stub("model.Net", state))
     assert analysis.kind == CheckpointKind.MODULE
-    assert analysis.notes == ["a pickled Net object, not a state_dict"]
+    assert analysis.notes == ["a pickled Net object, listed with its state_dict() names"]
     assert [(f.name, f.tensor, f.module_type) for f in analysis.found] == [("weight", w, "Net")]
 
 

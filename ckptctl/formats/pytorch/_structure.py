@@ -258,7 +258,7 @@ def analyse(parsed: Parsed) -> Analysis:
         top = 0
     elif module_class is not None:
         kind = CheckpointKind.MODULE
-        notes.append(f"a pickled {_short(module_class)} object, not a state_dict")
+        notes.append(f"a pickled {_short(module_class)} object, listed with its state_dict() names")
         top = 0
     elif isinstance(root, TensorRef | StorageRef):
         kind = CheckpointKind.TENSOR

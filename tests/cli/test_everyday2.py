@@ -1,0 +1,177 @@
+"""Everyday use, round two (issue 30, items 6-10). Each test failed before the change it covers."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from tests.conftest import VALID
+
+
+@pytest.fixture
+def small(tmp_path):
+    """One square attention weight, three non-square MLP weights, a norm, one metadata entry."""
+    tensors = {
+        "layers.0.attn.q_proj.weight": np.zeros((8, 8), "<f4"),
+        "layers.0.mlp.up.weight": np.zeros((16, 8), "<f4"),
+        "layers.0.mlp.down.weight": np.zeros((8, 16), "<f4"),
+        "layers.0.input_layernorm.weight": np.ones(8, "<f4"),
+    }
+    path = tmp_path / "small.safetensors"
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    return path
+
+
+# --- item 10: small things ------------------------------------------------------------------
+
+
+def test_the_progress_bar_speaks_one_unit_system_and_never_shows_a_question_mark():
+    from rich.console import Console
+
+    from ckptctl.cli._options import byte_progress
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=120, color_system=None)
+    with byte_progress(console, "writing x.bpk") as advance:
+        console.file.write("")  # the bar starts with no total
+        advance(0, 1_070_700_000)
+        advance(142_606_336, 1_070_700_000)
+    text = out.getvalue()
+    assert "0/?" not in text
+    assert "?" not in text.replace("\x1b[?25l", "").replace("\x1b[?25h", "")
+    assert " MB" not in text
+    assert "MB/s" not in text
+    assert "136.0 MiB/1021.1 MiB" in text
+    assert "1,021" not in text
+
+
+def test_convert_tells_the_progress_bar_its_end_before_reading(small, tmp_path):
+    from ckptctl.ops.convert import ConvertOptions, convert
+
+    calls: list[tuple[int, int | None]] = []
+    convert(
+        small,
+        tmp_path / "o.safetensors",
+        ConvertOptions(progress=lambda n, t: calls.append((n, t))),
+    )
+    assert calls[0] == (0, sum(n for n, _ in calls))
+
+
+def test_the_counts_of_changes_come_in_one_order(run_cli, tmp_path):
+    # a file whose first changed tensor is a renamed norm, and one whose first is transposed
+    first_norm = {"a.norm.weight": np.ones(4, "<f4"), "b.fc.weight": np.zeros((4, 2), "<f4")}
+    first_fc = {"b.fc.weight": np.zeros((4, 2), "<f4"), "a.norm.weight": np.ones(4, "<f4")}
+    lines = []
+    for i, tensors in enumerate((first_norm, first_fc)):
+        src = tmp_path / f"s{i}.safetensors"
+        save_file(tensors, str(src))
+        result = run_cli("convert", src, tmp_path / f"o{i}.bpk", "-a", "pytorch-to-burn")
+        assert result.code == 0, result.stderr
+        lines.append(result.stderr.splitlines()[-1].split(", ", 2)[-1])
+    assert lines == ["1 transposed, 1 renamed", "1 transposed, 1 renamed"]
+
+
+def test_metadata_that_is_lost_is_named_in_good_grammar(run_cli, small, tmp_path):
+    result = run_cli("convert", small, tmp_path / "o.pt")
+    assert result.code == 0
+    assert (
+        "warning: metadata entry 'format' is not kept: a .pt state_dict has none" in result.stderr
+    )
+    many = tmp_path / "many.safetensors"
+    save_file({"x": np.zeros(2, "<f4")}, str(many), metadata={"a": "1", "b": "2"})
+    again = run_cli("convert", many, tmp_path / "m.pt")
+    assert "warning: 2 metadata entries are not kept ('a', 'b'):" in again.stderr
+
+
+def test_only_square_weights_are_counted_as_square(run_cli, tmp_path):
+    gpt = tmp_path / "gpt.safetensors"
+    save_file(
+        {
+            "h.0.attn.c_attn.weight": np.zeros((8, 24), "<f4"),
+            "h.0.attn.c_proj.weight": np.zeros((8, 8), "<f4"),
+            "h.0.mlp.c_fc.weight": np.zeros((8, 32), "<f4"),
+            "h.0.mlp.c_proj.weight": np.zeros((32, 8), "<f4"),
+        },
+        str(gpt),
+    )
+    result = run_cli("convert", gpt, tmp_path / "g.bpk", "-a", "pytorch-to-burn")
+    assert result.code == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert lines == [
+        "warning: 1 square weight typed by name only (c_proj): confirm with --module-type",
+        "warning: 3 Conv1D weights typed by name only (c_attn, c_fc, c_proj): "
+        "confirm with --module-type",
+    ]
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("inspect", "ls"), ("info", "ls"), ("show", "ls")])
+def test_commands_other_tools_have_get_did_you_mean(run_cli, typed, meant):
+    result = run_cli(typed, "x")
+    assert result.code == 2
+    assert f"No such command '{typed}'. Did you mean '{meant}'?" in result.stderr
+
+
+def test_adapter_names_and_output_extensions_get_did_you_mean(run_cli, small, tmp_path):
+    adapter = run_cli("convert", small, tmp_path / "o.bpk", "-a", "pytorch2burn")
+    assert adapter.code == 2
+    assert "unknown adapter 'pytorch2burn'; did you mean 'pytorch-to-burn'?" in adapter.stderr
+    ext = run_cli("convert", small, tmp_path / "out.safetensor")
+    assert ext.code == 2
+    assert f"did you mean '{tmp_path / 'out.safetensors'}'?" in ext.stderr
+
+
+def test_ls_of_a_whole_model_says_not_a_state_dict_once(run_cli):
+    result = run_cli("ls", VALID / "pytorch" / "module.pt")
+    assert result.code == 0
+    assert result.stdout.count("not a state_dict") == 1
+    assert "FixtureNet" in result.stdout
+
+
+def test_a_missing_output_directory_is_named(run_cli, small, tmp_path):
+    result = run_cli("convert", small, tmp_path / "nodir" / "x.bpk")
+    assert result.code == 5
+    assert f"the directory '{tmp_path / 'nodir'}' does not exist" in result.stderr
+    assert "No such file or directory" not in result.stderr
+
+
+def test_verify_says_what_a_non_checkpoint_is(run_cli, tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text('{"hidden_size": 8}')
+    result = run_cli("verify", config)
+    assert result.code == 1
+    assert f"FAIL {config} (a JSON file, not a checkpoint)" in result.stdout
+    assert "unreadable" not in result.stdout
+    assert json.loads(run_cli("verify", config, "--json").stdout)["files"][0]["format"] is None
+
+
+# --- item 8: one regex dialect, patterns quoted as typed -----------------------------------
+
+
+def test_every_pattern_option_takes_the_same_rust_dialect(run_cli, small, tmp_path):
+    lookbehind = run_cli("ls", small, "--filter", r"(?<=layers\.)0")
+    refused = run_cli("convert", small, tmp_path / "o.bpk", "--include", r"(?<=layers\.)0")
+    assert lookbehind.code == refused.code == 2
+    assert "Rust regex (Burn) does not support" in lookbehind.stderr
+    assert "Rust regex (Burn) does not support" in refused.stderr
+    # Rust syntax Python's re lacks works in ls too, as in convert
+    rust_only = run_cli("ls", small, "--filter", r"q\x{5f}proj", "--json")
+    assert rust_only.code == 0, rust_only.stderr
+    names = [t["name"] for t in json.loads(rust_only.stdout)["tensors"]]
+    assert names == ["layers.0.attn.q_proj.weight"]
+
+
+def test_patterns_in_messages_are_quoted_as_typed(run_cli, small, tmp_path):
+    rule = r"model\.layers\.(\d+"
+    result = run_cli("remap", small, tmp_path / "o.safetensors", "--rule", rule)
+    assert result.code == 2
+    assert f"remap rule '{rule}' has no '='" in result.stderr
+    assert "\\\\" not in result.stderr
+    bad = run_cli("ls", small, "--filter", r"(\d+")
+    assert bad.code == 2
+    assert r"'(\d+'" in bad.stderr
+    assert "\\\\" not in bad.stderr
+    assert "--filter" in bad.stderr
