@@ -9,10 +9,13 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 from ckptctl.fix import Option, spell
+from ckptctl.model import TRUNCATED_KEY
 from ckptctl.report.render_summary import render_summary
 from ckptctl.report.sanitize import sanitize
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from rich.console import Console
     from rich.table import Table
 
@@ -242,8 +245,8 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
         values = PlainTable()
         values.add_column("object")
         values.add_column("value")
-        for key, value in report.objects.items():
-            values.add_row(sanitize(key), sanitize(json.dumps(value, default=str)))
+        for path, plain in _flat_objects(report.objects):
+            values.add_row(sanitize(path), sanitize(_short_value(plain)))
         print_table(console, values)
     if report.scalars:
         console.print()
@@ -253,6 +256,35 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
         for key, value in report.scalars.items():
             sc.add_row(sanitize(key), sanitize(json.dumps(value)))
         print_table(console, sc)
+
+
+#: The text table shows lists up to this many items and text up to this many characters
+#: (``ls --json`` has the whole values).
+_SHOWN_ITEMS = 8
+_SHOWN_TEXT = 80
+
+
+def _flat_objects(objects: Mapping[str, JSONValue], prefix: str = "") -> list[tuple[str, object]]:
+    """``ls``'s object rows: nested mappings as dotted key paths (``optim.param_groups.0.lr``)."""
+    rows: list[tuple[str, object]] = []
+    for key, value in objects.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and TRUNCATED_KEY not in value and value:
+            rows += _flat_objects(value, path + ".")
+        else:
+            rows.append((path, value))
+    return rows
+
+
+def _short_value(value: object) -> str:
+    """One value as the text table shows it: long lists by their length, long text cut."""
+    if isinstance(value, dict) and TRUNCATED_KEY in value:
+        full = value[TRUNCATED_KEY]
+        return f"<{full} items>" if isinstance(value.get("head"), list) else f"<{full} characters>"
+    if isinstance(value, list) and len(value) > _SHOWN_ITEMS:
+        return f"<{len(value)} items>"
+    text = json.dumps(value, default=str)
+    return text if len(text) <= _SHOWN_TEXT else text[: _SHOWN_TEXT - 1] + "…"
 
 
 def render_header(report: HeaderReport, console: Console, *, all_regions: bool = False) -> None:

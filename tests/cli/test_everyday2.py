@@ -175,3 +175,74 @@ def test_patterns_in_messages_are_quoted_as_typed(run_cli, small, tmp_path):
     assert r"'(\d+'" in bad.stderr
     assert "\\\\" not in bad.stderr
     assert "--filter" in bad.stderr
+
+
+# --- item 7: ls --json keeps the nesting and whole values -----------------------------------
+
+
+@pytest.fixture
+def hparams(tmp_path):
+    """A plain pickle of a dict with hyper-parameters: a short list, a long list, long text."""
+    import pickle
+
+    value = {
+        "hyper_parameters": {
+            "lr": 0.1,
+            "params": list(range(21)),
+            "schedule": list(range(5000)),
+            "notes": "x" * 10_000,
+        },
+        "epoch": 2,
+    }
+    path = tmp_path / "hp.pkl"
+    path.write_bytes(pickle.dumps(value, protocol=2))
+    return path
+
+
+def test_ls_json_keeps_the_nesting_and_whole_values(run_cli, hparams):
+    from ckptctl.formats.pytorch._structure import MAX_OBJECT_LIST, MAX_OBJECT_TEXT
+
+    report = json.loads(run_cli("ls", hparams, "--json").stdout)
+    hp = report["objects"]["hyper_parameters"]  # jq '.objects.hyper_parameters'
+    assert hp["lr"] == 0.1
+    assert hp["params"] == list(range(21))
+    assert hp["schedule"] == {"$truncated": 5000, "head": list(range(MAX_OBJECT_LIST))}
+    assert hp["notes"] == {"$truncated": 10_000, "head": "x" * MAX_OBJECT_TEXT}
+    assert report["objects"]["epoch"] == 2
+    assert "hyper_parameters.lr" not in report["objects"]
+
+
+def test_ls_text_still_shows_objects_one_per_row_and_short(run_cli, hparams):
+    rows = [" ".join(line.split()) for line in run_cli("ls", hparams).stdout.splitlines()]
+    assert "hyper_parameters.lr 0.1" in rows
+    assert "hyper_parameters.params <21 items>" in rows
+    assert "hyper_parameters.notes <10000 characters>" in rows
+
+
+def test_objects_past_the_count_limit_are_counted(tmp_path):
+    import pickle
+
+    from ckptctl.formats import open_checkpoint
+    from ckptctl.formats.pytorch._structure import MAX_OBJECTS
+
+    path = tmp_path / "many.pkl"
+    path.write_bytes(pickle.dumps({f"k{i}": i for i in range(MAX_OBJECTS + 3)}, protocol=2))
+    with open_checkpoint(path) as ckpt:
+        assert ckpt.objects["$omitted"] == 3
+        assert len(ckpt.objects) == MAX_OBJECTS + 1
+
+
+def test_objects_are_bounded_in_total(tmp_path):
+    import pickle
+
+    from ckptctl.formats import open_checkpoint
+    from ckptctl.formats.pytorch._structure import MAX_OBJECT_BYTES
+
+    text = ["y" * 4000] * 1000  # one list, memoised: a few KiB of pickle, 4 MB of values
+    path = tmp_path / "memo.pkl"
+    path.write_bytes(pickle.dumps({f"k{i}": text for i in range(50)}, protocol=2))
+    assert path.stat().st_size < 100_000
+    with open_checkpoint(path) as ckpt:
+        kept = len(json.dumps(dict(ckpt.objects)))
+        assert kept <= MAX_OBJECT_BYTES * 1.1
+        assert ckpt.objects["$omitted"] > 0
