@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "remap": ("ckptctl.cli.remap", "Rename tensors by ordered regex rules."),
     "diff": ("ckptctl.cli.diff", "Compare two checkpoints, across formats."),
     "verify": ("ckptctl.cli.verify", "Check checkpoints for CI: readable, safe, loadable."),
+    "man": ("ckptctl.cli.man", "Show the manual page of ckptctl or of a command."),
 }
 
 #: names other tools give these commands → ours, for "Did you mean"

@@ -246,3 +246,66 @@ def test_objects_are_bounded_in_total(tmp_path):
         kept = len(json.dumps(dict(ckpt.objects)))
         assert kept <= MAX_OBJECT_BYTES * 1.1
         assert ckpt.objects["$omitted"] > 0
+
+
+# --- item 6: the manual pages work in an editable install too -------------------------------
+
+
+def test_man_prints_the_committed_page(run_cli):
+    from tests.conftest import REPO
+
+    result = run_cli("man", "verify")
+    assert result.code == 0, result.stderr
+    assert result.stdout == (REPO / "man" / "ckptctl-verify.1").read_text(encoding="utf-8")
+    assert run_cli("man").stdout == (REPO / "man" / "ckptctl.1").read_text(encoding="utf-8")
+    listed = run_cli("man", "--list").stdout.split()
+    assert listed == sorted({p.stem for p in (REPO / "man").glob("*.1")}, key=listed.index)
+
+
+def test_man_finds_its_pages_in_an_installed_package_alone(tmp_path):
+    """Only the package, as site-packages holds it: no man/ directory, no share/man."""
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    site = tmp_path / "site"
+    shutil.copytree(
+        REPO / "ckptctl", site / "ckptctl", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), "NO_COLOR": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "ckptctl", "man", "verify"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (REPO / "man" / "ckptctl-verify.1").read_text(encoding="utf-8")
+
+
+def test_man_opens_the_page_in_man_on_a_terminal(run_cli, monkeypatch):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import REPO
+
+    shown: list[str] = []
+
+    def fake_run(args, check):
+        shown.append(Path(args[-1]).read_text(encoding="utf-8"))
+        return subprocess.CompletedProcess(args, 0)
+
+    monkeypatch.setattr("ckptctl.cli.man.shutil.which", lambda name: "/usr/bin/man")
+    monkeypatch.setattr("ckptctl.cli.man.subprocess.run", fake_run)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    result = run_cli("man", "ls")
+    assert result.code == 0
+    assert shown == [(REPO / "man" / "ckptctl-ls.1").read_text(encoding="utf-8")]
+
+
+def test_man_of_an_unknown_command_is_a_usage_error(run_cli):
+    result = run_cli("man", "lss")
+    assert result.code == 2
+    assert "no manual page for 'lss'" in result.stderr
+    assert "did you mean 'ls'?" in result.stderr
