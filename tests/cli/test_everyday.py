@@ -96,8 +96,8 @@ def test_a_narrow_terminal_shortens_names_not_numbers():
     assert narrow[1].endswith("  16,777,216")
     assert "…" in narrow[1]
     assert len(narrow[1]) <= 30
-    assert narrow[1].startswith("model.l")
-    assert "weight" in narrow[1]
+    assert narrow[1].startswith("mode")
+    assert "q_proj.weight  " in narrow[1]  # the distinguishing tail, whole (issue 30)
 
 
 # --- exit codes, errors and conventions -----------------------------------------------------

@@ -309,3 +309,72 @@ def test_man_of_an_unknown_command_is_a_usage_error(run_cli):
     assert result.code == 2
     assert "no manual page for 'lss'" in result.stderr
     assert "did you mean 'ls'?" in result.stderr
+
+
+# --- item 9: narrow terminals ---------------------------------------------------------------
+
+
+@pytest.fixture
+def llama_names(tmp_path):
+    tensors = {}
+    for i in (0, 11):
+        prefix = f"state_dict.model.layers.{i}."
+        tensors[prefix + "input_layernorm.weight"] = np.ones(4096, "<f2")
+        tensors[prefix + "post_attention_layernorm.weight"] = np.ones(4096, "<f2")
+        tensors[prefix + "self_attn.q_proj.weight"] = np.ones((64, 64), "<f2")
+    path = tmp_path / "narrow.safetensors"
+    save_file(tensors, str(path))
+    return path
+
+
+def _terminal(width: int):
+    from rich.console import Console
+
+    out = io.StringIO()
+    return out, Console(file=out, width=width, force_terminal=True, color_system=None)
+
+
+def test_ls_at_70_columns_keeps_what_tells_rows_apart(llama_names):
+    from ckptctl.ops.inspect import list_tensors
+    from ckptctl.report.text import render_ls
+
+    out, console = _terminal(70)
+    render_ls(list_tensors(llama_names), console)
+    lines = out.getvalue().splitlines()
+    assert all(len(line) <= 70 for line in lines), lines
+    start = next(i for i, line in enumerate(lines) if line.startswith("name "))
+    table = lines[start : lines.index("", start)]
+    names = [line.split("  ")[0] for line in table if line.strip() and not line.startswith(" ")]
+    # every row is told apart: by its whole tail or, folded, by the whole name
+    assert len(set(names)) == 6 + 1  # six names and the header
+    for i in (0, 11):
+        assert any(f"{i}.input_layernorm.weight" in n for n in names), names
+        assert any(f"{i}.self_attn.q_proj.weight" in n for n in names), names
+        assert f"state_dict.model.layers.{i}.post_attention_layernorm.weight" in names
+    rows = [line for line in table if line.startswith(" ")]  # a folded name's cells
+    assert rows
+    assert all(line.rstrip().endswith("8.0 KiB") for line in rows)
+
+
+def test_dry_run_plans_fit_the_terminal(llama_names, tmp_path):
+    from ckptctl.ops.convert import ConvertOptions, convert
+    from ckptctl.report.text import render_convert
+
+    options = ConvertOptions(
+        adapters=("pytorch-to-burn",),
+        remap=(r"^state_dict\.model\.=",),
+        dry_run=True,
+    )
+    report = convert(llama_names, tmp_path / "n.bpk", options)
+    out, console = _terminal(70)
+    render_convert(report, console)
+    lines = out.getvalue().splitlines()
+    assert all(len(line) <= 70 for line in lines), [line for line in lines if len(line) > 70]
+    assert "  → layers.0.post_attention_layernorm.gamma  F16 [4096]" in lines
+    assert "      layers.0.input_layernorm.weight: rule #1 '^state_dict\\.model\\.='" in lines
+    # piped, the plan is not folded: one line per tensor and action, for grep
+    piped = io.StringIO()
+    from rich.console import Console
+
+    render_convert(report, Console(file=piped, width=70, soft_wrap=True, no_color=True))
+    assert any(len(line) > 70 for line in piped.getvalue().splitlines())
