@@ -279,6 +279,12 @@ def atomic_write(
             hint=Note("pass {fix0} to overwrite it", (Option("force"),)),
         )
     directory = os.path.dirname(os.path.abspath(dest))
+    if not os.path.exists(directory):
+        raise OutputError(
+            f"cannot write: the directory '{os.path.dirname(dest)}' does not exist",
+            path=dest,
+            hint="create it first, or write somewhere else",
+        )
     mode = _mode_for(dest)
     try:
         fd, tmp = tempfile.mkstemp(prefix=".ckptctl-", suffix=".tmp", dir=directory)

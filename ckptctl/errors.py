@@ -16,6 +16,14 @@ if TYPE_CHECKING:
     from ckptctl.safety import PickleSafety
 
 
+def quote(text: str) -> str:
+    """``'model\\.(\\d+)'``: user text (a pattern, a rule) quoted as the user typed it.
+
+    ``repr`` would double every backslash, so a message would show a regex the user never wrote.
+    """
+    return f"'{text}'" if "'" not in text else f'"{text}"'
+
+
 class ExitCode(IntEnum):
     """Process exit codes: public interface, documented under EXIT STATUS in ckptctl(1)."""
 

@@ -13,8 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable  # noqa: TC003  # the ContextVar's type, at runtime
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["SPELLER", "Command", "Note", "Option", "spell"]
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["SPELLER", "Command", "Note", "Option", "closest", "spell"]
 
 
 @dataclass(frozen=True)
@@ -77,3 +81,22 @@ class Note:
         for i, fix in enumerate(self.fixes):
             out = out.replace(f"{{fix{i}}}", spell(fix))
         return out
+
+
+def _normal(word: str) -> str:
+    # "pytorch2burn", "PyTorch_to_Burn" and "pytorch-to-burn" are one spelling
+    return word.strip().lower().replace("_", "-").replace("2", "-to-").replace("--", "-")
+
+
+def closest(word: str, candidates: Iterable[str], *, cutoff: float = 0.6) -> str | None:
+    """The candidate ``word`` most likely misspells ("Did you mean"), or None.
+
+    Example:
+        >>> closest("pytorch2burn", ["pytorch-to-burn", "burn-to-pytorch", "half"])
+        'pytorch-to-burn'
+    """
+    import difflib
+
+    by_normal = {_normal(c): c for c in candidates}
+    found = difflib.get_close_matches(_normal(word), list(by_normal), n=1, cutoff=cutoff)
+    return by_normal[found[0]] if found else None

@@ -29,6 +29,11 @@ JSONValue: TypeAlias = Any
 #: and, when known, the bytes of every tensor the operation goes through.
 Progress: TypeAlias = Callable[[int, "int | None"], None]
 
+#: In ``Checkpoint.objects``: the marker of a value cut at its size limit
+#: (``{"$truncated": FULL_LENGTH, "head": FIRST_PART}``), and the key counting values not kept.
+TRUNCATED_KEY = "$truncated"
+OMITTED_KEY = "$omitted"
+
 
 class StrEnum(str, Enum):
     """An enum whose members are their string values (in JSON, f-strings and comparisons)."""
@@ -374,8 +379,11 @@ class Checkpoint(Mapping[str, TensorEntry]):
         notes: human-readable facts about the structure (where tensors hide, aliasing).
         structure: where the tensors are (pickle-based formats), None elsewhere.
         sharding: the index and shards of a sharded checkpoint, None for one file.
-        objects: plain values stored beside the tensors (``epoch``, ``optimizer.param_groups.0.lr``,
-            hyper-parameters), bounded; pickle-based formats only.
+        objects: plain values stored beside the tensors (``epoch``, hyper-parameters, the
+            optimizer's ``param_groups``), nested as in the checkpoint (one mapping per
+            container; list items by index), whole up to documented limits (a longer value is
+            ``{"$truncated": LENGTH, "head": ...}``, values past the count limit are counted
+            under ``$omitted``); pickle-based formats only.
         safety: the pickle safety verdict (pickle-based formats), None for other formats.
     """
 

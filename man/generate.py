@@ -1,8 +1,8 @@
 """Generate ``man/ckptctl.1`` and ``man/ckptctl-<command>.1`` from the click command tree.
 
 Run ``python man/generate.py`` after changing a command; ``tests/test_docs.py`` fails while the
-committed pages differ from what this script writes. Sections: NAME, SYNOPSIS, DESCRIPTION,
-OPTIONS, EXIT STATUS, EXAMPLES (taken from the ``Examples:`` block of each command's help).
+committed pages differ from what this script writes. The pages are rendered by
+``ckptctl.cli._manpage`` (``ckptctl man COMMAND`` shows the same page from the installed package).
 """
 
 from __future__ import annotations
@@ -10,123 +10,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import click
-
-from ckptctl._version import __version__
-from ckptctl.cli import COMMANDS, cli
+from ckptctl.cli._manpage import render_pages
 
 MAN_DIR = Path(__file__).resolve().parent
-DATE = "2026"
-
-EXIT_STATUS = [
-    ("0", "Success; for diff: identical; for verify: every check passed."),
-    ("1", "verify found a problem, or diff found differences."),
-    ("2", "Usage error: bad option, unknown tensor or adapter name, bad rule."),
-    ("3", "Input unreadable, corrupt, unsafe, or not a checkpoint."),
-    ("4", "Valid input that uses a feature ckptctl does not support."),
-    ("5", "Output cannot be written: exists without --force, is the input, disk full."),
-    ("70", "Internal error: a bug in ckptctl (--debug shows the traceback)."),
-    ("130", "Interrupted."),
-]
-
-
-def _esc(text: str) -> str:
-    """Escape text for roff: backslashes, leading dots and quotes, hyphens in options."""
-    text = text.replace("\\", "\\e").replace("-", "\\-")
-    lines = []
-    for line in text.split("\n"):
-        if line.startswith((".", "'")):
-            line = "\\&" + line
-        lines.append(line)
-    return "\n".join(lines)
-
-
-def _split_help(help_text: str) -> tuple[list[str], list[str]]:
-    """Split a command's help into description paragraphs and example lines."""
-    body, _, examples = help_text.partition("Examples:")
-    paragraphs = [
-        " ".join(line.strip() for line in p.strip().splitlines() if line.strip() != "\b")
-        for p in body.split("\n\n")
-    ]
-    paragraphs = [p for p in paragraphs if p]
-    example_lines = [line.strip() for line in examples.splitlines() if line.strip()]
-    return paragraphs, example_lines
-
-
-def _options(command: click.Command, ctx: click.Context) -> list[tuple[str, str]]:
-    rows = []
-    for param in command.get_params(ctx):
-        if not isinstance(param, click.Option):
-            continue
-        record = param.get_help_record(ctx)
-        if record is not None:
-            rows.append(record)
-    return rows
-
-
-def _page(name: str, title: str, summary: str, command: click.Command, ctx: click.Context) -> str:
-    paragraphs, examples = _split_help(command.help or "")
-    usage = " ".join(command.collect_usage_pieces(ctx))
-    out = [
-        f'.TH "{title.upper()}" "1" "{DATE}" "ckptctl {__version__}" "ckptctl manual"',
-        ".SH NAME",
-        f"{_esc(title)} \\- {_esc(summary)}",
-        ".SH SYNOPSIS",
-        f".B {_esc(name)}\n{_esc(usage)}",
-        ".SH DESCRIPTION",
-    ]
-    for paragraph in paragraphs:
-        out += [".PP", _esc(paragraph)]
-    existing = cli.list_commands(ctx)
-    if isinstance(command, click.Group):
-        out.append(".SH COMMANDS")
-        for sub in existing:
-            sub_help = COMMANDS[sub][1]
-            out += [".TP", f".B {_esc(sub)}", f"{_esc(sub_help)} See \\fBckptctl\\-{sub}\\fR(1)."]
-    out.append(".SH OPTIONS")
-    for flags, help_text in _options(command, ctx):
-        out += [".TP", f".B {_esc(flags)}", _esc(help_text)]
-    out.append(".SH EXIT STATUS")
-    for code, meaning in EXIT_STATUS:
-        out += [".TP", f".B {code}", _esc(meaning)]
-    if examples:
-        out += [
-            ".SH EXAMPLES",
-            ".PP",
-            "The files named below are the fixtures of a ckptctl source checkout; the test suite "
-            "runs every example.",
-        ]
-        for line in examples:
-            out += [".PP", f".nf\n{_esc(line)}\n.fi"]
-    out += [".SH SEE ALSO"]
-    others = [f"\\fBckptctl\\-{s}\\fR(1)" for s in existing if f"ckptctl-{s}" != title]
-    if title != "ckptctl":
-        others.insert(0, "\\fBckptctl\\fR(1)")
-    out.append(", ".join(others))
-    return "\n".join(out) + "\n"
-
-
-def render_pages() -> dict[str, str]:
-    """Every page's file name and roff text, as this script would write them now."""
-    root_ctx = click.Context(cli, info_name="ckptctl", **cli.context_settings)
-    pages = {
-        "ckptctl.1": _page(
-            "ckptctl",
-            "ckptctl",
-            "inspect, verify and convert deep-learning checkpoints",
-            cli,
-            root_ctx,
-        )
-    }
-    for sub, (_, summary) in COMMANDS.items():
-        command = cli.get_command(root_ctx, sub)
-        if command is None:
-            continue
-        ctx = click.Context(command, info_name=f"ckptctl {sub}", parent=root_ctx)
-        pages[f"ckptctl-{sub}.1"] = _page(
-            f"ckptctl {sub}", f"ckptctl-{sub}", summary.rstrip("."), command, ctx
-        )
-    return pages
 
 
 def main() -> None:

@@ -540,7 +540,7 @@ def test_atomic_write_error_texts(tmp_path):
     nowhere = tmp_path / "no-such-dir" / "out.bin"
     with pytest.raises(OutputError) as info, _io.atomic_write(nowhere):
         pass
-    assert info.value.message == f"cannot write: {os.strerror(errno.ENOENT)}"
+    assert info.value.message == f"cannot write: the directory '{nowhere.parent}' does not exist"
     assert info.value.path == str(nowhere)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
 
 from ckptctl.errors import SelectionError
-from ckptctl.fix import Note, Option
+from ckptctl.fix import Note, Option, closest
 from ckptctl.model import StrEnum
 
 if TYPE_CHECKING:
@@ -258,8 +258,9 @@ def parse_adapter(spec: str, context: AdapterContext | None = None) -> Adapter:
         return HalfPrecision(dict(ctx.decisions))
     if name.startswith("cast:"):
         return Cast.parse(spec.strip()[5:])
+    guess = closest(name, ADAPTER_NAMES)
     raise SelectionError(
-        f"unknown adapter {spec!r}",
+        f"unknown adapter {spec!r}" + (f"; did you mean {guess!r}?" if guess else ""),
         hint="valid adapters: " + ", ".join(ADAPTER_NAMES),
     )
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ckptctl.adapters.rename import compile_pattern
-from ckptctl.errors import SelectionError
+from ckptctl.errors import SelectionError, quote
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -137,7 +137,8 @@ def parse_module_rules(texts: Iterable[str]) -> tuple[ModuleRule, ...]:
         pattern, sep, type_name = text.rpartition("=")
         if not sep or not pattern:
             raise SelectionError(
-                f"module rule #{number} {text!r} is not REGEX=Type", hint="e.g. 'fc\\d+=Linear'"
+                f"module rule #{number} {quote(text)} is not REGEX=Type",
+                hint="e.g. 'fc\\d+=Linear'",
             )
         rules.append(ModuleRule(pattern, type_name, number))
     return tuple(rules)
@@ -152,7 +153,9 @@ def module_rules_from_mapping(mapping: Mapping[str, object]) -> tuple[ModuleRule
     rules = []
     for number, (pattern, type_name) in enumerate(mapping.items(), start=1):
         if not isinstance(type_name, str):
-            raise SelectionError(f"module rule #{number} {pattern!r}: the type must be a string")
+            raise SelectionError(
+                f"module rule #{number} {quote(pattern)}: the type must be a string"
+            )
         rules.append(ModuleRule(pattern, type_name, number))
     return tuple(rules)
 

@@ -132,13 +132,17 @@ def _short_names(entries: list[TensorEntry]) -> str:
 def _uncertain(entries: list[TensorEntry], decisions: Mapping[str, Decision]) -> list[str | Note]:
     """One warning per kind of decision the layout adapters may get wrong, with a count."""
     square, untyped, norms = [], [], []
+    by_type: dict[str, list[TensorEntry]] = {}  # typed by name only, shape not square
     for entry in entries:
         decision = decisions.get(entry.name)
         if decision is None:
             continue
         last = entry.name.rsplit(".", 1)[-1]
         if decision.flagged and decision.module_type is not None:
-            square.append(entry)
+            if len(entry.shape) == 2 and entry.shape[0] == entry.shape[1]:
+                square.append(entry)
+            else:  # e.g. GPT-2's Conv1D, which only its name tells from a Linear
+                by_type.setdefault(decision.module_type, []).append(entry)
         elif decision.flagged or (
             decision.module_type is None and last == "weight" and len(entry.shape) == 2
         ):
@@ -153,6 +157,15 @@ def _uncertain(entries: list[TensorEntry], decisions: Mapping[str, Decision]) ->
             Note(
                 f"{n} square weight{'s' if n != 1 else ''} typed by name only "
                 f"({_short_names(square)}): confirm with {{fix0}}",
+                declare,
+            )
+        )
+    for module_type, typed in sorted(by_type.items()):
+        n = len(typed)
+        out.append(
+            Note(
+                f"{n} {module_type} weight{'s' if n != 1 else ''} typed by name only "
+                f"({_short_names(typed)}): confirm with {{fix0}}",
                 declare,
             )
         )

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 
 from ckptctl.adapters import Action, ActionKind, Adapted, BaseAdapter
 from ckptctl.adapters._rust_classes import DIGIT, SPACE, WORD
-from ckptctl.errors import SelectionError
+from ckptctl.errors import SelectionError, quote
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -86,7 +86,7 @@ _CAP_LETTERS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQR
 def _reject(pattern: str, what: str, why: str) -> SelectionError:
     """Syntax Rust's regex refuses (Burn would not run the rule) but Python's ``re`` accepts."""
     return SelectionError(
-        f"{what}: pattern {pattern!r} uses {why}, which Rust regex (Burn) does not support"
+        f"{what}: pattern {quote(pattern)} uses {why}, which Rust regex (Burn) does not support"
     )
 
 
@@ -95,7 +95,7 @@ def _untranslatable(
 ) -> SelectionError:
     """Syntax Rust's regex accepts that Python's ``re`` cannot express (or means otherwise)."""
     return SelectionError(
-        f"{what}: pattern {pattern!r} uses {why}: Rust regex (Burn) accepts it, but ckptctl "
+        f"{what}: pattern {quote(pattern)} uses {why}: Rust regex (Burn) accepts it, but ckptctl "
         "cannot translate it to Python",
         hint=hint,
     )
@@ -164,7 +164,9 @@ def _class_end(pattern: str, i: int, verbose: bool) -> int:
 def _translate_class(pattern: str, i: int, what: str, verbose: bool) -> tuple[str, int]:
     """Translate a character class starting at ``pattern[i] == '['``; return (text, next i)."""
     if _class_end(pattern, i, verbose) < 0:  # Rust refuses it, whatever is inside
-        raise SelectionError(f"{what}: pattern {pattern!r} has an unterminated character class")
+        raise SelectionError(
+            f"{what}: pattern {quote(pattern)} has an unterminated character class"
+        )
     skip = _skip_verbose if verbose else lambda _, at: at
     opening, i = _class_open(pattern, i, verbose)
     out = [opening]
@@ -231,7 +233,7 @@ def _hex_escape(pattern: str, i: int, what: str) -> tuple[str, int]:
     """
     end = pattern.find("}", i + 3)
     if end < 0:
-        raise SelectionError(f"{what}: pattern {pattern!r} has an escape \\x{{ without a '}}'")
+        raise SelectionError(f"{what}: pattern {quote(pattern)} has an escape \\x{{ without a '}}'")
     digits = pattern[i + 3 : end]
     if not digits or not all(d in _HEX_DIGITS for d in digits):
         why = "hex digits only"
@@ -239,7 +241,9 @@ def _hex_escape(pattern: str, i: int, what: str) -> tuple[str, int]:
         why = "not a Unicode scalar value (at most 10FFFF, not a surrogate D800-DFFF)"
     else:
         return f"\\U{code:08X}", end + 1
-    raise SelectionError(f"{what}: pattern {pattern!r} has a bad escape \\x{{{digits}}}: {why}")
+    raise SelectionError(
+        f"{what}: pattern {quote(pattern)} has a bad escape \\x{{{digits}}}: {why}"
+    )
 
 
 def translate_pattern(pattern: str, what: str = "rule") -> str:
@@ -271,7 +275,7 @@ def translate_pattern(pattern: str, what: str = "rule") -> str:
         if c == "\\":
             nxt = pattern[i + 1 : i + 2]
             if not nxt:
-                raise SelectionError(f"{what}: pattern {pattern!r} ends with a backslash")
+                raise SelectionError(f"{what}: pattern {quote(pattern)} ends with a backslash")
             if nxt.isdigit():
                 raise _reject(pattern, what, f"the back-reference \\{nxt}")
             if nxt in "pP":
@@ -313,7 +317,7 @@ def translate_pattern(pattern: str, what: str = "rule") -> str:
             else:
                 m = _FLAGS.match(pattern, i)
                 if m is None:
-                    raise SelectionError(f"{what}: pattern {pattern!r} has a bad group at {i}")
+                    raise SelectionError(f"{what}: pattern {quote(pattern)} has a bad group at {i}")
                 on, _, off = m.group(1).partition("-")
                 if "U" in m.group(1) or "R" in m.group(1) or "u" in off:
                     raise _untranslatable(pattern, what, f"the flags {m.group(1)!r}")
@@ -346,7 +350,8 @@ def translate_pattern(pattern: str, what: str = "rule") -> str:
                 m = _REPETITION.match(pattern, i)
                 if m is None:
                     raise SelectionError(
-                        f"{what}: pattern {pattern!r} has a '{{' that does not start a repetition",
+                        f"{what}: pattern {quote(pattern)} has a '{{' that does not start "
+                        "a repetition",
                         hint="escape a literal brace as \\{",
                     )
                 text = m.group(0)
@@ -383,7 +388,7 @@ def compile_pattern(pattern: str, what: str = "rule") -> re.Pattern[str]:
         try:
             return re.compile(translated)
         except (re.error, Warning) as exc:
-            raise SelectionError(f"{what}: invalid pattern {pattern!r}: {exc}") from None
+            raise SelectionError(f"{what}: invalid pattern {quote(pattern)}: {exc}") from None
 
 
 def _interpolate(template: str) -> Iterator[tuple[bool, str]]:
@@ -547,7 +552,7 @@ def split_rule(text: str) -> tuple[str, str]:
             return text[:i], text[i + 1 :]
         i += 1
     raise SelectionError(
-        f"remap rule {text!r} has no '='", hint="write rules as PATTERN=REPLACEMENT"
+        f"remap rule {quote(text)} has no '='", hint="write rules as PATTERN=REPLACEMENT"
     )
 
 

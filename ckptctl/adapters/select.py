@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ckptctl.adapters import Action, ActionKind, Adapted, BaseAdapter
 from ckptctl.adapters.rename import compile_pattern
+from ckptctl.errors import quote
 
 if TYPE_CHECKING:
     import re
@@ -54,7 +55,7 @@ class Select(BaseAdapter):
             return "matches no include pattern"
         for pattern, regex in zip(self.exclude, self._exclude, strict=True):
             if regex.search(name):
-                return f"matches exclude pattern {pattern!r}"
+                return f"matches exclude pattern {quote(pattern)}"
         return None
 
     def apply(self, entry: TensorEntry) -> Adapted:

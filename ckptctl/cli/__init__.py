@@ -29,6 +29,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "remap": ("ckptctl.cli.remap", "Rename tensors by ordered regex rules."),
     "diff": ("ckptctl.cli.diff", "Compare two checkpoints, across formats."),
     "verify": ("ckptctl.cli.verify", "Check checkpoints for CI: readable, safe, loadable."),
+    "man": ("ckptctl.cli.man", "Show the manual page of ckptctl or of a command."),
+}
+
+#: names other tools give these commands → ours, for "Did you mean"
+ALIASES: dict[str, str] = {
+    "inspect": "ls",
+    "info": "ls",
+    "show": "ls",
+    "list": "ls",
+    "dump": "header",
+    "export": "convert",
+    "rename": "remap",
+    "compare": "diff",
+    "check": "verify",
+    "validate": "verify",
 }
 
 
@@ -52,7 +67,8 @@ class LazyGroup(click.Group):
             import difflib
 
             close = difflib.get_close_matches(args[0], list(COMMANDS), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            guess = ALIASES.get(args[0].lower()) or (close[0] if close else None)
+            hint = f" Did you mean {guess!r}?" if guess else ""
             ctx.fail(f"No such command {args[0]!r}.{hint}")
         name, command, rest = super().resolve_command(ctx, args)
         if command is not None:  # suggestions without a command name mean this one

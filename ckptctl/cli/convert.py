@@ -85,8 +85,15 @@ def run_conversion(
     "or _ follows).",
 )
 @state_key_option
-@click.option("--include", multiple=True, metavar="REGEX", help="Keep only matching tensors.")
-@click.option("--exclude", multiple=True, metavar="REGEX", help="Drop matching tensors.")
+@click.option(
+    "--include",
+    multiple=True,
+    metavar="REGEX",
+    help="Keep only matching tensors (Rust regex syntax, as --remap and ls --filter).",
+)
+@click.option(
+    "--exclude", multiple=True, metavar="REGEX", help="Drop matching tensors (Rust regex syntax)."
+)
 @module_type_option(
     "Declare the module type (Linear, LayerNorm, BatchNorm, Embedding, Conv2d, ...) of "
     "matching tensors for the layout adapters; repeatable, first match wins."

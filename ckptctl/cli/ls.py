@@ -17,7 +17,13 @@ from ckptctl.cli._options import (
 @click.command("ls")
 @click.argument("files", nargs=-1, required=True, type=InputPath())
 @state_key_option
-@click.option("--filter", "pattern", metavar="REGEX", help="Only tensors whose name matches REGEX.")
+@click.option(
+    "--filter",
+    "pattern",
+    metavar="REGEX",
+    help="Only tensors whose name matches REGEX (Rust regex syntax, as --remap: no lookaround "
+    "or backreferences).",
+)
 @click.option(
     "--sort",
     type=click.Choice(["file", "name", "size", "dtype", "shape"]),

@@ -13,7 +13,7 @@ from ckptctl.errors import (
     UnknownFormatError,
     UnsupportedError,
 )
-from ckptctl.fix import Note, Option
+from ckptctl.fix import Note, Option, closest
 from ckptctl.formats._base import SNIFF_BYTES, FormatSpec
 from ckptctl.model import HeaderLayout, Region
 
@@ -206,8 +206,11 @@ def format_for_output(path: str | os.PathLike[str], to: str | None = None) -> Fo
         if spec.write is not None and lower.endswith(spec.extensions):
             return spec
     known = sorted(ext for s in _REGISTRY.values() if s.write for ext in s.extensions)
+    stem, ext = os.path.splitext(os.fspath(path))
+    guess = closest(ext, known) if ext else None
     raise SelectionError(
-        f"cannot tell the output format from the extension of {os.fspath(path)!r}",
+        f"cannot tell the output format from the extension of {os.fspath(path)!r}"
+        + (f"; did you mean {stem + guess!r}?" if guess else ""),
         hint=Note(
             "use one of " + ", ".join(known) + ", or name it with {fix0}",
             (Option("to", takes_value=True),),

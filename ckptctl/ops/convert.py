@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ckptctl.adapters import PlanItem
-from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
+from ckptctl.adapters.pipeline import NAMES_SHOWN, PipelineOptions, run_pipeline
 from ckptctl.adapters.rename import parse_rules, unmatched_rules
 from ckptctl.errors import SelectionError, UnsupportedError
 from ckptctl.fix import Note, Option
@@ -229,6 +229,7 @@ def convert(
         _check_output_size(outputs, ckpt.input_bytes, opts.max_output_bytes, src, dst)
         if opts.progress is not None:
             report_bytes, total = opts.progress, sum(e.nbytes for e in outputs)
+            report_bytes(0, total)  # the bar knows its end before the first tensor is read
             outputs = [_with_progress(e, lambda n: report_bytes(n, total)) for e in outputs]
         if opts.max_shard_bytes is not None:
             written = write_sharded(
@@ -429,7 +430,14 @@ def _lost_in_output(
             f"{len(scalars)} burnpack scalars are not kept: {out_format} has no place for them"
         )
     if metadata and out_format == "pytorch":
-        lost.append(f"{len(metadata)} metadata entries are not kept: a .pt state_dict has none")
+        keys = ", ".join(f"'{k}'" for k in sorted(metadata)[:NAMES_SHOWN])
+        keys += ", ..." if len(metadata) > NAMES_SHOWN else ""
+        lost.append(
+            f"metadata entry {keys} is not kept: a .pt state_dict has none"
+            if len(metadata) == 1
+            else f"{len(metadata)} metadata entries are not kept ({keys}): "
+            "a .pt state_dict has none"
+        )
     return lost
 
 

@@ -135,6 +135,8 @@ def diff_checkpoints(
         pairs = [(e, by_name_b[e.name]) for e in outputs if e.name in by_name_b]
         inputs = ckpt_a.input_bytes + ckpt_b.input_bytes
         _check_compare_size(total, inputs, max_compare_bytes, a)
+        if opts.progress is not None:
+            opts.progress(0, total)  # the bar knows its end before the first comparison
         rows: list[TensorDiff] = []
         for (entry, _), row in zip(pairs, _compare_all(pairs, opts, jobs), strict=True):
             rows.append(row)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
+from ckptctl.adapters.rename import compile_pattern
 from ckptctl.errors import SelectionError, TruncatedError
 from ckptctl.fix import Note, Option
 from ckptctl.formats import open_checkpoint, read_layout, resolve_path
@@ -13,6 +13,7 @@ from ckptctl.report.model import HeaderReport, LsReport, TensorRow
 
 if TYPE_CHECKING:
     import os
+    import re
     from collections.abc import Sequence
 
     from ckptctl.model import Checkpoint, TensorEntry
@@ -135,7 +136,7 @@ def list_tensors(
     Args:
         path: the checkpoint file.
         state_key: descend into this dotted key and strip it from names.
-        pattern: keep only tensors whose name matches this regex (``re.search``).
+        pattern: keep only tensors whose name matches this regex (Rust dialect, searched).
         sort: one of :data:`SORT_KEYS`.
 
     Returns:
@@ -208,13 +209,15 @@ def describe_header(path: str | os.PathLike[str]) -> HeaderReport:
 
 
 def compile_regex(pattern: str, option: str) -> re.Pattern[str]:
-    """Compile a user regex, turning ``re.error`` into a ``SelectionError`` naming the option.
+    """Compile a user regex in the one dialect every pattern option takes (Rust regex, as
+    Burn's ``KeyRemapper``: :func:`~ckptctl.adapters.rename.compile_pattern`), turning errors
+    into a ``SelectionError`` naming the option.
 
     ``option`` is the API parameter the pattern came from (``pattern``).
     """
     try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise SelectionError(
-            f"invalid regex {pattern!r}: {exc}", hint=Note("check {fix0}", (Option(option),))
-        ) from None
+        return compile_pattern(pattern, "filter")
+    except SelectionError as exc:
+        if exc.hint is None:
+            exc.hint = Note("check {fix0}", (Option(option),))
+        raise

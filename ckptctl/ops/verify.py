@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ckptctl._io import CHUNK_BYTES
 from ckptctl.dtypes import DType, to_float
-from ckptctl.errors import CkptError, SelectionError, UnsafePickleError
+from ckptctl.errors import CkptError, SelectionError, UnknownFormatError, UnsafePickleError
 from ckptctl.fix import Command, Note, Option
 from ckptctl.formats import detect_format, open_checkpoint
 from ckptctl.formats._base import ranged_step
@@ -171,7 +171,7 @@ def _verify_one(path: str, opts: _Options) -> FileResult:
         )
         return FileResult(path, None, None, None, (finding,))
     findings = tuple(f for f in result.findings if f.check in opts.checks)
-    return FileResult(result.path, result.format, result.kind, result.tensors, findings)
+    return replace(result, findings=findings)
 
 
 def _load_specs(path: str | os.PathLike[str]) -> Specs | CkptError:
@@ -186,12 +186,23 @@ def _fail_from(check: str, exc: CkptError, prefix: str = "") -> Finding:
     return Finding(check, Status.FAIL, prefix + exc.message, exc.hint)
 
 
+def _not_a_checkpoint(diagnosis: str) -> str:
+    """``a JSON file, not a checkpoint`` from "this is a JSON file, but not a checkpoint ..."."""
+    if not diagnosis.startswith("this is "):
+        return "not a checkpoint"
+    what = diagnosis[len("this is ") :]
+    for stop in (";", ", but", ", not", " ("):
+        what = what.split(stop, 1)[0]
+    return f"{what}, not a checkpoint"
+
+
 def _verify_file(path: str, opts: _Options) -> FileResult:
     findings: list[Finding] = []
     try:
         fmt = detect_format(path).name
     except CkptError as exc:
-        return FileResult(path, None, None, None, (_fail_from("readable", exc),))
+        label = _not_a_checkpoint(exc.message) if isinstance(exc, UnknownFormatError) else None
+        return FileResult(path, None, None, None, (_fail_from("readable", exc),), label=label)
     if fmt == "safetensors-index":
         index = _check_index(path)
         if index is not None:

@@ -109,7 +109,7 @@ def render_verify(report: VerifyReport, console: Console, *, quiet: bool = False
         if not first:
             console.print()
         first = False
-        what = [result.format or "unreadable"]
+        what = [result.format or result.label or "unreadable"]
         if result.kind in _KIND:
             what.append(_KIND[result.kind])
         line = Text(status, style=_STYLE[status])

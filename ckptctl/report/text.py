@@ -9,10 +9,13 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 from ckptctl.fix import Option, spell
+from ckptctl.model import TRUNCATED_KEY
 from ckptctl.report.render_summary import render_summary
 from ckptctl.report.sanitize import sanitize
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from rich.console import Console
     from rich.table import Table
 
@@ -57,42 +60,76 @@ class PlainTable:
     def lines(self, max_width: int | None = None) -> list[str]:
         """The header line followed by one line per row, without trailing spaces.
 
-        With ``max_width`` (a narrow terminal) the first column -- the names -- is shortened,
-        long names elided in the middle, so that numbers are never broken.
+        With ``max_width`` (a narrow terminal) the first column -- the names -- is shortened so
+        that numbers are never broken: a long name keeps its start and its distinguishing tail
+        (from the last layer index, else the last two segments), or, when even that does not
+        fit, is folded: the whole name on a line of its own, the row's cells under it.
         """
         from rich.cells import cell_len
 
         table = [self.headers, *self.rows]
         widths = [max(cell_len(row[i]) for row in table) for i in range(len(self.headers))]
         total = sum(widths) + 2 * (len(widths) - 1)
+        folded: dict[int, str] = {}
         if max_width is not None and total > max_width and widths and not self.right[0]:
             first = max(MIN_NAME_WIDTH, widths[0] - (total - max_width))
             if first < widths[0]:
                 widths[0] = first
-                table = [[_elide(row[0], first), *row[1:]] for row in table]
+                shortened = []
+                for i, row in enumerate(table):
+                    name = _elide(row[0], first)
+                    if name is None:
+                        folded[i] = _tail(row[0], max_width)
+                        name = ""
+                    shortened.append([name, *row[1:]])
+                table = shortened
         out = []
-        for row in table:
+        for i, row in enumerate(table):
             cells = []
             for cell, width, right in zip(row, widths, self.right, strict=True):
                 pad = " " * (width - cell_len(cell))
                 cells.append(pad + cell if right else cell + pad)
+            if i in folded:
+                out.append(folded[i])
             out.append("  ".join(cells).rstrip())
         return out
 
 
 #: Narrowest the name column of a table gets on a narrow terminal.
 MIN_NAME_WIDTH = 16
+#: Fewest characters of a name's start an elided name keeps (else the name is folded).
+MIN_NAME_HEAD = 4
 
 
-def _elide(text: str, width: int) -> str:
-    """``model.layers.0…proj.weight``: the start and the end, when ``text`` is too long."""
+def _elide(text: str, width: int) -> str | None:
+    """``state_d…0.input_layernorm.weight``: the start and the distinguishing tail, when
+    ``text`` is too long; None when no such tail fits (the caller folds the name).
+
+    Rows of one table differ mostly at the end (``input_layernorm`` / ``post_attention_layernorm``,
+    layer 11 / layer 12), so the tail is kept whole: from the last numeric segment (the layer
+    index) if it fits, else the last two segments.
+    """
     from rich.cells import cell_len
 
     if cell_len(text) <= width:
         return text
-    tail = (width - 1) // 2
-    head = width - 1 - tail
-    return text[:head] + "…" + (text[-tail:] if tail else "")
+    parts = text.split(".")
+    numbered = [i for i, part in enumerate(parts[:-1]) if part.isdigit()]
+    tails = [".".join(parts[numbered[-1] :])] if numbered else []
+    if len(parts) >= 2:
+        tails.append(".".join(parts[-2:]))
+    for tail in tails:
+        head = width - 1 - cell_len(tail)
+        if head >= MIN_NAME_HEAD:
+            return text[:head] + "…" + tail
+    return None
+
+
+def _tail(text: str, width: int) -> str:
+    """A folded name on its own line: whole, or its end when even the line is too narrow."""
+    if len(text) <= width:
+        return text
+    return "…" + text[len(text) - (width - 1) :]
 
 
 def print_table(console: Console, table: Table | PlainTable) -> None:
@@ -251,8 +288,8 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
         values = PlainTable()
         values.add_column("object")
         values.add_column("value")
-        for key, value in report.objects.items():
-            values.add_row(sanitize(key), sanitize(json.dumps(value, default=str)))
+        for path, plain in _flat_objects(report.objects):
+            values.add_row(sanitize(path), sanitize(_short_value(plain)))
         print_table(console, values)
     if report.scalars:
         console.print()
@@ -262,6 +299,35 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
         for key, value in report.scalars.items():
             sc.add_row(sanitize(key), sanitize(json.dumps(value)))
         print_table(console, sc)
+
+
+#: The text table shows lists up to this many items and text up to this many characters
+#: (``ls --json`` has the whole values).
+_SHOWN_ITEMS = 8
+_SHOWN_TEXT = 80
+
+
+def _flat_objects(objects: Mapping[str, JSONValue], prefix: str = "") -> list[tuple[str, object]]:
+    """``ls``'s object rows: nested mappings as dotted key paths (``optim.param_groups.0.lr``)."""
+    rows: list[tuple[str, object]] = []
+    for key, value in objects.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and TRUNCATED_KEY not in value and value:
+            rows += _flat_objects(value, path + ".")
+        else:
+            rows.append((path, value))
+    return rows
+
+
+def _short_value(value: object) -> str:
+    """One value as the text table shows it: long lists by their length, long text cut."""
+    if isinstance(value, dict) and TRUNCATED_KEY in value:
+        full = value[TRUNCATED_KEY]
+        return f"<{full} items>" if isinstance(value.get("head"), list) else f"<{full} characters>"
+    if isinstance(value, list) and len(value) > _SHOWN_ITEMS:
+        return f"<{len(value)} items>"
+    text = json.dumps(value, default=str)
+    return text if len(text) <= _SHOWN_TEXT else text[: _SHOWN_TEXT - 1] + "…"
 
 
 def render_header(report: HeaderReport, console: Console, *, all_regions: bool = False) -> None:
@@ -353,7 +419,40 @@ def _reason_key(note: str | None) -> str:
     return note
 
 
-_PAST = {"rename": "renamed", "transpose": "transposed", "cast": "cast", "custom": "adapted"}
+#: the kinds of change in the order the summary line counts them (always this order)
+_PAST = {"transpose": "transposed", "rename": "renamed", "cast": "cast", "custom": "adapted"}
+
+
+def _ordered(changed: Counter[str]) -> list[str]:
+    """The kinds of change in ``_PAST``'s order, then any others by name: a line that does not
+    depend on which tensor came first."""
+    return [k for k in _PAST if k in changed] + sorted(k for k in changed if k not in _PAST)
+
+
+def _wrap_plan(lines: list[str], width: int) -> list[str]:
+    """Plan lines folded to ``width`` (a terminal): a long ``source → target`` head puts the
+    target on its own line, long action lines continue under their own indent."""
+    import textwrap
+
+    out: list[str] = []
+    for line in lines:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip(" "))]
+        if not indent and " → " in line:
+            source, _, rest = line.partition(" → ")
+            out.append(source)
+            out += textwrap.wrap(
+                "→ " + rest, width, initial_indent="  ", subsequent_indent="    ",
+                break_on_hyphens=False,
+            )  # fmt: skip
+            continue
+        out += textwrap.wrap(
+            line.strip(), width, initial_indent=indent, subsequent_indent=indent + "  ",
+            break_on_hyphens=False,
+        )  # fmt: skip
+    return out
 
 
 def render_convert(report: ConvertReport, console: Console) -> None:
@@ -385,7 +484,7 @@ def render_convert(report: ConvertReport, console: Console) -> None:
                 head = sanitize(row.source)
             lines.append(f"{head}  {dtype} {shape}")
             lines.extend(f"    {sanitize(a)}" for a in row.actions or ("copy (bytes unchanged)",))
-        print_lines(console, lines)
+        print_lines(console, _wrap_plan(lines, console.width) if console.is_terminal else lines)
     if report.summary is not None:
         console.print(Text(render_summary(report.summary)))
     for fix in report.fixes:
@@ -396,7 +495,9 @@ def render_convert(report: ConvertReport, console: Console) -> None:
                 f"wrote {sanitize(report.destination)} ({report.destination_format}): "
                 f"{written} tensor{'' if written == 1 else 's'}, "
                 f"{human_bytes(report.bytes_written)}"
-                + "".join(f", {n} {_PAST.get(kind, kind)}" for kind, n in changed.items())
+                + "".join(
+                    f", {changed[kind]} {_PAST.get(kind, kind)}" for kind in _ordered(changed)
+                )
                 + (f", {dropped} left out" if dropped else "")
             )
         )

@@ -76,6 +76,7 @@ class FileResult:
         kind: what the file is as a whole (PyTorch), when known.
         tensors: tensors found (below ``state_key`` when given), None when unreadable.
         findings: in check order.
+        label: what the file is when it is no checkpoint ("a JSON file, not a checkpoint").
     """
 
     path: str
@@ -83,6 +84,7 @@ class FileResult:
     kind: CheckpointKind | None
     tensors: int | None
     findings: tuple[Finding, ...]
+    label: str | None = None
 
     @property
     def ok(self) -> bool:

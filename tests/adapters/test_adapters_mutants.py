@@ -146,7 +146,7 @@ def test_parse_adapter_names_and_errors() -> None:
     assert dict(half.decisions) == {"x": Decision("x", "Linear", "e")}
     with pytest.raises(SelectionError) as info:
         parse_adapter("halves")
-    assert info.value.message == "unknown adapter 'halves'"
+    assert info.value.message == "unknown adapter 'halves'; did you mean 'half'?"
     assert info.value.hint == ("valid adapters: pytorch-to-burn, burn-to-pytorch, half, cast:DTYPE")
 
 

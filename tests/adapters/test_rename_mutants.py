@@ -30,7 +30,7 @@ from ckptctl.adapters.rename import (
     translate_pattern,
 )
 from ckptctl.dtypes import DType
-from ckptctl.errors import SelectionError
+from ckptctl.errors import SelectionError, quote
 from ckptctl.fix import Note, Option
 from ckptctl.model import TensorEntry
 from tests.strategies import array_entry
@@ -53,12 +53,12 @@ def refusal(pattern: str) -> tuple[str, object]:
 
 
 def unsupported(pattern: str, why: str) -> str:
-    return f"rule #3: pattern {pattern!r} uses {why}, which Rust regex (Burn) does not support"
+    return f"rule #3: pattern {quote(pattern)} uses {why}, which Rust regex (Burn) does not support"
 
 
 def untranslatable(pattern: str, why: str) -> str:
     return (
-        f"rule #3: pattern {pattern!r} uses {why}: Rust regex (Burn) accepts it, but ckptctl "
+        f"rule #3: pattern {quote(pattern)} uses {why}: Rust regex (Burn) accepts it, but ckptctl "
         "cannot translate it to Python"
     )
 
@@ -143,7 +143,7 @@ def test_class_refusals(pattern: str, why: str) -> None:
 )  # fmt: skip
 def test_unterminated_class(pattern: str) -> None:
     assert refusal(pattern) == (
-        f"rule #3: pattern {pattern!r} has an unterminated character class",
+        f"rule #3: pattern {quote(pattern)} has an unterminated character class",
         None,
     )
 
@@ -200,13 +200,13 @@ SCALAR = "not a Unicode scalar value (at most 10FFFF, not a surrogate D800-DFFF)
     ],
 )
 def test_bad_hex_escapes(pattern: str, shown: str) -> None:
-    assert refusal(pattern) == (f"rule #3: pattern {pattern!r} has a bad escape {shown}", None)
+    assert refusal(pattern) == (f"rule #3: pattern {quote(pattern)} has a bad escape {shown}", None)
 
 
 @pytest.mark.parametrize("pattern", ["\\x{41", "a\\x{", "[\\x{41]"])
 def test_hex_escape_without_a_closing_brace(pattern: str) -> None:
     assert refusal(pattern) == (
-        f"rule #3: pattern {pattern!r} has an escape \\x{{ without a '}}'",
+        f"rule #3: pattern {quote(pattern)} has an escape \\x{{ without a '}}'",
         None,
     )
 
@@ -300,8 +300,8 @@ def test_single_and_lazy_repetitions_pass(pattern: str, translated: str) -> None
 
 
 def test_other_pattern_errors() -> None:
-    assert refusal("a\\") == ("rule #3: pattern 'a\\\\' ends with a backslash", None)
-    assert refusal("\\") == ("rule #3: pattern '\\\\' ends with a backslash", None)
+    assert refusal("a\\") == ("rule #3: pattern 'a\\' ends with a backslash", None)
+    assert refusal("\\") == ("rule #3: pattern '\\' ends with a backslash", None)
     assert refusal("ab(?") == ("rule #3: pattern 'ab(?' has a bad group at 2", None)
     assert refusal("(?&x)") == ("rule #3: pattern '(?&x)' has a bad group at 0", None)
     assert refusal("a{b") == (
@@ -351,13 +351,13 @@ def test_repetitions_match_like_rust() -> None:
 def test_errors_name_the_rule() -> None:
     with pytest.raises(SelectionError) as info:
         translate_pattern("a\\")
-    assert info.value.message == "rule: pattern 'a\\\\' ends with a backslash"
+    assert info.value.message == "rule: pattern 'a\\' ends with a backslash"
     # Python's own errors for what the translation passes through
     for rule, message in [
         ("+a=x", "rule #1 '+a=x': invalid pattern '+a': nothing to repeat at position 0"),
         ("{2}=x", "rule #1 '{2}=x': invalid pattern '{2}': nothing to repeat at position 0"),
         ("a)=x", "rule #1 'a)=x': invalid pattern 'a)': unbalanced parenthesis at position 1"),
-        ("\\X=x", "rule #1 '\\X=x': invalid pattern '\\\\X': bad escape \\X at position 0"),
+        ("\\X=x", "rule #1 '\\X=x': invalid pattern '\\X': bad escape \\X at position 0"),
     ]:
         with pytest.raises(SelectionError) as info:
             parse_rules([rule])
@@ -365,7 +365,7 @@ def test_errors_name_the_rule() -> None:
     with pytest.raises(SelectionError) as info:
         parse_rules(["a=b", "\\x{zz}=x"])
     assert info.value.message == (
-        "rule #2 '\\x{zz}=x': pattern '\\\\x{zz}' has a bad escape \\x{zz}: hex digits only"
+        "rule #2 '\\x{zz}=x': pattern '\\x{zz}' has a bad escape \\x{zz}: hex digits only"
     )
     assert info.value.hint is None
 
@@ -398,7 +398,7 @@ def test_split_rule_without_equals() -> None:
     for text in ("[^]=]", "[=]", "a\\=", "[^]]"):
         with pytest.raises(SelectionError) as info:
             split_rule(text)
-        assert info.value.message == f"remap rule {text!r} has no '='"
+        assert info.value.message == f"remap rule {quote(text)} has no '='"
         assert info.value.hint == "write rules as PATTERN=REPLACEMENT"
 
 

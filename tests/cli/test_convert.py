@@ -346,7 +346,8 @@ def test_progress_reports_every_tensor_once_with_the_total(tmp_path):
         tmp_path / "p.safetensors",
         ConvertOptions(progress=lambda n, total: calls.append((n, total))),
     )
-    assert sorted(n for n, _ in calls) == [12, 24, 48]
+    assert calls[0] == (0, 84)  # the total, before the first tensor is read
+    assert sorted(n for n, _ in calls[1:]) == [12, 24, 48]
     assert {total for _, total in calls} == {84}
 
 

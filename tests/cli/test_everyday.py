@@ -96,8 +96,8 @@ def test_a_narrow_terminal_shortens_names_not_numbers():
     assert narrow[1].endswith("  16,777,216")
     assert "…" in narrow[1]
     assert len(narrow[1]) <= 30
-    assert narrow[1].startswith("model.l")
-    assert "weight" in narrow[1]
+    assert narrow[1].startswith("mode")
+    assert "q_proj.weight  " in narrow[1]  # the distinguishing tail, whole (issue 30)
 
 
 # --- exit codes, errors and conventions -----------------------------------------------------
@@ -297,8 +297,9 @@ def test_ls_shows_what_else_a_checkpoint_holds(run_cli):
     objects = report["objects"]
     assert objects["epoch"] == 3
     assert objects["global_step"] == 30
-    assert objects["optimizer_states.0.param_groups.0.lr"] == 0.01
-    assert objects["optimizer_states.0.param_groups.0.betas"] == [0.9, 0.999]
+    group = objects["optimizer_states"]["0"]["param_groups"]["0"]  # nested (issue 30)
+    assert group["lr"] == 0.01
+    assert group["betas"] == [0.9, 0.999]
     text = run_cli("ls", lightning).stdout
     assert "optimizer_states.0.param_groups.0.lr" in text
     flat = json.loads(run_cli("ls", VALID / "pytorch" / "min_zip.pt", "--json").stdout)
@@ -309,12 +310,17 @@ def test_objects_are_bounded(tmp_path):
     from ckptctl.formats.pytorch._structure import MAX_OBJECT_TEXT, MAX_OBJECTS, _Walker
 
     walker = _Walker.__new__(_Walker)
-    walker.objects, walker.more_objects = {}, 0
-    for i in range(MAX_OBJECTS + 5):
-        walker.note_object((f"k{i}",), "x" * 500)
+    walker.objects, walker.kept_objects, walker.more_objects = {}, 0, 0
+    walker.object_bytes = 0
+    walker.note_object(("k0",), "x" * (MAX_OBJECT_TEXT + 1))
+    for i in range(1, MAX_OBJECTS + 5):
+        walker.note_object((f"k{i}",), i)
     assert len(walker.objects) == MAX_OBJECTS
     assert walker.more_objects == 5
-    assert len(str(walker.objects["k0"])) == MAX_OBJECT_TEXT
+    assert walker.objects["k0"] == {
+        "$truncated": MAX_OBJECT_TEXT + 1,
+        "head": "x" * MAX_OBJECT_TEXT,
+    }
 
 
 @pytest.mark.parametrize("fixture", ["safetensors/tiny.safetensors", "burnpack/net.bpk"])

@@ -26,6 +26,7 @@ from ckptctl.formats import open_checkpoint
 from ckptctl.formats.pytorch import _structure
 from ckptctl.formats.pytorch._containers import Parsed, StorageBytes
 from ckptctl.formats.pytorch._structure import (
+    MAX_OBJECT_BYTES,
     MAX_OBJECT_LIST,
     MAX_OBJECT_TEXT,
     MAX_OBJECTS,
@@ -177,7 +178,7 @@ def test_module_state_with_a_slot_dict_is_a_module() -> None:
     state = (module_state({"weight": w}), {"cache": tensor(ref("1"))})
     analysis = run(stub("model.Net", state))
     assert analysis.kind == CheckpointKind.MODULE
-    assert analysis.notes == ["a pickled Net object, not a state_dict"]
+    assert analysis.notes == ["a pickled Net object, listed with its state_dict() names"]
     assert [(f.name, f.tensor, f.module_type) for f in analysis.found] == [("weight", w, "Net")]
 
 
@@ -196,7 +197,7 @@ def test_torch_class_outside_torchscript_is_walked_as_a_plain_object() -> None:
     assert [(f.name, f.container, f.module_type) for f in analysis.found] == [
         ("obj.w", "obj", None)
     ]
-    assert analysis.objects == {"obj.step": 3}
+    assert analysis.objects == {"obj": {"step": 3}}
     assert analysis.kind == CheckpointKind.NESTED
 
 
@@ -208,7 +209,7 @@ def test_stub_state_then_items_named_by_string_key_or_index() -> None:
     assert [(f.name, f.tensor) for f in analysis.found] == [
         ("w", ts[0]), ("0", ts[1]), ("k", ts[2]), ("2.1", ts[3]), ("3.1", ts[4]), ("4.2", ts[5])
     ]  # fmt: skip
-    assert analysis.objects == {"2.0": 1, "3.0": "j", "4.0": "a", "4.1": "b"}
+    assert analysis.objects == {"2": {"0": 1}, "3": {"0": "j"}, "4": {"0": "a", "1": "b"}}
 
 
 # --- TorchScript members --------------------------------------------------------------------
@@ -324,24 +325,31 @@ def test_plain_values_are_kept_in_a_bounded_json_able_form() -> None:
         "inf": "inf",
         "ninf": "-inf",
         "at_limit": "a" * MAX_OBJECT_TEXT,
-        "over": "b" * (MAX_OBJECT_TEXT - 1) + "…",
+        "over": {"$truncated": MAX_OBJECT_TEXT + 1, "head": "b" * MAX_OBJECT_TEXT},
         "blob": "<3 bytes>",
         "list_at_limit": list(range(MAX_OBJECT_LIST)),
-        "list_over": f"<{MAX_OBJECT_LIST + 1} items>",
+        "list_over": {"$truncated": MAX_OBJECT_LIST + 1, "head": list(range(MAX_OBJECT_LIST))},
         "pair": ["adam", 0.9],
         "none": None,
     }
 
 
 def test_plain_value_limits_are_the_documented_ones() -> None:
-    assert (MAX_OBJECTS, MAX_OBJECT_TEXT, MAX_OBJECT_LIST) == (100, 80, 8)
+    # README's "JSON output" table states them
+    assert (MAX_OBJECTS, MAX_OBJECT_TEXT, MAX_OBJECT_LIST) == (1000, 4096, 1024)
+    assert MAX_OBJECT_BYTES == 1 << 20
 
 
 def test_values_past_the_object_limit_are_counted() -> None:
     root = {f"v{i}": i for i in range(MAX_OBJECTS + 2)}
     objects = run(root).objects
-    assert list(objects) == [*(f"v{i}" for i in range(MAX_OBJECTS)), "…"]
-    assert objects["…"] == "2 more values"
+    assert list(objects) == [*(f"v{i}" for i in range(MAX_OBJECTS)), "$omitted"]
+    assert objects["$omitted"] == 2
+
+
+def test_values_are_nested_as_in_the_checkpoint() -> None:
+    root = {"w": tensor(ref()), "hp": {"lr": 0.1, "sched": [{"gamma": 0.5}]}}
+    assert run(root).objects == {"hp": {"lr": 0.1, "sched": {"0": {"gamma": 0.5}}}}
 
 
 # --- kinds and notes ------------------------------------------------------------------------

@@ -223,7 +223,7 @@ def test_pytorch_output_loses_scalars_and_metadata(tmp_path):
     report = convert(BURNPACK / "meta_scalars.bpk", tmp_path / "o.pt", ConvertOptions())
     assert warnings_of(report) == [
         "6 burnpack scalars are not kept: pytorch has no place for them",
-        "2 metadata entries are not kept: a .pt state_dict has none",
+        "2 metadata entries are not kept ('format', 'producer'): a .pt state_dict has none",
     ]
 
 
@@ -253,7 +253,7 @@ def test_lost_in_output_direct():
         "1 ParamIds are not kept: pytorch has no place for them, so Burn optimizer state "
         "saved against them will not attach to a model loaded from this file",
         "2 burnpack scalars are not kept: pytorch has no place for them",
-        "1 metadata entries are not kept: a .pt state_dict has none",
+        "metadata entry 'k' is not kept: a .pt state_dict has none",
     ]
 
 
@@ -555,7 +555,8 @@ def test_progress_reports_each_tensor_once_with_the_total(tmp_path):
     calls: list[tuple[int, int | None]] = []
     opts = ConvertOptions(progress=lambda n, total: calls.append((n, total)))
     convert(src, tmp_path / "o.bpk", opts)
-    assert sorted(calls) == [(10, 22), (12, 22)]
+    assert sorted(calls) == [(0, 22), (10, 22), (12, 22)]
+    assert calls[0] == (0, 22)  # the total comes before the first tensor
 
 
 def test_progress_data_ticks_once_and_delegates():

@@ -23,6 +23,8 @@ from ckptctl.dtypes import DType
 from ckptctl.errors import CorruptCheckpointError, UnsupportedError
 from ckptctl.formats.pytorch._unpickler import StorageRef, Stub, TensorRef
 from ckptctl.model import (
+    OMITTED_KEY,
+    TRUNCATED_KEY,
     CheckpointKind,
     ComputedData,
     FileData,
@@ -105,27 +107,42 @@ def _mapping_items(value: object) -> list[tuple[Any, Any]]:
     return []
 
 
-#: Most non-tensor values (epoch, lr, hyper-parameters) kept for ``ls``; longest text value kept.
-MAX_OBJECTS = 100
-MAX_OBJECT_TEXT = 80
-#: Lists of plain values up to this length are shown whole, longer ones by their length.
-MAX_OBJECT_LIST = 8
+#: Most non-tensor values (epoch, lr, hyper-parameters) kept for ``ls``; the rest are counted
+#: under the key ``$omitted``.
+MAX_OBJECTS = 1000
+#: Longest text value (characters) and list (items) kept whole. A longer one is kept as
+#: ``{"$truncated": FULL_LENGTH, "head": FIRST_PART}`` (see README, "JSON output").
+MAX_OBJECT_TEXT = 4096
+MAX_OBJECT_LIST = 1024
+#: All kept values together, roughly (text by length, 8 bytes per other value): the pickle memo
+#: can repeat one long list many times for a few bytes each, and the listing must stay small.
+MAX_OBJECT_BYTES = 1 << 20
 _PLAIN = (bool, int, float, str, bytes, type(None))
 
 
 def _plain(value: object) -> object:
-    """A JSON-able form of a plain value, bounded in size."""
+    """A JSON-able form of a plain value, whole up to the limits, else explicitly truncated."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, str) and len(value) > MAX_OBJECT_TEXT:
-        return value[: MAX_OBJECT_TEXT - 1] + "…"
+        return {TRUNCATED_KEY: len(value), "head": value[:MAX_OBJECT_TEXT]}
     if isinstance(value, bytes):
         return f"<{len(value)} bytes>"
     if isinstance(value, list | tuple):
         if len(value) > MAX_OBJECT_LIST:
-            return f"<{len(value)} items>"
+            return {TRUNCATED_KEY: len(value), "head": [_plain(v) for v in value[:MAX_OBJECT_LIST]]}
         return [_plain(v) for v in value]
     return value
+
+
+def _rough_size(plain: object) -> int:
+    if isinstance(plain, str):
+        return len(plain) + 8
+    if isinstance(plain, list):
+        return 8 + sum(_rough_size(v) for v in plain)
+    if isinstance(plain, dict):
+        return 8 + sum(_rough_size(v) for v in plain.values())
+    return 8
 
 
 class _Walker:
@@ -133,6 +150,8 @@ class _Walker:
         self.parsed = parsed
         self.found: list[Found] = []
         self.objects: dict[str, object] = {}
+        self.kept_objects = 0
+        self.object_bytes = 0
         self.more_objects = 0
         self.nodes = 0
         self.script = parsed.format == "torchscript"
@@ -196,10 +215,20 @@ class _Walker:
         """Keep a plain value (``epoch``, ``optimizer.param_groups.0.lr``) for listings."""
         if not parts:
             return
-        if len(self.objects) >= MAX_OBJECTS:
+        plain = _plain(value)
+        size = _rough_size(plain)
+        if self.kept_objects >= MAX_OBJECTS or self.object_bytes + size > MAX_OBJECT_BYTES:
             self.more_objects += 1
             return
-        self.objects[".".join(parts)] = _plain(value)
+        self.kept_objects += 1
+        self.object_bytes += size
+        node = self.objects  # nested as in the checkpoint: one mapping per container
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
+        node[parts[-1]] = plain
 
     def walk(self, root: object) -> None:
         # Iterative DFS over lazy child iterators (memory grows with the depth, not the width);
@@ -282,7 +311,7 @@ def analyse(parsed: Parsed) -> Analysis:
         top = 0
     elif module_class is not None:
         kind = CheckpointKind.MODULE
-        notes.append(f"a pickled {_short(module_class)} object, not a state_dict")
+        notes.append(f"a pickled {_short(module_class)} object, listed with its state_dict() names")
         top = 0
     elif isinstance(root, TensorRef | StorageRef):
         kind = CheckpointKind.TENSOR
@@ -302,7 +331,7 @@ def analyse(parsed: Parsed) -> Analysis:
     structure = Structure(top, containers, module_class, tuple(keys))
     objects = walker.objects
     if walker.more_objects:
-        objects["…"] = f"{walker.more_objects} more values"
+        objects[OMITTED_KEY] = walker.more_objects
     return Analysis(found, kind, notes, structure, objects)
 
 

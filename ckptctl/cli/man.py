@@ -1,0 +1,71 @@
+"""``ckptctl man [COMMAND]``: the manual page, from the installed package.
+
+``man ckptctl-verify`` needs the pages under a ``share/man`` that a regular ``pip install``
+creates and an editable one (``pip install -e``) does not; this command renders the same page
+from the package itself, so it works either way.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import click
+
+from ckptctl.errors import ExitCode, SelectionError, quote
+
+
+@click.command("man")
+@click.argument("command", required=False, metavar="[COMMAND]")
+@click.option(
+    "--roff",
+    is_flag=True,
+    help="Print the page's roff source even on a terminal (the default when piped).",
+)
+@click.option("--list", "list_pages", is_flag=True, help="List the manual pages there are.")
+def command(command: str | None, roff: bool, list_pages: bool) -> int:
+    """Show the manual page of ckptctl or of one COMMAND.
+
+    The pages come with the installed package, so this works in an editable install
+    (pip install -e) too, where `man ckptctl-COMMAND` finds no page. On a terminal the page
+    opens in man(1); piped, its roff source is printed (`ckptctl man verify | man -l -`).
+
+    Examples:
+
+    \b
+      ckptctl man verify
+      ckptctl man --list
+      ckptctl man nope           # exit 2: no such command
+    """
+    from ckptctl.cli import COMMANDS
+    from ckptctl.cli._manpage import page_name, render_pages
+
+    if list_pages:
+        click.echo("ckptctl")
+        for name in COMMANDS:
+            click.echo(f"ckptctl-{name}")
+        return ExitCode.OK
+    if command is not None and command not in ("ckptctl", *COMMANDS):
+        from ckptctl.fix import closest
+
+        guess = closest(command, COMMANDS)
+        raise SelectionError(
+            f"no manual page for {quote(command)}: there is no such command"
+            + (f"; did you mean {guess!r}?" if guess else ""),
+            hint="commands: " + ", ".join(COMMANDS),
+        )
+    text = render_pages()[page_name(command)]
+    man = shutil.which("man")
+    if roff or man is None or not sys.stdout.isatty():
+        click.echo(text, nl=False)
+        return ExitCode.OK
+    with tempfile.TemporaryDirectory(prefix="ckptctl-man-") as tmp:
+        path = os.path.join(tmp, page_name(command))
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(text)
+        # a path with a slash is read as a file by man-db and mandoc alike
+        subprocess.run([man, path], check=False)
+    return ExitCode.OK
