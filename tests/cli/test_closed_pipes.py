@@ -8,6 +8,7 @@ error message itself hit the closed pipe).
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 
@@ -76,3 +77,16 @@ def test_a_closed_pipe_keeps_success(files):
     for close in ("stdout", "stderr"):
         status, rest = _run(files, ["ls", "a.safetensors", "--json"], close)
         assert (status, rest if close == "stdout" else b"") == (0, b"")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("pipe", ["2>&1 | head -0", "2>&1 | head -c 1", "2>/dev/null | head -0"])
+def test_the_exit_status_under_pipefail(files, name, pipe):
+    # the issue's own spelling: a shell pipeline with pipefail reports the command's status
+    argv, code = CASES[name]
+    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "ckptctl", *argv])
+    out = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {cmd} {pipe}"], cwd=files, capture_output=True,
+        check=False, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == code, (pipe, out.stderr[-400:])
