@@ -26,7 +26,7 @@ import pytest
 from ckptctl.formats.pytorch import _safety
 from ckptctl.formats.pytorch._safety import assess_pickle, assess_stream
 from ckptctl.safety import Verdict
-from tests.conftest import HOSTILE
+from tests.conftest import HOSTILE, load_module
 
 PARITY = HOSTILE / "parity_pickle"
 MANIFEST: dict[str, dict[str, Any]] = json.loads((PARITY / "manifest.json").read_text())
@@ -294,9 +294,12 @@ def test_nested_zips_are_bounded(monkeypatch):
     assert any("too many nested" in p.message for p in found.problems)
 
 
-def test_a_safe_verdict_of_an_unreadable_file_does_not_claim_torch_loads_it(run_cli):
-    # torch's weights-only BUILD takes {} on a device; ckptctl's emulation (a str) cannot
-    _, finding = verdict_of(run_cli, PARITY / "device_build_empty_ok.pt")
+def test_a_safe_verdict_of_an_unreadable_file_does_not_claim_torch_loads_it(run_cli, tmp_path):
+    # a storage record is missing: every opcode is allowlisted, but ckptctl cannot read it
+    gen = load_module(HOSTILE / "parity" / "make_parity.py")
+    path = tmp_path / "missing_storage.pt"
+    path.write_bytes(gen.archive(gen.torch_records(gen.BENIGN, {})))
+    _, finding = verdict_of(run_cli, path)
     assert finding["details"]["verdict"] == "safe"
     assert finding["status"] == "ok"
     assert "loads it" not in finding["message"]

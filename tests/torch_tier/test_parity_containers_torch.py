@@ -32,6 +32,14 @@ pytestmark = pytest.mark.torch
 PARITY = HOSTILE / "parity"
 MANIFEST: dict[str, dict[str, Any]] = json.loads((PARITY / "manifest.json").read_text())
 FILES = sorted(MANIFEST)
+#: Every file of both parity corpora (containers here, pickles in parity_pickle/), by path.
+ALL = [PARITY / n for n in FILES] + sorted((HOSTILE / "parity_pickle").glob("*.pt"))
+
+
+def _id(path: Path) -> str:
+    return f"{path.parent.name}/{path.name}"
+
+
 TIMEOUT_S = 60
 
 
@@ -41,13 +49,13 @@ def torch_says(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, 
     base = tmp_path_factory.mktemp("parity")
     jobs: list[dict[str, Any]] = [
         {
-            "id": f"{name}:{weights_only}",
+            "id": f"{_id(path)}:{weights_only}",
             "dir": str(base / f"{i}-{int(weights_only)}"),
-            "paths": [str(PARITY / name)],
+            "paths": [str(path)],
             "weights_only": weights_only,
             "tensors": True,
         }
-        for i, name in enumerate(FILES)
+        for i, path in enumerate(ALL)
         for weights_only in (True, False)
     ]
     results = run_torch(jobs)
@@ -61,7 +69,7 @@ def torch_says(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, 
 @pytest.mark.parametrize("name", FILES)
 def test_manifest_is_what_torch_does(name: str, torch_says: dict[str, dict[str, Any]]) -> None:
     record = MANIFEST[name]
-    weights_only, full = torch_says[f"{name}:True"], torch_says[f"{name}:False"]
+    weights_only, full = torch_says[f"parity/{name}:True"], torch_says[f"parity/{name}:False"]
     assert not weights_only["canary"], f"{name}: a payload ran under weights_only=True"
     assert full["canary"] == record["runs_payload"], (name, full["error"][:300])
     assert weights_only["ok"] == record["weights_only_loads"], (name, weights_only["error"][:300])
@@ -73,12 +81,13 @@ def test_manifest_is_what_torch_does(name: str, torch_says: dict[str, dict[str, 
         assert weights_only["tensors"] == want
 
 
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("path", ALL, ids=_id)
 def test_ckptctl_agrees_with_torch(
-    name: str, torch_says: dict[str, dict[str, Any]], run_cli: Any, tmp_path: Path
+    path: Path, torch_says: dict[str, dict[str, Any]], run_cli: Any, tmp_path: Path
 ) -> None:
-    weights_only, full = torch_says[f"{name}:True"], torch_says[f"{name}:False"]
-    result = run_cli("verify", PARITY / name, "--json")
+    weights_only, full = torch_says[f"{_id(path)}:True"], torch_says[f"{_id(path)}:False"]
+    name = path.name
+    result = run_cli("verify", path, "--json")
     (report,) = json.loads(result.stdout)["files"]
     found = [f for f in report["findings"] if f["check"] == "safe-pickle"]
     verdict = found[0]["details"]["verdict"] if found else "refused"
@@ -88,12 +97,12 @@ def test_ckptctl_agrees_with_torch(
         assert verdict != "safe", (name, weights_only["error"][:300], found)
     if not weights_only["ok"] or weights_only["tensors"] is None:
         return
-    listing = run_cli("ls", PARITY / name, "--json")
+    listing = run_cli("ls", path, "--json")
     assert listing.code == 0, listing
     names = [t["name"] for t in json.loads(listing.stdout)["tensors"]]
     assert sorted(names) == sorted(weights_only["tensors"])
     out = tmp_path / "out.safetensors"
-    converted = run_cli("convert", PARITY / name, out)
+    converted = run_cli("convert", path, out)
     assert converted.code == 0, converted
     values = safetensors_numpy.load_file(str(out))
     assert {k: v.tobytes().hex() for k, v in values.items()} == weights_only["tensors"]

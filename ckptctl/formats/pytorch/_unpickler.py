@@ -431,8 +431,23 @@ def _size(items: object = ()) -> tuple[int, ...]:
     return _ints(items, "size")
 
 
+class _DeviceName(str):
+    """A ``torch.device`` as its name; a BUILD with an empty state leaves it as it is.
+
+    torch's weights-only loader accepts ``BUILD`` on a device only with an empty state
+    (``torch/_weights_only_unpickler.py``); a plain ``str`` has no ``__dict__`` for the C
+    unpickler's default BUILD, so such a file was refused although torch loads it.
+    """
+
+    __slots__ = ()
+
+    def __setstate__(self, state: object) -> None:
+        if state not in (None, {}, ()):
+            raise CorruptCheckpointError(f"BUILD on the device {str(self)!r} with a state")
+
+
 def _device(*args: object) -> str:
-    return ":".join(str(a) for a in args)
+    return _DeviceName(":".join(str(a) for a in args))
 
 
 def _layout(name: object) -> str:
