@@ -26,7 +26,22 @@ from ckptctl.errors import ExitCode, SelectionError, quote
     help="Print the page's roff source even on a terminal (the default when piped).",
 )
 @click.option("--list", "list_pages", is_flag=True, help="List the manual pages there are.")
-def command(command: str | None, roff: bool, list_pages: bool) -> int:
+@click.option(
+    "--install",
+    "install",
+    is_flag=True,
+    help="Write every page to PREFIX/share/man/man1, where man(1) finds them for a PREFIX/bin "
+    "on PATH: after `pip install -e`, `man ckptctl-verify` works as after `pip install`.",
+)
+@click.option(
+    "--prefix",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="With --install: the installation prefix (default: this Python's, sys.prefix).",
+)
+def command(
+    command: str | None, roff: bool, list_pages: bool, install: bool, prefix: str | None
+) -> int:
     """Show the manual page of ckptctl or of one COMMAND.
 
     The pages come with the installed package, so this works in an editable install
@@ -38,11 +53,24 @@ def command(command: str | None, roff: bool, list_pages: bool) -> int:
     \b
       ckptctl man verify
       ckptctl man --list
+      ckptctl man --install      # then: man ckptctl-verify
       ckptctl man nope           # exit 2: no such command
     """
     from ckptctl.cli import COMMANDS
     from ckptctl.cli._manpage import page_name, render_pages
 
+    if install:
+        from pathlib import Path
+
+        from ckptctl._io import atomic_write
+
+        target = Path(prefix or sys.prefix) / "share" / "man" / "man1"
+        target.mkdir(parents=True, exist_ok=True)
+        for name, text in render_pages().items():
+            with atomic_write(target / name, force=True) as out:
+                out.write(text.encode("utf-8"))
+        click.echo(f"installed {len(render_pages())} manual pages in {target}")
+        return ExitCode.OK
     if list_pages:
         click.echo("ckptctl")
         for name in COMMANDS:

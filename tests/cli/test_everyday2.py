@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -378,3 +379,29 @@ def test_dry_run_plans_fit_the_terminal(llama_names, tmp_path):
 
     render_convert(report, Console(file=piped, width=70, soft_wrap=True, no_color=True))
     assert any(len(line) > 70 for line in piped.getvalue().splitlines())
+
+
+def test_man_install_makes_man_find_the_pages_after_an_editable_install(run_cli, tmp_path):
+    # item 6: `pip install -e` places no share/man; `ckptctl man --install` (the README's set-up
+    # runs it) writes the pages where man(1) looks for a PREFIX/bin on PATH
+    import shutil
+    import subprocess
+
+    repo_man = Path(__file__).resolve().parents[2] / "man"
+    result = run_cli("man", "--install", "--prefix", tmp_path)
+    assert result.code == 0, result
+    pages = tmp_path / "share" / "man" / "man1"
+    committed = sorted(p.name for p in repo_man.glob("*.1"))
+    assert sorted(p.name for p in pages.iterdir()) == committed
+    for name in committed:
+        assert (pages / name).read_text() == (repo_man / name).read_text()
+    assert run_cli("man", "--install", "--prefix", tmp_path).code == 0  # again: replaced
+    man = shutil.which("man")
+    if man is None:
+        pytest.skip("no man(1) on this machine")
+    (tmp_path / "bin").mkdir()
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    found = subprocess.run(
+        [man, "-w", "ckptctl-verify"], env=env, capture_output=True, text=True, check=False
+    )
+    assert found.stdout.strip() == str(pages / "ckptctl-verify.1"), found
