@@ -137,7 +137,7 @@ def _read_tar_first(source: ByteSource, ledger: Ledger | None) -> Parsed:
     legacy stream too: then two readers see different pickles (issue 25, family 4)."""
     from ckptctl.formats.pytorch import _containers
     from ckptctl.formats.pytorch._safety import Ledger
-    from ckptctl.safety import TORCH_REFUSES, Verdict
+    from ckptctl.safety import Verdict
 
     ledger = ledger or Ledger()
     legacy = _is_legacy(source)
@@ -149,7 +149,7 @@ def _read_tar_first(source: ByteSource, ledger: Ledger | None) -> Parsed:
         # torch fails on it as a TAR archive; a pickle reader sees a legacy stream
         parsed = _containers.read_legacy(source, ledger)
         why = f"its first 512 bytes open as a TAR archive, which torch reads it as: {exc.message}"
-        ledger.note(f"{TORCH_REFUSES}{why}", Verdict.NEEDS_TRUST, "the file", torch_refuses=True)
+        ledger.torch_refuses_file(why, "the file")
         return parsed
     if legacy:
         ledger.note(

@@ -9,7 +9,6 @@ load, with the size checked against the persistent id.
 
 from __future__ import annotations
 
-import bz2
 import contextlib
 import io
 import lzma
@@ -45,8 +44,14 @@ from ckptctl.formats.pytorch._unpickler import (
     _rebuild_tensor_v2,
     load_pickle,
 )
-from ckptctl.formats.pytorch._zipdir import ZipDirectory, ZipRecord, local_header, read_directory
-from ckptctl.safety import TORCH_REFUSES, Verdict
+from ckptctl.formats.pytorch._zipdir import (
+    ZipDirectory,
+    ZipRecord,
+    inflate,
+    local_header,
+    read_directory,
+)
+from ckptctl.safety import Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -275,7 +280,7 @@ class _ZipRecords:
             )
         offset = self.data_offset(info)  # validates the local header and range
         try:
-            data = _inflate(info.method, self.source.view(offset, info.compress_size), expected + 1)
+            data = inflate(info.method, self.source.view(offset, info.compress_size), expected + 1)
         except NotImplementedError:
             raise UnsupportedError(
                 f"zip record {info.name!r} uses an unsupported compression method ({info.method})",
@@ -292,66 +297,6 @@ class _ZipRecords:
         return bytes(data)
 
 
-#: Compressed bytes fed to a decompressor at a time. Deflate64's decompressor cannot cap its
-#: output, so its input is fed in small pieces: one call then yields at most about 1 MiB.
-_INFLATE_INPUT_BYTES = 64 << 10
-_DEFLATE64_INPUT_BYTES = 1 << 10
-
-
-def _inflate(method: int, raw: memoryview, cap: int) -> bytearray:
-    """Decompress ``raw`` (one record's data) with zip ``method``, stopping at ``cap`` bytes.
-
-    Raises:
-        NotImplementedError: an unknown method.
-    """
-    out = bytearray()
-    if method == zipfile.ZIP_STORED:  # sizes that disagree: read what is there, as zipfile does
-        out += raw[:cap]
-        return out
-    if method == zipfile.ZIP_DEFLATED:
-        inflater = zlib.decompressobj(-15)
-        for start in range(0, len(raw), _INFLATE_INPUT_BYTES):
-            piece = bytes(raw[start : start + _INFLATE_INPUT_BYTES])
-            while piece and len(out) < cap:
-                out += inflater.decompress(piece, cap - len(out))
-                piece = inflater.unconsumed_tail
-            if inflater.eof or len(out) >= cap:
-                break
-        return out
-    if method == 9:  # deflate64
-        from zipfile_deflate64 import deflate64
-
-        inflater64 = deflate64.Deflate64()
-        for start in range(0, len(raw), _DEFLATE64_INPUT_BYTES):
-            out += inflater64.decompress(bytes(raw[start : start + _DEFLATE64_INPUT_BYTES]))
-            if len(out) >= cap:
-                del out[cap:]
-                break
-        return out
-    decoder: bz2.BZ2Decompressor | lzma.LZMADecompressor
-    if method == zipfile.ZIP_BZIP2:
-        decoder = bz2.BZ2Decompressor()
-    elif method == zipfile.ZIP_LZMA:  # APPNOTE 5.8.8: version (2 B), properties size (2 B)
-        if len(raw) < 4:
-            raise EOFError("truncated LZMA header")
-        (psize,) = struct.unpack_from("<H", raw, 2)
-        props = bytes(raw[4 : 4 + psize])
-        if len(props) != psize:
-            raise EOFError("truncated LZMA properties")
-        lzma1 = lzma._decode_filter_properties(lzma.FILTER_LZMA1, props)  # type: ignore[attr-defined]  # what zipfile itself uses
-        decoder = lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[lzma1])
-        raw = raw[4 + psize :]
-    else:
-        raise NotImplementedError(method)
-    for start in range(0, len(raw), _INFLATE_INPUT_BYTES):
-        out += decoder.decompress(bytes(raw[start : start + _INFLATE_INPUT_BYTES]), cap - len(out))
-        while not decoder.eof and not decoder.needs_input and len(out) < cap:
-            out += decoder.decompress(b"", cap - len(out))
-        if decoder.eof or len(out) >= cap:
-            break
-    return out
-
-
 @dataclass
 class _ZipView:
     """Which records a read of the archive uses, and what torch would make of it.
@@ -361,14 +306,12 @@ class _ZipView:
         prefix: the folder every record name is relative to (``archive/``).
         main: the ``data.pkl`` record read.
         torch: the archive as torch opens it, None when torch refuses it.
-        refusal: why torch.load refuses the file, None when it does not.
     """
 
     records: _ZipRecords
     prefix: str
     main: ZipRecord
     torch: TorchArchive | None
-    refusal: str | None
 
     def lookup(self, name: str) -> ZipRecord | None:
         """The record read for ``name`` (relative to the prefix): torch's, else exact."""
@@ -391,28 +334,26 @@ class _ZipView:
 _TORCH_READS_FIRST = (".data/serialization_id", ".format_version", ".storage_alignment")
 
 
-def _torch_view(source: ByteSource) -> tuple[TorchArchive | None, str | None]:
+def _torch_view(source: ByteSource) -> TorchArchive | str:
     """The archive as torch opens it, or why torch refuses it before unpickling."""
     try:
         archive = open_torch_archive(source)
     except TorchRefusal as exc:
-        return None, exc.message
-    for name in ("data.pkl", *_TORCH_READS_FIRST, "byteorder"):
-        index = archive.lookup(name)
-        if index is None:
-            if name == "data.pkl":
-                return None, f"it has no {archive.prefix}data.pkl record"
-            continue
-        why = unreadable_reason(source, archive, index)
+        return exc.message
+    found = {n: archive.lookup(n) for n in ("data.pkl", *_TORCH_READS_FIRST, "byteorder")}
+    if found["data.pkl"] is None:
+        return f"it has no {archive.prefix}data.pkl record"
+    for name, index in found.items():
+        why = None if index is None else unreadable_reason(source, archive, index)
         if why is not None:
-            return None, f"its {name} record {why}"
+            return f"its {name} record {why}"
     for name, check in ((".storage_alignment", _is_python_int), ("byteorder", _is_byteorder)):
-        index = archive.lookup(name)
+        index = found[name]
         if index is not None:
             text = read_small(source, archive.record(index), MAX_TEXT_RECORD_BYTES)
             if not check(text):
-                return None, f"its {name} record {text[:40]!r} is not what torch accepts"
-    return archive, None
+                return f"its {name} record {text[:40]!r} is not what torch accepts"
+    return archive
 
 
 def _is_python_int(text: bytes) -> bool:
@@ -434,7 +375,8 @@ def _open_zip_view(source: ByteSource, ledger: Ledger) -> _ZipView:
     ambiguous and judged unsafe: never pick one silently (issue 25). Where torch refuses the
     file, ckptctl reads it the ``zipfile`` way, beyond torch, and says so.
     """
-    torch, refusal = _torch_view(source)
+    opened = _torch_view(source)
+    torch = opened if isinstance(opened, TorchArchive) else None
     lenient: _ZipRecords | None = None
     lenient_error: CkptError | None = None
     try:
@@ -447,14 +389,13 @@ def _open_zip_view(source: ByteSource, ledger: Ledger) -> _ZipView:
             assert lenient_error is not None
             raise lenient_error
         prefix = _zip_prefix(list(lenient.infos))
-        ledger.note(
-            f"{TORCH_REFUSES}{refusal}", Verdict.NEEDS_TRUST, "the archive", torch_refuses=True
-        )
-        return _ZipView(lenient, prefix, lenient.infos[prefix + "data.pkl"], None, refusal)
+        assert isinstance(opened, str)
+        ledger.torch_refuses_file(opened, "the archive")
+        return _ZipView(lenient, prefix, lenient.infos[prefix + "data.pkl"], None)
     records = _ZipRecords(source, torch.directory)
     index = torch.lookup("data.pkl")
     assert index is not None  # _torch_view refused it otherwise
-    view = _ZipView(records, torch.prefix, torch.record(index), torch, None)
+    view = _ZipView(records, torch.prefix, torch.record(index), torch)
     # Another directory is another reader's view; the same records (the usual case) show
     # nothing the twins of torch's case-folded names do not already show.
     if lenient is not None and lenient.directory.records is not torch.directory.records:
@@ -511,9 +452,10 @@ def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
     parsed = Parsed("pytorch-zip", None, ledger=ledger or Ledger())
     view = _open_zip_view(source, parsed.ledger)
     records, prefix = view.records, view.prefix
-    script = view.lookup("constants.pkl") is not None
     if view.torch is not None:  # torch: "constants.pkl" in get_all_records(), exact names
         script = any(r.name == prefix + "constants.pkl" for r in records.directory.records)
+    else:
+        script = view.lookup("constants.pkl") is not None
     if script:
         parsed.format = "torchscript"
     if not prefix:
@@ -546,8 +488,11 @@ def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
                 raise CorruptCheckpointError(f"storage {skey!r} is used with two different types")
             return ref
         record = "data/" + skey
-        index = view.torch.lookup(record) if view.torch is not None else None
-        info = view.lookup(record) if index is None else records.directory.records[index]
+        if view.torch is not None:
+            index = view.torch.lookup(record)
+            info = None if index is None else view.torch.record(index)
+        else:
+            index, info = None, view.lookup(record)
         if info is None:
             raise CorruptCheckpointError(
                 f"storage record {prefix + record!r} is missing from the archive"
@@ -612,9 +557,7 @@ def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
         compressed=not records.is_stored(info),
     )
     if refused:
-        parsed.ledger.note(
-            f"{TORCH_REFUSES}{refused[0]}", Verdict.NEEDS_TRUST, "the archive", torch_refuses=True
-        )
+        parsed.ledger.torch_refuses_file(refused[0], "the archive")
     if storage_differs:
         parsed.ledger.note(
             f"two readers see different bytes for {', '.join(storage_differs[:3])}: torch reads "

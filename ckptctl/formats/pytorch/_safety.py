@@ -34,7 +34,7 @@ from ckptctl.formats.pytorch._allowlist import (
     classify,
 )
 from ckptctl.formats.pytorch._scan import scan_pickle
-from ckptctl.safety import GlobalUse, PickleSafety, Problem, Verdict
+from ckptctl.safety import TORCH_REFUSES, GlobalUse, PickleSafety, Problem, Verdict
 
 #: Deepest chain of ``_load_from_bytes`` streams followed inside one another.
 MAX_NESTED_STREAMS = 4
@@ -965,3 +965,8 @@ class Ledger:
         self.safety = self.safety.merge(
             PickleSafety((), (Problem(message, verdict, where, reached, torch_refuses),))
         )
+
+    def torch_refuses_file(self, why: str, where: str) -> None:
+        """Note that ``torch.load`` refuses the whole file before it unpickles anything (its
+        container, issue 25): the verdict is needs-trust, never safe, and says why."""
+        self.note(f"{TORCH_REFUSES}{why}", Verdict.NEEDS_TRUST, where, torch_refuses=True)

@@ -34,11 +34,17 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ckptctl.errors import CorruptCheckpointError
-from ckptctl.formats.pytorch._zipdir import ZipDirectory, ZipRecord, read_entries
+from ckptctl.formats.pytorch._zipdir import (
+    ZipDirectory,
+    ZipRecord,
+    inflate,
+    local_header,
+    read_entries,
+)
 
 if TYPE_CHECKING:
     from ckptctl._io import ByteSource
@@ -205,6 +211,10 @@ class TorchArchive:
         prefix: the archive name plus ``/`` (``archive_name_plus_slash_``), as text.
         raw_prefix: the same, as stored.
         version: the parsed ``version`` (or ``.data/version``) record.
+        folded: each record's name with ASCII letters in lower case, as miniz compares them.
+        groups: folded name -> the indices of the records that have it, in directory order.
+        order: miniz's sorted index (only when two names fold alike; else None, and a folded
+            name finds its single record in ``groups``).
     """
 
     directory: ZipDirectory
@@ -212,7 +222,7 @@ class TorchArchive:
     raw_prefix: bytes
     version: int
     folded: list[bytes]
-    first_index: dict[bytes, int]
+    groups: dict[bytes, list[int]]
     order: list[int] | None
 
     def lookup(self, name: str | bytes) -> int | None:
@@ -228,7 +238,8 @@ class TorchArchive:
         """``mz_zip_reader_locate_file(full, flags=0)``: the record index, or None."""
         key = _cstr(full).translate(_LOWER)  # torch passes a C string; miniz folds case
         if self.order is None:
-            return self.first_index.get(key)
+            group = self.groups.get(key)
+            return None if group is None else group[0]
         lo, hi = 0, len(self.order) - 1
         while lo <= hi:  # mz_zip_locate_file_binary_search
             mid = lo + ((hi - lo) >> 1)
@@ -247,10 +258,7 @@ class TorchArchive:
 
     def twins(self, index: int) -> list[int]:
         """The other records whose names fold to the same lower-case name as ``index``'s."""
-        if self.order is None:
-            return []
-        key = self.folded[index]
-        return [i for i, k in enumerate(self.folded) if k == key and i != index]
+        return [i for i in self.groups[self.folded[index]] if i != index]
 
 
 def _heap_sort(keys: list[bytes]) -> list[int]:
@@ -295,11 +303,11 @@ def open_torch_archive(source: ByteSource) -> TorchArchive:
     if not directory.records:
         raise _refuse("the archive holds no records")
     folded = [n.translate(_LOWER) for n in directory.raw_names]
-    first_index: dict[bytes, int] = {}
+    groups: dict[bytes, list[int]] = {}
     for i, key in enumerate(folded):
-        first_index.setdefault(key, i)
+        groups.setdefault(key, []).append(i)
     order: list[int] | None = None
-    if len(first_index) != len(folded):
+    if len(groups) != len(folded):
         if len(folded) > MAX_FOLDED_SORT_RECORDS:
             raise CorruptCheckpointError(
                 f"zip archive of {len(folded)} records has names that differ only in case",
@@ -312,10 +320,10 @@ def open_torch_archive(source: ByteSource) -> TorchArchive:
         raise _refuse(f"its first record {_show(first)} is not in a folder")
     raw_prefix = first[: slash + 1]
     prefix = raw_prefix.decode("utf-8", "replace")
-    archive = TorchArchive(directory, prefix, raw_prefix, 0, folded, first_index, order)
+    archive = TorchArchive(directory, prefix, raw_prefix, 0, folded, groups, order)
     version = _read_version(source, archive)
     _check_all_records(archive)
-    return TorchArchive(directory, prefix, raw_prefix, version, folded, first_index, order)
+    return replace(archive, version=version)
 
 
 def _show(raw: bytes) -> str:
@@ -345,14 +353,11 @@ _MAX_VERSION_BYTES = 4096
 
 def read_small(source: ByteSource, record: ZipRecord, cap: int) -> bytes:
     """The bytes of a small readable record (stored or deflated), at most ``cap`` of them."""
-    head = source.read(record.header_offset, 30)
-    n, m = struct.unpack_from("<HH", head, 26)
+    n, m = local_header(source, record)
     start = record.header_offset + 30 + n + m
-    raw = source.read(start, min(record.compress_size, cap * 1100 + 64))
-    if record.method == 0:
-        return raw[:cap]
     try:
-        return zlib.decompressobj(-15).decompress(raw, cap)
+        raw = source.view(start, min(record.compress_size, cap * 1100 + 64))  # the ratio bound
+        return bytes(inflate(record.method, raw, cap))
     except zlib.error as exc:
         raise _refuse(f"record {record.name!r} does not inflate: {exc}") from None
 
@@ -389,12 +394,10 @@ def unreadable_reason(
         return f"uses compression method {record.method} (torch reads only stored and deflate)"
     if record.compress_size == 0 or not local:
         return None
-    if record.header_offset + 30 > source.size:
+    try:
+        n, m = local_header(source, record)
+    except CorruptCheckpointError:
         return "has no local header"
-    head = source.read(record.header_offset, 30)
-    if head[:4] != b"PK\x03\x04":
-        return "has no local header"
-    n, m = struct.unpack_from("<HH", head, 26)
     if record.header_offset + 30 + n + m + record.compress_size > source.size:
         return "runs past the end of the file"
     return None

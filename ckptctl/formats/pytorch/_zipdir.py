@@ -17,7 +17,11 @@ prepended (``prefix``) has them shifted, as ``zipfile`` allows.
 
 from __future__ import annotations
 
+import bz2
+import lzma
 import struct
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -263,3 +267,63 @@ def local_header(source: ByteSource, record: ZipRecord) -> tuple[int, int]:
     if sig != b"PK\x03\x04":
         raise CorruptCheckpointError(f"zip record {record.name!r} has no local header")
     return n, m
+
+
+#: Compressed bytes fed to a decompressor at a time. Deflate64's decompressor cannot cap its
+#: output, so its input is fed in small pieces: one call then yields at most about 1 MiB.
+_INFLATE_INPUT_BYTES = 64 << 10
+_DEFLATE64_INPUT_BYTES = 1 << 10
+
+
+def inflate(method: int, raw: memoryview, cap: int) -> bytearray:
+    """Decompress ``raw`` (one record's data) with zip ``method``, stopping at ``cap`` bytes.
+
+    Raises:
+        NotImplementedError: an unknown method.
+    """
+    out = bytearray()
+    if method == zipfile.ZIP_STORED:  # sizes that disagree: read what is there, as zipfile does
+        out += raw[:cap]
+        return out
+    if method == zipfile.ZIP_DEFLATED:
+        inflater = zlib.decompressobj(-15)
+        for start in range(0, len(raw), _INFLATE_INPUT_BYTES):
+            piece = bytes(raw[start : start + _INFLATE_INPUT_BYTES])
+            while piece and len(out) < cap:
+                out += inflater.decompress(piece, cap - len(out))
+                piece = inflater.unconsumed_tail
+            if inflater.eof or len(out) >= cap:
+                break
+        return out
+    if method == 9:  # deflate64
+        from zipfile_deflate64 import deflate64
+
+        inflater64 = deflate64.Deflate64()
+        for start in range(0, len(raw), _DEFLATE64_INPUT_BYTES):
+            out += inflater64.decompress(bytes(raw[start : start + _DEFLATE64_INPUT_BYTES]))
+            if len(out) >= cap:
+                del out[cap:]
+                break
+        return out
+    decoder: bz2.BZ2Decompressor | lzma.LZMADecompressor
+    if method == zipfile.ZIP_BZIP2:
+        decoder = bz2.BZ2Decompressor()
+    elif method == zipfile.ZIP_LZMA:  # APPNOTE 5.8.8: version (2 B), properties size (2 B)
+        if len(raw) < 4:
+            raise EOFError("truncated LZMA header")
+        (psize,) = struct.unpack_from("<H", raw, 2)
+        props = bytes(raw[4 : 4 + psize])
+        if len(props) != psize:
+            raise EOFError("truncated LZMA properties")
+        lzma1 = lzma._decode_filter_properties(lzma.FILTER_LZMA1, props)  # type: ignore[attr-defined]  # what zipfile itself uses
+        decoder = lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[lzma1])
+        raw = raw[4 + psize :]
+    else:
+        raise NotImplementedError(method)
+    for start in range(0, len(raw), _INFLATE_INPUT_BYTES):
+        out += decoder.decompress(bytes(raw[start : start + _INFLATE_INPUT_BYTES]), cap - len(out))
+        while not decoder.eof and not decoder.needs_input and len(out) < cap:
+            out += decoder.decompress(b"", cap - len(out))
+        if decoder.eof or len(out) >= cap:
+            break
+    return out
