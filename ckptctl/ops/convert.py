@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING
 from ckptctl.adapters import PlanItem
 from ckptctl.adapters.pipeline import NAMES_SHOWN, PipelineOptions, run_pipeline
 from ckptctl.adapters.rename import parse_rules, unmatched_rules
-from ckptctl.errors import SelectionError, UnsupportedError
+from ckptctl.errors import SelectionError
 from ckptctl.fix import Note, Option
 from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint
 from ckptctl.formats.sharded import write_sharded
 from ckptctl.model import CheckpointKind, TensorData, describe_groups
 from ckptctl.ops._migrate import migration_plan
+from ckptctl.ops._size_limit import check_size
 from ckptctl.ops.inspect import (
     describe_outside,
     outside_state_key,
@@ -65,7 +66,7 @@ class ConvertOptions:
             id -> parameter path metadata (burn 0.22's optimizer record layout).
         max_shard_bytes: write Hugging Face sharded safetensors with shards of at most this size.
         max_output_bytes: refuse to write more tensor bytes than this (None: the default limit,
-            ``max(DEFAULT_MAX_OUTPUT_BYTES, MAX_OUTPUT_RATIO * the input's size)``).
+            ``ops._size_limit.size_limit`` of the input's size).
         to: the output format by name, when ``dst``'s extension does not tell (``.ckpt``).
         strict: a remap rule that matches no tensor name fails the conversion (nothing written).
         dedupe_tied: write one copy of each group of tied tensors (the same storage), as
@@ -226,7 +227,16 @@ def convert(
         )
         if opts.dry_run or (not ok and (not opts.allow_partial or strict_failed)):
             return report
-        _check_output_size(outputs, ckpt.input_bytes, opts.max_output_bytes, src, dst)
+        check_size(
+            sum(e.nbytes for e in outputs),
+            ckpt.input_bytes,
+            opts.max_output_bytes,
+            path=src,
+            doing=f"converting it to {os.fspath(dst)} would write",
+            inputs="the input's",
+            wanted="output",
+            option="max_output_bytes",
+        )
         if opts.progress is not None:
             report_bytes, total = opts.progress, sum(e.nbytes for e in outputs)
             report_bytes(0, total)  # the bar knows its end before the first tensor is read
@@ -260,50 +270,6 @@ def convert(
             to=opts.to,
         )
     return replace(report, written=True, bytes_written=os.path.getsize(dst))
-
-
-#: The output of ``convert`` may hold at most ``max(DEFAULT_MAX_OUTPUT_BYTES, MAX_OUTPUT_RATIO
-#: * the input's size)`` bytes of tensors unless ``max_output_bytes`` says otherwise: a view
-#: expanded with stride 0 turns a 1 KB .pt into a 1 GiB or 4 TiB output (issue 25). Real
-#: conversions write about what they read (a cast to f32 at most quadruples FP8).
-DEFAULT_MAX_OUTPUT_BYTES = 1 << 30
-MAX_OUTPUT_RATIO = 64
-
-
-def output_limit(input_bytes: int, max_output_bytes: int | None = None) -> int:
-    """The most tensor bytes ``convert`` writes for an input of ``input_bytes``."""
-    if max_output_bytes is not None:
-        return max_output_bytes
-    return max(DEFAULT_MAX_OUTPUT_BYTES, MAX_OUTPUT_RATIO * input_bytes)
-
-
-def _check_output_size(
-    outputs: list[TensorEntry],
-    input_bytes: int,
-    max_output_bytes: int | None,
-    src: str | os.PathLike[str],
-    dst: str | os.PathLike[str],
-) -> None:
-    total = sum(e.nbytes for e in outputs)
-    limit = output_limit(input_bytes, max_output_bytes)
-    if total <= limit:
-        return
-    why = (
-        "the limit given"
-        if max_output_bytes is not None
-        else f"the default: max({DEFAULT_MAX_OUTPUT_BYTES}, {MAX_OUTPUT_RATIO} x the input's "
-        f"{input_bytes} bytes)"
-    )
-    raise UnsupportedError(
-        f"converting it to {os.fspath(dst)} would write {total} bytes of tensors, more than the "
-        f"limit of {limit} bytes ({why})",
-        path=src,
-        hint=Note(
-            "expanded views (stride 0) describe far more elements than the input stores; "
-            "if this output is wanted, raise the limit with {fix0}",
-            (Option("max_output_bytes", takes_value=True),),
-        ),
-    )
 
 
 #: Metadata key naming the aliases ``dedupe_tied`` left out (kept name -> dropped names).

@@ -51,10 +51,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
-from ckptctl.errors import SelectionError, UnsupportedError
+from ckptctl.errors import SelectionError
 from ckptctl.fix import Command, Note, Option
 from ckptctl.formats import open_checkpoint
 from ckptctl.ops._compare import compare_values
+from ckptctl.ops._size_limit import check_size
 from ckptctl.ops.inspect import select_state_key
 from ckptctl.ops.matching import did_you_mean, ranked_suggestion, suggest_fixes
 from ckptctl.ops.summary import specs_of
@@ -97,7 +98,7 @@ def diff_checkpoints(
         jobs: tensor pairs compared at once, in threads (the report does not depend on it;
             memory grows to ``jobs`` tensors' working sets).
         max_compare_bytes: refuse to compare more tensor bytes of A than this (None: the
-            default, ``max(DEFAULT_MAX_COMPARE_BYTES, MAX_COMPARE_RATIO * both inputs' size)``).
+            default, ``ops._size_limit.size_limit`` of both inputs' size).
 
     Returns:
         A :class:`DiffReport`; ``report.ok`` (``within_tolerance``) says whether they match,
@@ -134,7 +135,16 @@ def diff_checkpoints(
         total = sum(e.nbytes for e in outputs if e.name in by_name_b)
         pairs = [(e, by_name_b[e.name]) for e in outputs if e.name in by_name_b]
         inputs = ckpt_a.input_bytes + ckpt_b.input_bytes
-        _check_compare_size(total, inputs, max_compare_bytes, a)
+        check_size(
+            total,
+            inputs,
+            max_compare_bytes,
+            path=os.fspath(a),
+            doing="comparing it would read",
+            inputs="the inputs'",
+            wanted="comparison",
+            option="max_compare_bytes",
+        )
         if opts.progress is not None:
             opts.progress(0, total)  # the bar knows its end before the first comparison
         rows: list[TensorDiff] = []
@@ -176,37 +186,6 @@ def diff_checkpoints(
             only_in_b=_with_suggestions(only_b, only_a, ranked_suggestion(fixes)),
         )
     return replace(report, fixes=tuple(fixes), suggested_command=command)
-
-
-#: ``diff`` compares at most ``max(DEFAULT_MAX_COMPARE_BYTES, MAX_COMPARE_RATIO * both inputs'
-#: size)`` bytes of tensors unless told otherwise: a view expanded with stride 0 makes a 1 KB
-#: .pt describe 4 TiB, which no comparison finishes (issue 25).
-DEFAULT_MAX_COMPARE_BYTES = 1 << 30
-MAX_COMPARE_RATIO = 64
-
-
-def _check_compare_size(
-    total: int, inputs: int, max_compare_bytes: int | None, a: str | os.PathLike[str]
-) -> None:
-    if max_compare_bytes is not None:
-        limit, why = max_compare_bytes, "the limit given"
-    else:
-        limit = max(DEFAULT_MAX_COMPARE_BYTES, MAX_COMPARE_RATIO * inputs)
-        why = (
-            f"the default: max({DEFAULT_MAX_COMPARE_BYTES}, {MAX_COMPARE_RATIO} x the inputs' "
-            f"{inputs} bytes)"
-        )
-    if total > limit:
-        raise UnsupportedError(
-            f"comparing it would read {total} bytes of tensors, more than the limit of {limit} "
-            f"bytes ({why})",
-            path=os.fspath(a),
-            hint=Note(
-                "expanded views (stride 0) describe far more elements than the input stores; "
-                "if this comparison is wanted, raise the limit with {fix0}",
-                (Option("max_compare_bytes", takes_value=True),),
-            ),
-        )
 
 
 def _compare_all(
