@@ -12,7 +12,9 @@ section 2):
     [end of central directory 22 B + comment]
 
 Offsets in the central directory are relative to the archive start; a file with bytes
-prepended (``prefix``) has them shifted, as ``zipfile`` allows.
+prepended (``prefix``) has them shifted, as ``zipfile`` allows (``absolute=True`` reads them
+as stated instead). torch's own view of an archive (``_torchzip.py``) parses its entries with
+the same :func:`read_entries`; :func:`inflate` decompresses one record's bytes for both.
 """
 
 from __future__ import annotations
