@@ -35,6 +35,8 @@ CASES = {
     "remap": (["remap", "a.safetensors", "q.safetensors", "-r", "^x=y", "--strict"], 1),
     "diff": (["diff", "--all", "a.safetensors", "b.safetensors"], 1),
     "verify": (["verify", "a.safetensors", "nope.pt"], 1),
+    "man": (["man", "nope"], 2),
+    "man-page": (["man", "verify", "--roff"], 0),
     "usage": (["verify", "a.safetensors", "--min-tensors", "-1"], 2),
     "missing": (["diff", "a.safetensors", "nope.pt"], 3),
 }
@@ -90,3 +92,10 @@ def test_the_exit_status_under_pipefail(files, name, pipe):
         check=False, timeout=60,
     )  # fmt: skip
     assert out.returncode == code, (pipe, out.stderr[-400:])
+
+
+def test_every_command_has_a_closed_pipe_case():
+    from ckptctl.cli import COMMANDS
+
+    covered = {argv[0] for argv, _ in CASES.values()}
+    assert set(COMMANDS) <= covered, sorted(set(COMMANDS) - covered)
