@@ -140,6 +140,23 @@ EXPECTED: dict[str, dict[str, tuple[int, str]]] = {
         "convert": (0, "0 tensors, 16 B"),
         "diff": (0, "identical: 0 tensors"),
     },
+    **{
+        f"pt_stored_{name}.pt": {
+            "ls": (code, listed),
+            "header": (code, "data.pkl" if code == 0 else listed),
+            "verify": (1, verdict),
+            "verify --no-nan": (1, verdict),
+            "convert": (code, "0 tensors, 16 B" if code == 0 else listed),
+            "diff": (code, "identical: 0 tensors" if code == 0 else listed),
+        }
+        for name, code, listed, verdict in (
+            ("dups", 0, "needs-trust: opcode DUP", "needs trust: opcode DUP"),
+            ("memoize", 0, "needs-trust: opcode MEMOIZE", "needs trust: opcode MEMOIZE"),
+            ("marks", 0, "needs-trust: opcode POP_MARK", "needs trust: opcode POP_MARK"),
+            ("appends", 0, "pickle: safe", "the file holds no tensors"),
+            ("stack_globals", 3, "unsafe pickle: global '.' in data.pkl", "unsafe: globals ."),
+        )
+    },
     "pt_many_deflated_storages.pt": {
         "ls": (0, "6000 storage record(s) are compressed"),
         "verify --no-nan": (0, "1 passed"),

@@ -1,10 +1,9 @@
 """Edge cases of ``ckptctl.formats.pytorch._scan`` that mutation testing found untested (issue 17).
 
-The scan has two passes: a fast one (``_scan_fast``) that accepts well-formed binary pickles and
-raises ``_Doubt`` on anything else, and a careful one (``_scan_careful``) that says exactly what is
-wrong. Both are checked here on the same hand-assembled pickles (opcodes spelled with the
-constants of the stdlib ``pickle`` module, ends checked with ``pickletools.genops``): the offset
-just past STOP, and for the careful pass the exact message, byte position and error class.
+The scan is one pass (``_scan_ops``, a handler per opcode) that says exactly what is wrong. It is
+checked here on hand-assembled pickles (opcodes spelled with the constants of the stdlib
+``pickle`` module, ends checked with ``pickletools.genops``): the offset just past STOP, and the
+exact message, byte position and error class.
 Nesting is probed on both sides of ``MAX_PICKLE_DEPTH`` for every opcode that builds a container.
 Error texts are what ``ckptctl`` prints (``ckptctl: error: PATH: MESSAGE`` then a ``hint:`` line),
 so a changed word is a changed interface.
@@ -70,9 +69,7 @@ from ckptctl.formats.pytorch import _scan
 from ckptctl.formats.pytorch._scan import (
     MAX_PICKLE_DEPTH,
     PickleTruncatedError,
-    _Doubt,
-    _scan_careful,
-    _scan_fast,
+    _scan_ops,
     scan_pickle,
 )
 from tests import conftest
@@ -102,10 +99,10 @@ def genops_end(data: bytes, start: int = 0) -> int:
     return start + last + 1
 
 
-def careful_error(data: bytes, start: int = 0) -> CorruptCheckpointError:
-    """The careful pass's error, checked to be what ``scan_pickle`` raises too."""
+def scan_error(data: bytes, start: int = 0) -> CorruptCheckpointError:
+    """The scan's error, checked to be what ``scan_pickle`` raises too."""
     with pytest.raises(CorruptCheckpointError) as info:
-        _scan_careful(data, start, WHERE)
+        _scan_ops(data, start, WHERE)
     with pytest.raises(CorruptCheckpointError) as again:
         scan_pickle(data, start, WHERE)
     assert type(again.value) is type(info.value)
@@ -122,14 +119,14 @@ def assert_error(err: CorruptCheckpointError, pos: int, why: str, *, cut: bool) 
 
 
 def assert_doubt(data: bytes, start: int = 0) -> None:
-    with pytest.raises(_Doubt):
-        _scan_fast(data, start)
+    """The scan refuses ``data`` (the message is checked where it matters)."""
+    with pytest.raises(CorruptCheckpointError):
+        _scan_ops(data, start, WHERE)
 
 
 def both_end(data: bytes, start: int = 0) -> int:
-    """The end both passes (and ``scan_pickle``) agree on."""
-    end = _scan_careful(data, start, WHERE)
-    assert _scan_fast(data, start) == end
+    """The end the scan and ``scan_pickle`` agree on."""
+    end = _scan_ops(data, start, WHERE)
     assert scan_pickle(data, start, WHERE) == end
     return end
 
@@ -177,7 +174,7 @@ def test_unknown_opcodes_are_those_pickletools_does_not_know() -> None:
         if code in known:
             continue
         data = PROTO2 + bytes([code]) + STOP
-        assert_error(careful_error(data), 2, f"unknown opcode 0x{code:02x}", cut=False)
+        assert_error(scan_error(data), 2, f"unknown opcode 0x{code:02x}", cut=False)
         assert_doubt(data)
 
 
@@ -206,11 +203,11 @@ def test_stdlib_pickles_end_at_their_stop(protocol: int) -> None:
 
 
 @pytest.mark.parametrize("protocol", [0, 1])
-def test_text_protocols_go_to_the_careful_pass(protocol: int) -> None:
+def test_text_protocols_are_scanned(protocol: int) -> None:
     for obj in _objects():
         data = pickle.dumps(obj, protocol=protocol)
         assert scan_pickle(data, 0, WHERE) == len(data) == genops_end(data)
-        assert _scan_careful(b"ab" + data, 2, WHERE) == 2 + len(data)
+        assert _scan_ops(b"ab" + data, 2, WHERE) == 2 + len(data)
 
 
 def _fixture_pickles() -> list[tuple[str, bytes]]:
@@ -241,7 +238,7 @@ def test_legacy_files_are_cut_into_their_pickles(name: str) -> None:
         pos = end
 
 
-# --- the careful pass's messages ------------------------------------------------------------
+# --- the scan's messages ------------------------------------------------------------------
 
 CAREFUL_ERRORS = [
     # (pickle after PROTO 2, position of the error past PROTO 2, message, truncated?)
@@ -328,17 +325,17 @@ CAREFUL_ERRORS = [
 
 
 @pytest.mark.parametrize(("body", "at", "why", "cut"), CAREFUL_ERRORS)
-def test_careful_pass_messages(body: bytes, at: int, why: str, cut: bool) -> None:
+def test_scan_messages(body: bytes, at: int, why: str, cut: bool) -> None:
     data = PROTO2 + body
-    assert_error(careful_error(data), 2 + at, why, cut=cut)
+    assert_error(scan_error(data), 2 + at, why, cut=cut)
     assert_doubt(data)
     # The same stream later in a buffer: positions are absolute.
     shifted = b"..." + data
-    assert_error(careful_error(shifted, 3), 5 + at, why, cut=cut)
+    assert_error(scan_error(shifted, 3), 5 + at, why, cut=cut)
     assert_doubt(shifted, 3)
 
 
-def test_both_passes_accept_what_the_error_cases_miss_by_one() -> None:
+def test_the_scan_accepts_what_the_error_cases_miss_by_one() -> None:
     binary = [
         b"K\x01.", b"G" + bytes(8) + b".", b"U\x00.", b"X" + u32(0) + b".", b"U\x03abc.",
         b"\x8e" + u64(1) + b"x.", FRAME + u64(2) + b"N.", FRAME + u64(0) + b"N.",
@@ -354,8 +351,7 @@ def test_both_passes_accept_what_the_error_cases_miss_by_one() -> None:
     for body in text:
         data = PROTO2 + body
         assert scan_pickle(data, 0, WHERE) == len(data) == genops_end(data)
-        assert _scan_careful(b"xy" + data, 2, WHERE) == 2 + len(data)
-        assert_doubt(data)
+        assert _scan_ops(b"xy" + data, 2, WHERE) == 2 + len(data)
 
 
 def test_memo_index_limit_is_the_stream_length() -> None:
@@ -365,14 +361,14 @@ def test_memo_index_limit_is_the_stream_length() -> None:
         at_limit = b"N" + put + index(length) + STOP
         assert both_end(at_limit) == length
         over = b"N" + put + index(length + 1) + STOP
-        assert_error(careful_error(over), 1, f"memo index {length + 1} out of range", cut=False)
+        assert_error(scan_error(over), 1, f"memo index {length + 1} out of range", cut=False)
         assert_doubt(over)
         framed = b"abcd" + over  # the limit is the whole buffer, not what follows ``start``
         assert both_end(framed, 4) == len(framed)
     text_ok = b"N" + PUT + b"5\n."
     assert scan_pickle(text_ok, 0, WHERE) == len(text_ok) == 5
     text_over = b"N" + PUT + b"6\n."
-    assert_error(careful_error(text_over), 1, "memo index 6 out of range", cut=False)
+    assert_error(scan_error(text_over), 1, "memo index 6 out of range", cut=False)
 
 
 def test_memo_put_on_an_empty_stack_is_ignored() -> None:
@@ -441,7 +437,7 @@ def test_depth_limit_per_opcode(name: str) -> None:
     assert both_end(ok) == len(ok)
     deep = PROTO2 + nest(prefix, suffix, MAX_PICKLE_DEPTH + 1) + STOP
     pos = depth_error_at(prefix, suffix, at, MAX_PICKLE_DEPTH + 1, 2)
-    assert_error(careful_error(deep), pos, DEEP, cut=False)
+    assert_error(scan_error(deep), pos, DEEP, cut=False)
     assert_doubt(deep)
 
 
@@ -449,12 +445,11 @@ def test_depth_limit_inst() -> None:
     prefix, suffix, at = TEXT_WRAPS["INST"]
     ok = PROTO2 + nest(prefix, suffix, MAX_PICKLE_DEPTH) + STOP
     assert scan_pickle(ok, 0, WHERE) == len(ok)
-    assert_doubt(ok)  # protocol-0 opcode: always the careful pass
     empty = PROTO2 + nest(prefix, suffix, MAX_PICKLE_DEPTH, core=b"") + STOP  # INST of nothing
     assert scan_pickle(empty, 0, WHERE) == len(empty)
     deep = PROTO2 + nest(prefix, suffix, MAX_PICKLE_DEPTH + 1) + STOP
     pos = depth_error_at(prefix, suffix, at, MAX_PICKLE_DEPTH + 1, 2)
-    assert_error(careful_error(deep), pos, DEEP, cut=False)
+    assert_error(scan_error(deep), pos, DEEP, cut=False)
 
 
 @pytest.mark.parametrize("name", ["TUPLE", "LIST", "FROZENSET", "OBJ", "APPENDS", "ADDITEMS"])
@@ -465,7 +460,7 @@ def test_empty_marked_containers_are_one_level(name: str) -> None:
     ok = PROTO2 + nest(*WRAPS["TUPLE1"][:2], MAX_PICKLE_DEPTH - 1, core=inner) + STOP
     assert both_end(ok) == len(ok)
     deep = PROTO2 + nest(*WRAPS["TUPLE1"][:2], MAX_PICKLE_DEPTH, core=inner) + STOP
-    assert_error(careful_error(deep), len(deep) - 2, DEEP, cut=False)
+    assert_error(scan_error(deep), len(deep) - 2, DEEP, cut=False)
     assert_doubt(deep)
 
 
@@ -489,12 +484,12 @@ def test_leaves_are_depth_zero(leaf: bytes) -> None:
     prefix, suffix, _ = WRAPS["TUPLE1"]
     ok = PROTO2 + nest(prefix, suffix, MAX_PICKLE_DEPTH, core=leaf) + STOP
     assert scan_pickle(ok, 0, WHERE) == len(ok)
-    assert _scan_careful(ok, 0, WHERE) == len(ok)
+    assert _scan_ops(ok, 0, WHERE) == len(ok)
     deep = PROTO2 + nest(prefix, suffix, MAX_PICKLE_DEPTH + 1, core=leaf) + STOP
-    assert_error(careful_error(deep), len(deep) - 2, DEEP, cut=False)
+    assert_error(scan_error(deep), len(deep) - 2, DEEP, cut=False)
     assert_doubt(deep)
     if leaf in LEAVES:
-        assert _scan_fast(ok, 0) == len(ok)
+        assert _scan_ops(ok, 0, WHERE) == len(ok)
 
 
 def deep_object(levels: int) -> bytes:
@@ -532,7 +527,7 @@ def test_depth_is_kept_by(name: str) -> None:
     for levels, fails in ((MAX_PICKLE_DEPTH - 1, False), (MAX_PICKLE_DEPTH, True)):
         data = PROTO2 + deep_object(levels) + KEEP[name] + TUPLE1 + STOP
         if fails:
-            assert_error(careful_error(data), len(data) - 2, DEEP, cut=False)
+            assert_error(scan_error(data), len(data) - 2, DEEP, cut=False)
             assert_doubt(data)
         else:
             assert both_end(data) == len(data)
@@ -540,14 +535,14 @@ def test_depth_is_kept_by(name: str) -> None:
         if fails:
             assert_doubt(framed, 3)
         else:
-            assert _scan_fast(framed, 3) == len(framed)
+            assert _scan_ops(framed, 3, WHERE) == len(framed)
 
 
 def test_depth_is_kept_by_text_memo() -> None:
     for levels, fails in ((MAX_PICKLE_DEPTH - 1, False), (MAX_PICKLE_DEPTH, True)):
         data = PROTO2 + deep_object(levels) + PUT + b"4\n" + POP + GET + b"4\n" + TUPLE1 + STOP
         if fails:
-            assert_error(careful_error(data), len(data) - 2, DEEP, cut=False)
+            assert_error(scan_error(data), len(data) - 2, DEEP, cut=False)
         else:
             assert scan_pickle(data, 0, WHERE) == len(data)
 
@@ -556,7 +551,7 @@ def test_dup_copies_the_top_only() -> None:
     """DUP of a deep top, below two leaves: the copy is deep (not the first or second item)."""
     base = PROTO2 + NONE + NONE + deep_object(MAX_PICKLE_DEPTH) + DUP
     data = base + TUPLE1 + STOP
-    assert_error(careful_error(data), len(data) - 2, DEEP, cut=False)
+    assert_error(scan_error(data), len(data) - 2, DEEP, cut=False)
     assert_doubt(data)
     shallow = PROTO2 + deep_object(MAX_PICKLE_DEPTH) + NONE + NONE + DUP + TUPLE1 + STOP
     assert both_end(shallow) == len(shallow)
@@ -568,19 +563,19 @@ def test_pop_takes_the_top_not_a_mark_below_it() -> None:
     assert both_end(data) == len(data)
     # POP right after MARK drops the mark: the TUPLE then has none.
     data = PROTO2 + NONE + MARK + POP + TUPLE + STOP
-    assert_error(careful_error(data), 5, "no MARK on the stack", cut=False)
+    assert_error(scan_error(data), 5, "no MARK on the stack", cut=False)
     assert_doubt(data)
 
 
 def test_stack_global_result_is_a_leaf() -> None:
     # STACK_GLOBAL takes the two strings only: TUPLE2 of (deep, global) is one level deeper.
     pair = PROTO2 + deep_object(MAX_PICKLE_DEPTH) + NONE + NONE + STACK_GLOBAL + TUPLE2 + STOP
-    assert_error(careful_error(pair), len(pair) - 2, DEEP, cut=False)
+    assert_error(scan_error(pair), len(pair) - 2, DEEP, cut=False)
     assert_doubt(pair)
     leaf = PROTO2 + nest(b"", TUPLE1, MAX_PICKLE_DEPTH, core=NONE + NONE + STACK_GLOBAL) + STOP
     assert both_end(leaf) == len(leaf)
     deep = PROTO2 + nest(b"", TUPLE1, MAX_PICKLE_DEPTH + 1, core=NONE + NONE + STACK_GLOBAL) + STOP
-    assert_error(careful_error(deep), len(deep) - 2, DEEP, cut=False)
+    assert_error(scan_error(deep), len(deep) - 2, DEEP, cut=False)
 
 
 def test_marks_and_stack_after_containers() -> None:
@@ -597,7 +592,7 @@ def test_marks_and_stack_after_containers() -> None:
         assert both_end(data) == len(data)
         under = PROTO2 + body + POP + POP + STOP
         with pytest.raises(CorruptCheckpointError, match="stack underflow"):
-            _scan_careful(under, 0, WHERE)
+            _scan_ops(under, 0, WHERE)
         assert_doubt(under)
 
 
@@ -618,4 +613,4 @@ def test_long_memo_indices_are_unsigned_past_two_gib(tmp_path: Path) -> None:
         data = cast(bytes, mapped)  # only len, indexing, find and the buffer protocol are used
         assert len(data) > index
         assert_doubt(data)
-        assert_error(careful_error(data), len(body) - 2, DEEP, cut=False)
+        assert_error(scan_error(data), len(body) - 2, DEEP, cut=False)

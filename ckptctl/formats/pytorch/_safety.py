@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import codecs
 import struct
+from typing import TYPE_CHECKING
 
 from ckptctl.errors import CkptError, UnsafePickleError
 from ckptctl.formats.pytorch._allowlist import (
@@ -35,6 +36,9 @@ from ckptctl.formats.pytorch._allowlist import (
 )
 from ckptctl.formats.pytorch._scan import scan_pickle
 from ckptctl.safety import TORCH_REFUSES, GlobalUse, PickleSafety, Problem, Verdict
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 #: Deepest chain of ``_load_from_bytes`` streams followed inside one another.
 MAX_NESTED_STREAMS = 4
@@ -121,7 +125,8 @@ class _Walk:
         self.problems: list[Problem] = []
         self.nested: list[PickleSafety] = []
         self._index: dict[str, int] = {}
-        self._seen_ops: set[int] = set()
+        self._named: dict[tuple[str, str], tuple[str, str, int]] = {}  # as spelled -> canonical
+        self.seen_ops: set[int] = set()
         self._said: set[str] = set()
         self._seen_problems: set[tuple[str, Verdict]] = set()
         #: where the frame ends when the pickle's STOP leaves bytes of it (see assess_stream)
@@ -142,14 +147,19 @@ class _Walk:
             self.problem(message, Verdict.NEEDS_TRUST, torch_refuses=torch_refuses)
 
     def named(self, module: str, name: str) -> _Global:
-        module, name = canonical(module, name)
+        seen = self._named.get((module, name))
+        if seen is None:
+            seen = self._named[module, name] = self._use(*canonical(module, name))
+        return _Global(*seen)
+
+    def _use(self, module: str, name: str) -> tuple[str, str, int]:
         qualname = f"{module}.{name}"
         index = self._index.get(qualname)
         if index is None:
             verdict, reason = classify(module, name, called=False)
             index = self._index[qualname] = len(self.uses)
             self.uses.append(GlobalUse(qualname, verdict, self.where, reason, False, self.reached))
-        return _Global(module, name, index)
+        return module, name, index
 
     def extension(self, code: int) -> _Global:
         """An EXT1/2/4 code: a global from the loading process's copyreg registry."""
@@ -203,8 +213,8 @@ class _Walk:
 
     def op(self, code: int) -> None:
         """Note an opcode torch's weights-only unpickler does not know (once per opcode)."""
-        if code not in WEIGHTS_ONLY_OPCODES and code not in self._seen_ops:
-            self._seen_ops.add(code)
+        if code not in WEIGHTS_ONLY_OPCODES and code not in self.seen_ops:
+            self.seen_ops.add(code)
             name = _OPNAMES.get(code, f"0x{code:02x}")
             self.problem(
                 f"opcode {name}, which torch.load(weights_only=True) refuses", Verdict.NEEDS_TRUST
@@ -287,7 +297,7 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
     memo: dict[int, object] = {}
     push = stack.append
     pos = 0
-    unpack_from = struct.unpack_from
+    here = 0
 
     def pop() -> object:
         if not stack or (marks and len(stack) <= marks[-1]):
@@ -307,13 +317,292 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             raise _Malformed(f"stack underflow at byte {here}")
         return stack[-1]
 
-    def need(n: int) -> int:
-        if pos + n > end:
+    def need(at: int, n: int) -> int:
+        if at + n > end:
             raise _Malformed(f"truncated at byte {here}")
-        return pos + n
+        return at + n
 
-    here = 0
+    def handlers() -> list[Callable[[int], int]]:
+        # (A function of its own, so that ``_run``'s code stays short: tracemalloc looks up the
+        # line of every allocation by scanning the code object's line table from its start.)
+        # The general path: one handler per opcode, given the offset after the opcode byte and
+        # returning the offset of the next opcode (a table, so that no opcode costs a long if-chain:
+        # a 2 MB pickle of any one opcode is judged in about a second, issue 25).
+        def counted(fmt: str, value: Callable[[bytes], object]) -> Callable[[int], int]:
+            unpack = struct.Struct(fmt).unpack_from
+            width = struct.calcsize(fmt)
+
+            def handler(at: int) -> int:
+                n: int = unpack(data, need(at, width) - width)[0]
+                at += width
+                if n < 0:
+                    raise _Malformed(f"negative length at byte {here}")
+                push(value(data[at : need(at, n)]))
+                return at + n
+
+            return handler
+
+        def python2_str(code: int) -> Callable[[bytes], object]:
+            return lambda raw: _python2_str(raw, code, here, walk)
+
+        def fixed(size: int, value: object = None) -> Callable[[int], int]:
+            def handler(at: int) -> int:
+                at = need(at, size)
+                if value is not None:
+                    push(value)
+                return at
+
+            return handler
+
+        def long_n(fmt: str) -> Callable[[int], int]:
+            unpack = struct.Struct(fmt).unpack_from
+            width = struct.calcsize(fmt)
+
+            def handler(at: int) -> int:
+                n: int = unpack(data, need(at, width) - width)[0]
+                at += width
+                if n < 0:
+                    raise _Malformed(f"negative length at byte {here}")
+                at = need(at, n)
+                push(_OTHER)
+                return at
+
+            return handler
+
+        def pushes(value: Callable[[], object]) -> Callable[[int], int]:
+            def handler(at: int) -> int:
+                push(value())
+                return at
+
+            return handler
+
+        def memo_index(raw: bytes) -> int:
+            try:
+                return int(raw)
+            except ValueError:
+                raise _Malformed(f"bad memo index at byte {here}") from None
+
+        def binput(at: int) -> int:
+            memo[data[need(at, 1) - 1]] = top()
+            return at + 1
+
+        def long_binget(at: int) -> int:
+            push(memo.get(u32(data, need(at, 4) - 4)[0], _OTHER))
+            return at + 4
+
+        def memoize(at: int) -> int:
+            memo[len(memo)] = top()
+            return at
+
+        def put(at: int) -> int:
+            raw, at = _line(data, at)
+            index = memo_index(raw)
+            memo[index] = top()
+            return at
+
+        def get(at: int) -> int:
+            raw, at = _line(data, at)
+            push(memo.get(memo_index(raw), _OTHER))
+            return at
+
+        def tuple_n(n: int) -> Callable[[int], int]:
+            def handler(at: int) -> int:
+                items = [pop() for _ in range(n)][::-1]
+                push(tuple(items))
+                return at
+
+            return handler
+
+        def list_(at: int) -> int:
+            pop_mark()
+            push(_LIST)
+            return at
+
+        def dict_(at: int) -> int:
+            push(_Dict(bool(pop_mark())))
+            return at
+
+        def frozenset_(at: int) -> int:
+            pop_mark()
+            push(_OTHER)
+            return at
+
+        def appended(target: object) -> None:
+            if target is not _LIST and not _untrusted_call(target):
+                walk.problem("APPEND to something that is not a list", Verdict.NEEDS_TRUST)
+
+        def append(at: int) -> int:
+            pop()
+            appended(top())
+            return at
+
+        def appends(at: int) -> int:
+            if not marks:
+                raise _Malformed(f"no MARK at byte {here}")
+            del stack[marks.pop() :]
+            if not stack:
+                raise _Malformed(f"stack underflow at byte {here}")
+            target = stack[-1]
+            if target is not _LIST and not _untrusted_call(target):
+                walk.problem("APPEND to something that is not a list", Verdict.NEEDS_TRUST)
+            return at
+
+        def set_in(added: bool) -> None:
+            target = top()
+            if isinstance(target, _Dict):
+                target.filled = target.filled or added
+            elif not (
+                _untrusted_call(target)
+                or (isinstance(target, _Call) and target.name in _DICT_TYPES)
+            ):
+                walk.problem("SETITEM on something that is not a dict", Verdict.NEEDS_TRUST)
+
+        def setitem(at: int) -> int:
+            pop()
+            pop()
+            set_in(True)
+            return at
+
+        def setitems(at: int) -> int:
+            set_in(bool(pop_mark()))
+            return at
+
+        def additems(at: int) -> int:
+            pop_mark()
+            top()
+            return at
+
+        def build(at: int) -> int:
+            state = pop()
+            _build(top(), state, walk)
+            return at
+
+        def newobj(at: int) -> int:
+            pop()
+            cls = pop()
+            push(walk.called(cls, "NEWOBJ"))
+            return at
+
+        def newobj_ex(at: int) -> int:
+            pop()
+            pop()
+            cls = pop()
+            push(walk.called(cls, "NEWOBJ_EX"))
+            return at
+
+        def obj(at: int) -> int:
+            items = pop_mark()
+            if not items:
+                raise _Malformed(f"OBJ without a class at byte {here}")
+            push(walk.called(items[0], "OBJ"))
+            return at
+
+        def named_line(at: int) -> tuple[_Global | _Call | object, int]:
+            raw_module, at = _line(data, at)
+            raw_name, at = _line(data, at)
+            return walk.named(_text(raw_module), _text(raw_name)), at
+
+        def global_(at: int) -> int:
+            item, at = named_line(at)
+            push(item)
+            return at
+
+        def inst(at: int) -> int:
+            item, at = named_line(at)
+            pop_mark()
+            push(walk.called(item, "INST"))
+            return at
+
+        def stack_global(at: int) -> int:
+            name_item = pop()
+            module_item = pop()
+            if isinstance(module_item, str) and isinstance(name_item, str):
+                push(walk.named(module_item, name_item))
+            else:
+                walk.problem(
+                    "STACK_GLOBAL with a module or name computed by the pickle", Verdict.UNSAFE
+                )
+                push(_OTHER)
+            return at
+
+        def ext(fmt: str) -> Callable[[int], int]:
+            unpack = struct.Struct(fmt).unpack_from
+            width = struct.calcsize(fmt)
+
+            def handler(at: int) -> int:
+                (code,) = unpack(data, need(at, width) - width)
+                push(walk.extension(code))
+                return at + width
+
+            return handler
+
+        def text_line(at: int) -> int:  # PERSID INT LONG FLOAT
+            _, at = _line(data, at)
+            push(_OTHER)
+            return at
+
+        def unicode(at: int) -> int:
+            raw, at = _line(data, at)
+            push(raw.decode("raw-unicode-escape"))
+            return at
+
+        def string(at: int) -> int:
+            raw, at = _line(data, at)
+            try:
+                push(_quoted(raw))
+            except ValueError:
+                raise _Malformed(f"bad STRING at byte {here}") from None
+            return at
+
+        def pop_(at: int) -> int:
+            if marks and marks[-1] == len(stack):
+                marks.pop()
+            else:
+                pop()
+            return at
+
+        def pop_mark_(at: int) -> int:
+            pop_mark()
+            return at
+
+        def dup(at: int) -> int:
+            push(top())
+            return at
+
+        def readonly_buffer(at: int) -> int:
+            top()
+            return at
+
+        def unknown(at: int) -> int:
+            raise _Malformed(f"unknown opcode 0x{data[here]:02x} at byte {here}")
+
+        table: list[Callable[[int], int]] = [unknown] * 256
+        for code, handler in (
+            (0x71, binput), (0x6A, long_binget), (0x94, memoize), (0x70, put), (0x67, get),
+            (0x8C, counted("<B", _text)), (0x8D, counted("<Q", _text)),
+            (0x54, counted("<i", python2_str(0x54))), (0x55, counted("<B", python2_str(0x55))),
+            (0x42, counted("<I", bytes)), (0x43, counted("<B", bytes)),
+            (0x8E, counted("<Q", bytes)), (0x96, counted("<Q", lambda raw: _OTHER)),
+            (0x4D, fixed(2, _OTHER)), (0x4A, fixed(4, _OTHER)), (0x47, fixed(8, _OTHER)),
+            (0x80, fixed(1)), (0x8A, long_n("<B")), (0x8B, long_n("<i")),
+            (0x4E, pushes(lambda: _NONE)), (0x88, pushes(lambda: _OTHER)),
+            (0x8F, pushes(lambda: _OTHER)), (0x5D, pushes(lambda: _LIST)), (0x7D, pushes(_Dict)),
+            (0x86, tuple_n(2)), (0x87, tuple_n(3)), (0x6C, list_), (0x64, dict_),
+            (0x91, frozenset_), (0x61, append), (0x65, appends), (0x73, setitem),
+            (0x75, setitems), (0x90, additems), (0x62, build), (0x81, newobj),
+            (0x92, newobj_ex), (0x6F, obj), (0x63, global_), (0x69, inst),
+            (0x93, stack_global), (0x82, ext("<B")), (0x83, ext("<H")), (0x84, ext("<i")),
+            (0x50, text_line), (0x49, text_line), (0x4C, text_line), (0x46, text_line),
+            (0x56, unicode), (0x53, string), (0x30, pop_), (0x31, pop_mark_), (0x32, dup),
+            (0x97, pushes(lambda: _OTHER)), (0x98, readonly_buffer),
+        ):  # fmt: skip
+            table[code] = handler
+        return table
+
+    table = handlers()
+
     known = WEIGHTS_ONLY_OPCODES
+    seen = walk.seen_ops
     u32 = _U32.unpack_from
     fend = _NO_FRAME  # where the current FRAME ends (see _frame_straddled)
     while pos < end:
@@ -325,7 +614,7 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
         code = data[pos]
         pos += 1
         # The opcodes of torch's own pickles, first and without calls: 600,000 of them for a
-        # 20,000-tensor state dict, handled only here. Everything else takes the general path below.
+        # 20,000-tensor state dict, handled only here. Everything else takes the table.
         if code == 0x72:  # LONG_BINPUT
             if len(stack) <= (marks[-1] if marks else 0):
                 raise _Malformed(f"stack underflow at byte {here}")
@@ -385,178 +674,16 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
         if code == 0x89:  # NEWFALSE
             push(_OTHER)
             continue
-        if code not in known:
+        if code not in known and code not in seen:
             walk.op(code)
         if code == 0x2E:  # STOP
             walk.frame_left = fend if fend != _NO_FRAME and pos < fend else None
             return
-        if code == 0x71:  # BINPUT
-            index = data[need(1) - 1]
-            pos += 1
-            memo[index] = top()
-        elif code == 0x6A:  # LONG_BINGET
-            (index,) = unpack_from("<I", data, need(4) - 4)
-            pos += 4
-            push(memo.get(index, _OTHER))
-        elif code == 0x94:  # MEMOIZE
-            memo[len(memo)] = top()
-        elif code in (0x70, 0x67):  # PUT GET (text)
-            raw, pos = _line(data, pos)
-            try:
-                index = int(raw)
-            except ValueError:
-                raise _Malformed(f"bad memo index at byte {here}") from None
-            if code == 0x70:
-                memo[index] = top()
-            else:
-                push(memo.get(index, _OTHER))
-        elif code in (0x8C, 0x8D, 0x54, 0x55, 0x42, 0x43, 0x8E, 0x96):
-            width, fmt = {0x8C: (1, "<B"), 0x8D: (8, "<Q"), 0x54: (4, "<i"),
-                          0x55: (1, "<B"), 0x42: (4, "<I"), 0x43: (1, "<B"), 0x8E: (8, "<Q"),
-                          0x96: (8, "<Q")}[code]  # fmt: skip
-            (n,) = unpack_from(fmt, data, need(width) - width)
-            pos += width
-            if n < 0:
-                raise _Malformed(f"negative length at byte {here}")
-            raw = data[pos : need(n)]
-            pos += n
-            if code in (0x8C, 0x8D):  # unicode
-                push(_text(raw))
-            elif code in (0x54, 0x55):  # Python 2 str
-                push(_python2_str(raw, code, here, walk))
-            elif code == 0x96:
-                push(_OTHER)
-            else:
-                push(raw)
-        elif code in (0x4D, 0x4A, 0x47, 0x80, 0x95, 0x8A, 0x8B):
-            if code in (0x8A, 0x8B):  # LONG1 LONG4
-                width = 1 if code == 0x8A else 4
-                (n,) = unpack_from("<B" if width == 1 else "<i", data, need(width) - width)
-                pos += width
-                if n < 0:
-                    raise _Malformed(f"negative length at byte {here}")
-                pos = need(n)
-                push(_OTHER)
-            else:
-                size = {0x4D: 2, 0x4A: 4, 0x47: 8, 0x80: 1, 0x95: 8}[code]
-                pos = need(size)
-                if code == 0x95:
-                    fend = _frame(data, here, pos, fend, walk)
-                elif code != 0x80:
-                    push(_OTHER)
-        elif code == 0x4E:  # NONE
-            push(_NONE)
-        elif code in (0x88, 0x8F):  # NEWTRUE EMPTY_SET
-            push(_OTHER)
-        elif code == 0x5D:  # EMPTY_LIST
-            push(_LIST)
-        elif code == 0x7D:  # EMPTY_DICT
-            push(_Dict())
-        elif code in (0x86, 0x87):  # TUPLE2 TUPLE3
-            n = code - 0x84
-            items = [pop() for _ in range(n)][::-1]
-            push(tuple(items))
-        elif code == 0x6C:  # LIST
-            pop_mark()
-            push(_LIST)
-        elif code == 0x64:  # DICT
-            push(_Dict(bool(pop_mark())))
-        elif code == 0x91:  # FROZENSET
-            pop_mark()
-            push(_OTHER)
-        elif code in (0x61, 0x65):  # APPEND APPENDS
-            if code == 0x61:
-                pop()
-            else:
-                pop_mark()
-            target = top()
-            if target is not _LIST and not _untrusted_call(target):
-                walk.problem("APPEND to something that is not a list", Verdict.NEEDS_TRUST)
-        elif code in (0x73, 0x75):  # SETITEM SETITEMS
-            if code == 0x73:
-                pop()
-                pop()
-                added = True
-            else:
-                added = bool(pop_mark())
-            target = top()
-            if isinstance(target, _Dict):
-                target.filled = target.filled or added
-            elif not (
-                _untrusted_call(target)
-                or (isinstance(target, _Call) and target.name in _DICT_TYPES)
-            ):
-                walk.problem("SETITEM on something that is not a dict", Verdict.NEEDS_TRUST)
-        elif code == 0x90:  # ADDITEMS
-            pop_mark()
-            top()
-        elif code == 0x62:  # BUILD
-            state = pop()
-            _build(top(), state, walk)
-        elif code == 0x81:  # NEWOBJ
-            pop()
-            cls = pop()
-            push(walk.called(cls, "NEWOBJ"))
-        elif code == 0x92:  # NEWOBJ_EX
-            pop()
-            pop()
-            cls = pop()
-            push(walk.called(cls, "NEWOBJ_EX"))
-        elif code == 0x6F:  # OBJ
-            items = pop_mark()
-            if not items:
-                raise _Malformed(f"OBJ without a class at byte {here}")
-            push(walk.called(items[0], "OBJ"))
-        elif code in (0x63, 0x69):  # GLOBAL INST
-            raw_module, pos = _line(data, pos)
-            raw_name, pos = _line(data, pos)
-            item = walk.named(_text(raw_module), _text(raw_name))
-            if code == 0x63:
-                push(item)
-            else:
-                pop_mark()
-                push(walk.called(item, "INST"))
-        elif code == 0x93:  # STACK_GLOBAL
-            name_item = pop()
-            module_item = pop()
-            if isinstance(module_item, str) and isinstance(name_item, str):
-                push(walk.named(module_item, name_item))
-            else:
-                walk.problem("STACK_GLOBAL with a module or name computed by the pickle",
-                             Verdict.UNSAFE)  # fmt: skip
-                push(_OTHER)
-        elif code in (0x82, 0x83, 0x84):  # EXT1 EXT2 EXT4
-            width = {0x82: 1, 0x83: 2, 0x84: 4}[code]
-            (ext,) = unpack_from({1: "<B", 2: "<H", 4: "<i"}[width], data, need(width) - width)
-            pos += width
-            push(walk.extension(ext))
-        elif code == 0x50 or code in (0x49, 0x4C, 0x46):  # PERSID
-            _, pos = _line(data, pos)
-            push(_OTHER)
-        elif code == 0x56:  # UNICODE
-            raw, pos = _line(data, pos)
-            push(raw.decode("raw-unicode-escape"))
-        elif code == 0x53:  # STRING
-            raw, pos = _line(data, pos)
-            try:
-                push(_quoted(raw))
-            except ValueError:
-                raise _Malformed(f"bad STRING at byte {here}") from None
-        elif code == 0x30:  # POP
-            if marks and marks[-1] == len(stack):
-                marks.pop()
-            else:
-                pop()
-        elif code == 0x31:  # POP_MARK
-            pop_mark()
-        elif code == 0x32:  # DUP
-            push(top())
-        elif code == 0x97:  # NEXT_BUFFER
-            push(_OTHER)
-        elif code == 0x98:  # READONLY_BUFFER
-            top()
+        if code == 0x95:  # FRAME
+            pos = need(pos, 8)
+            fend = _frame(data, here, pos, fend, walk)
         else:
-            raise _Malformed(f"unknown opcode 0x{code:02x} at byte {here}")
+            pos = table[code](pos)
     raise _Malformed("no STOP opcode")
 
 
