@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from ckptctl.adapters.families import is_enum_variant_segment
 from ckptctl.adapters.rename import RemapRule, parse_rules, remap_name
 from ckptctl.fix import Option
 
@@ -62,13 +63,6 @@ def jaro(s1: str, s2: str) -> float:
     if matches == 0:
         return 0.0
     return ((matches / len1) + (matches / len2) + ((matches - transpositions) / matches)) / 3
-
-
-def is_enum_variant_segment(segment: str) -> bool:
-    """Burn's CamelCase test (§5.4 step 1): ``BaseConv`` yes, ``conv``/``X``/``FC`` no."""
-    return (
-        len(segment.encode()) > 1 and segment[0].isupper() and any(c.islower() for c in segment[1:])
-    )
 
 
 def strip_enum_variant(name: str) -> str | None:
