@@ -583,10 +583,14 @@ def contiguous_names(names: Iterable[str]) -> dict[str, str]:
 
 def _renumber(entries: list[TensorEntry], target: Mapping[str, object] | None) -> list[Built]:
     mapping = contiguous_names(e.name for e in entries)
+    if target is not None and sum(mapping.get(e.name, e.name) in target for e in entries) < sum(
+        e.name in target for e in entries
+    ):
+        mapping = {}  # the target has these gaps (a Burn Vec of enum variants, spec §3.6)
     out = []
     for entry in entries:
         new = mapping.get(entry.name)
-        if new is None or (target is not None and entry.name in target):
+        if new is None:
             out.append(Built((entry.name,), entry))
             continue
         action = Action(

@@ -448,3 +448,115 @@ def test_dry_run_shows_each_split_with_its_source_rows() -> None:
     )
     assert rows["attn.value.bias"].actions[0].startswith("split attn.in_proj_bias[16:24] →")
     assert rows["attn.output.weight"].source == "attn.out_proj.weight"
+
+
+# --- --target: the three misleading suggestions of issue 23 are gone --------------------------
+
+
+def write_ref(case: str, path: Path) -> Path:
+    """REF: the expected Burn record (Burn's rules above) written as a .bpk."""
+    from ckptctl.formats import save_checkpoint
+    from tests.strategies import array_entry
+
+    rec = expected(case, load_file(str(FIXTURES / f"{case}.safetensors")))
+    entries = [array_entry(k, np.ascontiguousarray(v)) for k, v in rec.items()]
+    save_checkpoint(path, entries, {})
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "misleading"),
+    [
+        ("mha", r"\.out_proj\.=.key."),  # wrote out_proj's values into key and reported success
+        ("sequential", r"\.4\.=.1."),  # four shape errors followed
+        ("encoder_pre", "norm1"),  # norm1 -> norm_1: 8 norm tensors with the wrong values
+    ],
+)
+def test_target_proposes_the_adapter_not_a_rule_that_moves_a_role(
+    case: str, misleading: str, tmp_path: Path
+) -> None:
+    ref = write_ref(case, tmp_path / "ref.bpk")
+    report = convert(FIXTURES / f"{case}.pt", tmp_path / "o.bpk", ConvertOptions(target=str(ref)))
+    assert not report.ok
+    assert report.fixes == (Option("adapters", "pytorch-to-burn"),)
+    assert not [f for f in report.fixes if f.name == "remap"]
+    assert all(misleading not in (f.value or "") for f in report.fixes)
+    assert report.summary is not None
+    suggestions = {m.name: m.suggestion for m in report.summary.missing}
+    if case == "mha":  # named by the tensor the adapter builds it from, never out_proj for key
+        assert suggestions["attn.key.weight"] == "attn.in_proj_weight"
+        assert suggestions["attn.key.bias"] == "attn.in_proj_bias"
+        assert suggestions["attn.output.weight"] == "attn.out_proj.weight"
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["mha", "mha_nobias", "lstm1", "lstm2_bi", "gru_bi", "rnn2", "encoder_post", "decoder_post",
+     "prelu_instnorm", "sequential"],
+)  # fmt: skip
+def test_with_target_alone_every_unambiguous_case_converts_to_exactly_ref(
+    case: str, tmp_path: Path
+) -> None:
+    # pre- vs post-norm is the one thing a state_dict and a target cannot tell (same names and
+    # shapes): those cases need the declaration and are covered above
+    ref = write_ref(case, tmp_path / "ref.bpk")
+    options = ConvertOptions(adapters=("pytorch-to-burn",), target=str(ref))
+    report = convert(FIXTURES / f"{case}.pt", tmp_path / "o.bpk", options)
+    assert report.ok
+    assert_same(read(tmp_path / "o.bpk")[1], read(ref)[1])
+
+
+def test_a_one_layer_lstm_in_a_vec_follows_the_target(tmp_path: Path) -> None:
+    # Burn has no multi-layer Lstm: a port may hold a 1-layer torch LSTM as Vec<Lstm> (index 0)
+    sd = load_file(str(FIXTURES / "lstm1.safetensors"))
+    rec = {k.replace("lstm.", "lstm.0.", 1): v for k, v in expected("lstm1", sd).items()}
+    from ckptctl.formats import save_checkpoint
+    from tests.strategies import array_entry
+
+    ref = tmp_path / "ref.bpk"
+    save_checkpoint(ref, [array_entry(k, np.ascontiguousarray(v)) for k, v in rec.items()], {})
+    report = convert(
+        FIXTURES / "lstm1.pt", tmp_path / "o.bpk",
+        ConvertOptions(adapters=("pytorch-to-burn",), target=str(ref)),
+    )  # fmt: skip
+    assert report.ok
+    assert_same(read(tmp_path / "o.bpk")[1], rec)
+
+
+def test_enum_variant_segment_from_a_declaration_and_back(tmp_path: Path) -> None:
+    # burnpack paths hold the variant of an enum module: norm.Layer.gamma (spec §1.1)
+    sd = load_file(str(FIXTURES / "prelu_instnorm.safetensors"))
+    rules = ("^act\\.=PRelu", "^inst\\.=InstanceNorm(variant=Instance)")
+    report = convert(
+        FIXTURES / "prelu_instnorm.pt", tmp_path / "o.bpk",
+        ConvertOptions(adapters=("pytorch-to-burn",), module_types=rules),
+    )  # fmt: skip
+    assert report.ok
+    got = read(tmp_path / "o.bpk")[1]
+    assert_same(
+        got,
+        {"act.alpha": sd["act.weight"], "inst.Instance.gamma": sd["inst.weight"],
+         "inst.Instance.beta": sd["inst.bias"]},
+    )  # fmt: skip
+    convert(
+        tmp_path / "o.bpk", tmp_path / "back.safetensors",
+        ConvertOptions(adapters=("burn-to-pytorch",), module_types=rules),
+    )  # fmt: skip
+    assert_same(read(tmp_path / "back.safetensors")[1], sd)
+
+
+def test_module_type_options_are_checked() -> None:
+    from ckptctl.adapters.modules import parse_module_rules
+
+    (rule,) = parse_module_rules([r"enc\.=TransformerEncoderLayer(norm_first=True)"])
+    assert (rule.pattern, rule.module_type, dict(rule.options)) == (
+        r"enc\.",
+        "TransformerEncoderLayer",
+        {"norm_first": True},
+    )
+    (bi,) = parse_module_rules(["rnn=BiLstm"])
+    assert (bi.module_type, dict(bi.options)) == ("LSTM", {"bidirectional": True})
+    with pytest.raises(SelectionError, match="LSTM takes no option 'norm_first=1'"):
+        parse_module_rules(["x=LSTM(norm_first=1)"])
+    with pytest.raises(SelectionError, match="'maybe' is not a bool"):
+        parse_module_rules(["x=GRU(bidirectional=maybe)"])
