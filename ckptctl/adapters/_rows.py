@@ -12,12 +12,10 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from ckptctl.adapters.layout import transpose_into
 from ckptctl.model import ComputedData, TensorData, iter_row_blocks
 
 if TYPE_CHECKING:
+    import numpy as np
     from numpy.typing import NDArray
 
     from ckptctl.model import TensorEntry
@@ -54,6 +52,10 @@ def row_slice(entry: TensorEntry, first: int, count: int, name: str) -> TensorEn
 def _fill(
     parts: tuple[tuple[TensorEntry, bool], ...], shape: tuple[int, ...], dtype: np.dtype[Any]
 ) -> NDArray[Any]:
+    import numpy as np  # here: listing and raw copies never load numpy (tests/test_core.py)
+
+    from ckptctl.adapters.layout import transpose_into
+
     out: NDArray[Any] = np.empty(shape, dtype=dtype)
     row = 0
     for part, transpose in parts:

@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING
 
 from ckptctl.adapters import Action, ActionKind, PlanItem
 from ckptctl.adapters._rows import concat_rows, row_slice
-from ckptctl.adapters.layout import transposed
 from ckptctl.adapters.modules import FAMILY_TYPES
 from ckptctl.errors import SelectionError, UnsupportedError
 from ckptctl.fix import Note, Option
@@ -492,6 +491,8 @@ def _rows_text(slot: Slot) -> str:
 
 
 def _to_burn(layer: Layer, by_name: Mapping[str, TensorEntry]) -> list[Built]:
+    from ckptctl.adapters.layout import transposed  # imports numpy: only when there is a layer
+
     slots = [s for s in slots_of(layer, by_name) if s.torch in by_name]
     reason = f"{layer.family} ({layer.evidence})"
     out = []
@@ -520,6 +521,8 @@ def _to_burn(layer: Layer, by_name: Mapping[str, TensorEntry]) -> list[Built]:
 
 
 def _to_torch(layer: Layer, by_name: Mapping[str, TensorEntry]) -> list[Built]:
+    from ckptctl.adapters.layout import transposed  # imports numpy: only when there is a layer
+
     groups: dict[str, list[Slot]] = {}
     for slot in slots_of(layer, by_name):
         groups.setdefault(slot.torch, []).append(slot)
