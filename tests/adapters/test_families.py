@@ -560,3 +560,45 @@ def test_module_type_options_are_checked() -> None:
         parse_module_rules(["x=LSTM(norm_first=1)"])
     with pytest.raises(SelectionError, match="'maybe' is not a bool"):
         parse_module_rules(["x=GRU(bidirectional=maybe)"])
+
+
+def test_a_split_reads_only_its_own_rows_of_the_source(tmp_path: Path) -> None:
+    """Streaming: a split is a byte range of the fused tensor, read block by block (pread)."""
+    from safetensors.numpy import save_file
+
+    from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
+    from ckptctl.model import FileData
+
+    d = 512
+    rng = np.random.default_rng(0)
+    fused = rng.standard_normal((3 * d, d), dtype=np.float32)
+    save_file({"a.in_proj_weight": fused, "a.out_proj.weight": fused[:d].copy()},
+              str(tmp_path / "m.safetensors"))  # fmt: skip
+    reads: list[tuple[int, int]] = []
+    whole: list[int] = []
+    original_range, original_read = FileData.read_range, FileData.read
+
+    def spy_range(self: FileData, start: int, length: int) -> bytes | memoryview:
+        reads.append((start, length))
+        return original_range(self, start, length)
+
+    def spy_read(self: FileData) -> memoryview:
+        whole.append(self.nbytes)
+        return original_read(self)
+
+    with open_checkpoint(tmp_path / "m.safetensors") as ckpt:
+        items, _ = run_pipeline(ckpt.entries(), PipelineOptions(adapters=("pytorch-to-burn",)))
+        key = next(i.entry for i in items if i.entry is not None and i.entry.name == "a.key.weight")
+        mp = pytest.MonkeyPatch()
+        mp.setattr(FileData, "read_range", spy_range)
+        mp.setattr(FileData, "read", spy_read)
+        try:
+            value = np.array(key.load())
+        finally:
+            mp.undo()
+    np.testing.assert_array_equal(value, fused[d : 2 * d].T)
+    assert whole == []  # the fused tensor is never read (or mapped) whole
+    row = d * 4
+    assert reads
+    assert all(d * row <= start and start + length <= 2 * d * row for start, length in reads)
+    assert sum(length for _, length in reads) == d * row  # each of its rows once
