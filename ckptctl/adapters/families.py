@@ -323,6 +323,13 @@ def _torch_layers(
         assumed = "norm_first" not in facts
         layers.append(Layer(family, prefix, prefix, facts, evidence, assumed_post_norm=assumed))
         taken.add(prefix)
+    for prefix in _prefixes(names, "q_proj_weight"):
+        raise UnsupportedError(
+            f"tensor {_j(prefix, 'q_proj_weight')!r}: a MultiheadAttention with kdim/vdim other "
+            "than embed_dim has no Burn counterpart (Burn's query, key and value are all "
+            "[d_model, d_model], mha.rs:133)",
+            hint=_EXCLUDE,
+        )
     for prefix in _prefixes(names, "in_proj_weight"):
         owner = (
             prefix.rpartition(".")[0] if prefix.endswith(("self_attn", "multihead_attn")) else None

@@ -602,3 +602,26 @@ def test_a_split_reads_only_its_own_rows_of_the_source(tmp_path: Path) -> None:
     assert reads
     assert all(d * row <= start and start + length <= 2 * d * row for start, length in reads)
     assert sum(length for _, length in reads) == d * row  # each of its rows once
+
+
+def test_attention_parts_burn_has_no_place_for_are_refused() -> None:
+    from ckptctl.adapters.families import TO_BURN, restructure
+    from tests.strategies import array_entry
+
+    def f32(name: str, *shape: int) -> Any:
+        return array_entry(name, np.zeros(shape, np.float32))
+
+    kdim = [
+        f32("a.q_proj_weight", 8, 8),
+        f32("a.k_proj_weight", 8, 4),
+        f32("a.v_proj_weight", 8, 4),
+    ]
+    with pytest.raises(UnsupportedError, match="kdim/vdim other than embed_dim"):
+        restructure(kdim, TO_BURN)
+    bias_kv = [
+        f32("a.in_proj_weight", 24, 8),
+        f32("a.out_proj.weight", 8, 8),
+        f32("a.bias_k", 1, 1, 8),
+    ]
+    with pytest.raises(UnsupportedError, match=r"'a\.bias_k' of MultiheadAttention 'a' has no Burn"):
+        restructure(bias_kv, TO_BURN)
