@@ -623,5 +623,7 @@ def test_attention_parts_burn_has_no_place_for_are_refused() -> None:
         f32("a.out_proj.weight", 8, 8),
         f32("a.bias_k", 1, 1, 8),
     ]
-    with pytest.raises(UnsupportedError, match=r"'a\.bias_k' of MultiheadAttention 'a' has no Burn"):
+    with pytest.raises(
+        UnsupportedError, match=r"'a\.bias_k' of MultiheadAttention 'a' has no Burn"
+    ):
         restructure(bias_kv, TO_BURN)
