@@ -137,6 +137,38 @@ def write_safetensors(path: Path, size_mib: int, *, seed: int = 0) -> int:
     return largest
 
 
+def write_fused(path: Path, size_mib: int, *, seed: int = 0, d: int = 1024) -> int:
+    """About ``size_mib`` MiB of F32 PyTorch ``MultiheadAttention`` and ``LSTM`` tensors
+    (``blocks.N.attn.in_proj_weight [3d, d]`` ..., ``blocks.N.lstm.weight_ih_l0 [4d, d]`` ...),
+    which ``pytorch-to-burn`` splits into Burn's Linears; returns the largest output tensor."""
+    rng = np.random.default_rng(seed)
+    block = {
+        "attn.in_proj_weight": (3 * d, d), "attn.in_proj_bias": (3 * d,),
+        "attn.out_proj.weight": (d, d), "attn.out_proj.bias": (d,),
+        "lstm.weight_ih_l0": (4 * d, d), "lstm.weight_hh_l0": (4 * d, d),
+        "lstm.bias_ih_l0": (4 * d,), "lstm.bias_hh_l0": (4 * d,),
+    }  # fmt: skip
+    per_block = sum(int(np.prod(s)) * 4 for s in block.values())
+    count = max(1, size_mib * (1 << 20) // per_block)
+    header: dict[str, object] = {}
+    offset = 0
+    for i in range(count):
+        for name, shape in block.items():
+            nbytes = int(np.prod(shape)) * 4
+            header[f"blocks.{i}.{name}"] = {
+                "dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + nbytes],
+            }  # fmt: skip
+            offset += nbytes
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-(8 + len(blob)) % 8)
+    with open(path, "wb") as out:
+        out.write(struct.pack("<Q", len(blob)) + blob)
+        for _ in range(count):
+            for shape in block.values():
+                out.write(rng.standard_normal(shape, dtype=np.float32).tobytes())
+    return d * d * 4  # every split piece and out_proj is [d, d]
+
+
 def warm(path: Path) -> None:
     """Read a file once so every command starts with the same warm page cache."""
     with open(path, "rb") as f:
@@ -163,6 +195,15 @@ def _st_input(size_mib: int) -> Path:
     if not path.exists():
         WORK.mkdir(parents=True, exist_ok=True)
         meta.write_text(str(write_safetensors(path, size_mib)))
+    return path
+
+
+def _fused_input(size_mib: int) -> Path:
+    path = WORK / f"fused-{size_mib}m.safetensors"
+    meta = WORK / f"fused-{size_mib}m.largest"
+    if not path.exists():
+        WORK.mkdir(parents=True, exist_ok=True)
+        meta.write_text(str(write_fused(path, size_mib)))
     return path
 
 
@@ -227,6 +268,10 @@ def _convert_transpose(src: Path, dst: Path) -> list[str]:
     return [*_convert_no_fsync(src, dst), "--module-type", ".*=Linear", "-a", "pytorch-to-burn"]
 
 
+def _convert_split(src: Path, dst: Path) -> list[str]:
+    return [*_convert_no_fsync(src, dst), "-a", "pytorch-to-burn"]
+
+
 def _convert_bf16(src: Path, dst: Path) -> list[str]:
     return [*_convert_no_fsync(src, dst), "-a", "cast:bf16"]
 
@@ -268,6 +313,8 @@ CASES = [
          "cp", _cp, ".safetensors"),
     Case("st-bpk-transpose", "every 2-D weight transposed (pytorch-to-burn), --no-fsync",
          _st_input, _convert_transpose, "cp", _cp, ".bpk"),
+    Case("fused-bpk-split", "MHA/LSTM weights split into Burn's Linears (pytorch-to-burn), "
+         "--no-fsync", _fused_input, _convert_split, "cp", _cp, ".bpk"),
     Case("st-bpk-bf16", "every tensor cast F32 → BF16, --no-fsync", _st_input, _convert_bf16,
          "cp", _cp, ".bpk"),
     Case("st-pt-nofsync", "safetensors → .pt (zip, CRC per record), --no-fsync", _st_input,

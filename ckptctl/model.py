@@ -112,12 +112,16 @@ class Structure:
         containers: tensors per container key path (``{"model": 273, "optimizer.state.0": 2}``).
         module_class: the pickled module's class (whole models, TorchScript), else None.
         top_level_keys: the root dict's string keys (first 100).
+        modules: a whole pickled module's submodules by ``state_dict`` path (``""`` for the
+            root): class name (last component) and the plain attributes that decide how Burn
+            stores the layer (``norm_first``, ``bidirectional``, ``num_layers``, ``proj_size``).
     """
 
     top_level_tensors: int = 0
     containers: Mapping[str, int] = field(default_factory=dict)
     module_class: str | None = None
     top_level_keys: tuple[str, ...] = ()
+    modules: Mapping[str, tuple[str, Mapping[str, JSONValue]]] = field(default_factory=dict)
 
     @property
     def groups(self) -> dict[str, int]:

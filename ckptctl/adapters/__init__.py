@@ -34,6 +34,8 @@ class ActionKind(StrEnum):
     """What an adapter did to a tensor."""
 
     TRANSPOSE = "transpose"
+    SPLIT = "split"
+    FUSE = "fuse"
     RENAME = "rename"
     CAST = "cast"
     DROP = "drop"

@@ -3,11 +3,15 @@
 Only two things ever change (§1.2):
 
 * a rank-2 ``weight`` owned by a ``Linear`` is transposed (``[out, in]`` <-> ``[in, out]``);
-* in ``BatchNorm``, ``LayerNorm``, ``GroupNorm`` and ``RmsNorm`` PyTorch ``weight``/``bias`` are
-  Burn ``gamma``/``beta`` (renamed; the RmsNorm rename needs Burn 0.22+, §1.4).
+* in ``BatchNorm``, ``LayerNorm``, ``GroupNorm``, ``RmsNorm`` and ``InstanceNorm`` PyTorch
+  ``weight``/``bias`` are Burn ``gamma``/``beta`` (renamed; the RmsNorm rename needs Burn 0.22+,
+  §1.4), and PReLU's ``weight`` is Burn's ``alpha``. Burn's own adapters skip the last two
+  (§8.9), so Burn's ``PytorchStore`` cannot load them; Burn's modules store these names.
 
-Everything else -- Embedding, convolutions, InstanceNorm, PRelu, user parameters, tensors whose
-module type is unknown -- passes through unchanged (the same entry, so copies stay zero-copy).
+Layers Burn stores as several modules (MultiheadAttention, LSTM, GRU, RNN, Transformer layers)
+are split or fused before this adapter by :mod:`ckptctl.adapters.families`, whose decisions are
+``done``. Everything else -- Embedding, convolutions, user parameters, tensors whose module type
+is unknown -- passes through unchanged (the same entry, so copies stay zero-copy).
 The module type comes from :mod:`ckptctl.adapters.modules` decisions; a target verdict in a
 decision (``transpose``/``rename``) overrides the type-based rule. Burn does the file-side
 rename for PyTorch -> Burn through an alternative-name lookup at load time (§1.3); a file
@@ -92,6 +96,11 @@ def _fmt(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(map(str, shape)) + "]"
 
 
+# PyTorch's PReLU ``weight`` is Burn's ``PRelu.alpha`` (burn-nn src/activation/prelu.rs:12-15);
+# Burn's own adapter does not rename it (spec §8.9), a converted file must.
+_PRELU = {"pytorch-to-burn": {"weight": "alpha"}, "burn-to-pytorch": {"alpha": "weight"}}
+
+
 def _layout(
     entry: TensorEntry,
     decision: Decision | None,
@@ -101,6 +110,10 @@ def _layout(
 ) -> Adapted:
     prefix, _, param = entry.name.rpartition(".")
     rank2_weight = param == "weight" and len(entry.shape) == 2
+    if decision is not None and decision.done:
+        return entry, ()
+    if decision is not None and decision.module_type == "PRelu":
+        renames = _PRELU.get(label, renames)
     if decision is None or decision.module_type is None:
         if rank2_weight:
             why = decision.evidence if decision else "module type unknown"
@@ -118,7 +131,9 @@ def _layout(
             Action(ActionKind.TRANSPOSE, detail, f"{module_type} ({decision.evidence})", label),
         )
     new_param = renames.get(param)
-    norm = module_type in RENAMED_NORMS and (rename_rmsnorm or module_type != "RmsNorm")
+    norm = module_type == "PRelu" or (
+        module_type in RENAMED_NORMS and (rename_rmsnorm or module_type != "RmsNorm")
+    )
     do_rename = new_param is not None and (decision.rename if decision.rename is not None else norm)
     if do_rename and new_param is not None:
         new_name = f"{prefix}.{new_param}" if prefix else new_param

@@ -42,17 +42,43 @@ MODULE_TYPES = (
     "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
     "DeformConv2d", "PRelu", "Other",
 )  # fmt: skip
-#: Norms whose PyTorch ``weight``/``bias`` are Burn ``gamma``/``beta`` (§1.2).
-RENAMED_NORMS = frozenset({"BatchNorm", "LayerNorm", "GroupNorm", "RmsNorm"})
+#: Norms whose PyTorch ``weight``/``bias`` are Burn ``gamma``/``beta`` (§1.2). Burn's own adapter
+#: leaves InstanceNorm alone (spec §8.9), but Burn's ``InstanceNorm`` stores ``gamma``/``beta``
+#: (burn-nn src/modules/norm/instance.rs:30-34), so a converted file must hold those names.
+RENAMED_NORMS = frozenset({"BatchNorm", "LayerNorm", "GroupNorm", "RmsNorm", "InstanceNorm"})
+#: Layers stored as several Burn modules (split, fused, renamed; ``adapters.families``), with
+#: the options a declaration may give each, and their value types.
+FAMILY_TYPES: dict[str, dict[str, type]] = {
+    "MultiheadAttention": {},
+    "LSTM": {"bidirectional": bool, "num_layers": int, "proj_size": int},
+    "GRU": {"bidirectional": bool, "num_layers": int},
+    "RNN": {"bidirectional": bool, "num_layers": int},
+    "TransformerEncoderLayer": {"norm_first": bool},
+    "TransformerDecoderLayer": {"norm_first": bool},
+}
+#: The option every per-tensor type takes: the Burn enum variant holding the module
+#: (``norm.Layer.gamma``; burn-store spec §1.1, burn-derive codegen_enum.rs).
+VARIANT_OPTION = "variant"
 
-_CANONICAL = {t.lower(): t for t in MODULE_TYPES}
+_CANONICAL = {t.lower(): t for t in (*MODULE_TYPES, *FAMILY_TYPES)}
+# Burn's names for the same families (burn-nn src/modules/attention/mha.rs:73,
+# rnn/lstm/lstm_module.rs:61, rnn/lstm/bilstm_module.rs:51, rnn/gru.rs:60, rnn/basic.rs:57/254)
+_BURN_FAMILIES = {
+    "multiheadattention": ("MultiheadAttention", {}),
+    "lstm": ("LSTM", {}), "bilstm": ("LSTM", {"bidirectional": True}),
+    "gru": ("GRU", {}), "bigru": ("GRU", {"bidirectional": True}),
+    "rnn": ("RNN", {}), "birnn": ("RNN", {"bidirectional": True}),
+}  # fmt: skip
 # PyTorch class names (last dotted component) -> Burn type (spec §1.6 a)
 _TORCH_CLASSES = {
     "linear": "Linear", "nondynamicallyquantizablelinear": "Linear", "lazylinear": "Linear",
     "batchnorm1d": "BatchNorm", "batchnorm2d": "BatchNorm", "batchnorm3d": "BatchNorm",
     "syncbatchnorm": "BatchNorm", "rmsnorm": "RmsNorm", "prelu": "PRelu",
     "instancenorm1d": "InstanceNorm", "instancenorm2d": "InstanceNorm",
-    "instancenorm3d": "InstanceNorm",
+    "instancenorm3d": "InstanceNorm", "multiheadattention": "MultiheadAttention",
+    "lstm": "LSTM", "gru": "GRU", "rnn": "RNN",
+    "transformerencoderlayer": "TransformerEncoderLayer",
+    "transformerdecoderlayer": "TransformerDecoderLayer",
 }  # fmt: skip
 _NORM_PARAMS = {"weight": "gamma", "bias": "beta"}
 
@@ -96,30 +122,96 @@ def normalize_type(name: str, *, strict: bool = False) -> str:
     found = _CANONICAL.get(key) or _TORCH_CLASSES.get(key)
     if found is not None:
         return found
+    if key in _BURN_FAMILIES:
+        return _BURN_FAMILIES[key][0]
     if strict:
         raise SelectionError(
-            f"unknown module type {name!r}", hint="valid module types: " + ", ".join(MODULE_TYPES)
+            f"unknown module type {name!r}",
+            hint="valid module types: " + ", ".join((*MODULE_TYPES, *FAMILY_TYPES)),
         )
     return "Other"
 
 
+_CALL = re.compile(r"^\s*([A-Za-z_][\w.:]*)\s*(?:\((.*)\))?\s*$", re.DOTALL)
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+def _option_value(text: str, kind: type, where: str) -> object:
+    value = text.strip()
+    if kind is bool:
+        if value.lower() in _TRUE:
+            return True
+        if value.lower() in _FALSE:
+            return False
+    elif kind is int and value.isdigit():
+        return int(value)
+    elif kind is str and re.fullmatch(r"[A-Za-z_]\w*", value):
+        return value
+    raise SelectionError(f"{where}: {value!r} is not a {kind.__name__}")
+
+
+def parse_type_call(text: str, where: str) -> tuple[str, dict[str, object]]:
+    """``TransformerEncoderLayer(norm_first=True)`` -> ``("TransformerEncoderLayer", {...})``.
+
+    The vocabulary: every per-tensor type takes ``variant=NAME`` (the Burn enum variant that
+    holds the module); the families of :data:`FAMILY_TYPES` take their listed options. Burn's
+    names of the families are accepted too (``BiLstm`` is ``LSTM(bidirectional=True)``).
+
+    Raises:
+        SelectionError: not a type call, unknown type or option, or a value of the wrong type.
+    """
+    match = _CALL.match(text)
+    if match is None:
+        raise SelectionError(f"{where}: {text!r} is not Type or Type(option=value, ...)")
+    name, args = match.group(1), match.group(2)
+    base = name.removeprefix("Struct:").rsplit(".", 1)[-1].lower()
+    module_type = normalize_type(name, strict=True)
+    options: dict[str, object] = dict(_BURN_FAMILIES.get(base, ("", {}))[1])
+    allowed = FAMILY_TYPES.get(module_type, {VARIANT_OPTION: str})
+    for item in (a for a in (args or "").split(",") if a.strip()):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in allowed:
+            known = ", ".join(f"{k}=" for k in allowed) or "none"
+            raise SelectionError(
+                f"{where}: {module_type} takes no option {item.strip()!r}",
+                hint=f"options of {module_type}: {known}",
+            )
+        options[key] = _option_value(value, allowed[key], f"{where}: option {key}")
+    return module_type, options
+
+
 @dataclass(frozen=True)
 class ModuleRule:
-    """An explicit ``REGEX=Type`` rule, matched (unanchored, Rust dialect) on tensor names."""
+    """An explicit ``REGEX=Type`` rule, matched (unanchored, Rust dialect) on tensor names.
+
+    ``module_type`` may be a call with options (:func:`parse_type_call`), kept in ``options``.
+    """
 
     pattern: str
     module_type: str
     number: int = 1
+    options: Mapping[str, object] = field(default_factory=dict)
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "module_type", normalize_type(self.module_type, strict=True))
+        where = f"module rule #{self.number}"
+        module_type, options = parse_type_call(self.module_type, where)
+        object.__setattr__(self, "module_type", module_type)
+        object.__setattr__(self, "options", {**options, **self.options})
         object.__setattr__(self, "regex", compile_pattern(self.pattern, self.label))
+
+    @property
+    def is_family(self) -> bool:
+        """Whether the rule declares a layer ``adapters.families`` splits or fuses."""
+        return self.module_type in FAMILY_TYPES
 
     @property
     def label(self) -> str:
         """``module rule #1 'fc=Linear'`` for messages and evidence."""
-        return f"module rule #{self.number} '{self.pattern}={self.module_type}'"
+        args = ", ".join(f"{k}={v}" for k, v in self.options.items())
+        call = f"{self.module_type}({args})" if args else self.module_type
+        return f"module rule #{self.number} '{self.pattern}={call}'"
 
     def matches(self, name: str) -> bool:
         """True when the pattern is found anywhere in ``name``."""
@@ -127,14 +219,18 @@ class ModuleRule:
 
 
 def parse_module_rules(texts: Iterable[str]) -> tuple[ModuleRule, ...]:
-    """Parse ``REGEX=Type`` strings; the split is at the **last** ``=`` (types have none).
+    """Parse ``REGEX=Type`` or ``REGEX=Type(option=value, ...)`` strings; the split is at the
+    **last** ``=`` before the type's options (types have none).
 
     Raises:
-        SelectionError: no ``=``, bad pattern or unknown type.
+        SelectionError: no ``=``, bad pattern, unknown type or option.
     """
     rules = []
     for number, text in enumerate(texts, start=1):
-        pattern, sep, type_name = text.rpartition("=")
+        call = text.rfind("(") if text.rstrip().endswith(")") else -1
+        head = text[:call] if call >= 0 else text
+        pattern, sep, type_name = head.rpartition("=")
+        type_name += text[call:] if call >= 0 else ""
         if not sep or not pattern:
             raise SelectionError(
                 f"module rule #{number} {quote(text)} is not REGEX=Type",
@@ -173,6 +269,8 @@ class Decision:
             a pattern, or undecided rank-2 weight); show it to the user.
         transpose: a verdict from the target's shapes that overrides the type-based rule.
         rename: a verdict from the target's names that overrides the type-based rule.
+        done: the tensor was already built in its final layout by ``adapters.families`` (a
+            split, fuse or family rename); the layout adapters leave it alone.
     """
 
     name: str
@@ -181,6 +279,7 @@ class Decision:
     flagged: bool = False
     transpose: bool | None = None
     rename: bool | None = None
+    done: bool = False
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -208,6 +307,8 @@ def _pattern_type(prefix: str, members: Mapping[str, TensorEntry]) -> _Evidence 
     """Name/shape heuristics for the module at ``prefix`` (its tensors are ``members``)."""
     if "running_mean" in members or "running_var" in members:
         return _Evidence("BatchNorm", "pattern: sibling running_mean/running_var")
+    if set(members) == {"alpha"} and len(members["alpha"].shape) == 1:
+        return _Evidence("PRelu", "pattern: a lone 1-D alpha (Burn's PRelu)")
     segment = prefix.rpartition(".")[2]
     weight = members.get("weight")
     rank = len(weight.shape) if weight is not None else None
@@ -252,6 +353,9 @@ def _target_evidence(
         return None
     if own is not None:
         return _Evidence(None, "the target has this exact name", rename=False)
+    prelu = {"weight": "alpha", "alpha": "weight"}.get(param)
+    if prelu is not None and len(entry.shape) == 1 and _join(prefix, prelu) in target:
+        return _Evidence("PRelu", f"target has {_join(prefix, prelu)!r}: a PRelu", rename=True)
     burn = _NORM_PARAMS.get(param)
     torch = {v: k for k, v in _NORM_PARAMS.items()}.get(param)
     other = burn or torch
@@ -314,7 +418,7 @@ def decide_module_types(
             None,
         )
         for param, entry in members.items():
-            rule = next((r for r in rule_list if r.matches(entry.name)), None)
+            rule = next((r for r in rule_list if not r.is_family and r.matches(entry.name)), None)
             ruled = _Evidence(rule.module_type, rule.label) if rule else None
             tev = targets.get(param) or module_target
             decisions[entry.name] = _decide(entry, param, ruled, tev, klass, pattern)

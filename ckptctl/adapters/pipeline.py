@@ -19,7 +19,9 @@ from ckptctl.adapters import (
     plan,
     unique_names,
 )
+from ckptctl.adapters.families import fit_target_names, restructure
 from ckptctl.adapters.modules import (
+    Decision,
     decide_module_types,
     module_rules_from_mapping,
     parse_module_rules,
@@ -31,9 +33,9 @@ from ckptctl.fix import Note, Option
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ckptctl.adapters.modules import Decision
+    from ckptctl.adapters.families import Built
     from ckptctl.dtypes import DType
-    from ckptctl.model import TensorEntry
+    from ckptctl.model import JSONValue, TensorEntry
 
     Specs = Mapping[str, tuple[DType, tuple[int, ...]]]
 
@@ -73,20 +75,24 @@ def run_pipeline(
     entries: list[TensorEntry],
     options: PipelineOptions,
     target: Specs | None = None,
+    modules: Mapping[str, tuple[str, Mapping[str, JSONValue]]] | None = None,
 ) -> tuple[list[PlanItem], list[str | Note]]:
-    """Select and rename, decide module types on the new names, then run the adapters.
+    """Select and rename, split/fuse layer families, decide module types, run the adapters.
 
     Args:
         entries: the input entries (after any state-key selection).
         options: include/exclude, remap rules, adapters and module-type rules.
         target: names and shapes the output must fit, used as evidence for module types.
+        modules: module path -> (class, attributes) of a whole-model file, when known.
 
     Returns:
-        One plan item per input entry (output entry or None, and the actions taken), and
+        One plan item per output entry (an input left out is an item with no entry; a split
+        input has one item per piece; a fuse is one item named by its first input), and
         warnings, one per kind, about module types the layout adapters may get wrong.
 
     Raises:
         SelectionError: a bad rule or adapter, or two tensors mapped to one name.
+        UnsupportedError: a layer with no Burn counterpart.
     """
     select, rename = Select(options.include, options.exclude), Rename.parse(options.remap)
     stage1 = plan(entries, chain(select, rename))
@@ -94,27 +100,55 @@ def run_pipeline(
     warnings: list[str | Note] = _rule_warnings(
         [e.name for e in entries if select.matches(e.name)], rename
     )
+    names = [a.strip().lower() for a in options.adapters]
+    rules = parse_module_rules(options.module_types)
+    if options.module_map:
+        rules += module_rules_from_mapping(options.module_map)
+    direction = next((a for a in names if a in _LAYOUT), None)
+    placed: dict[str, list[Built]] | None = None
+    decisions: dict[str, Decision] = {}
+    staged = renamed
+    if direction is not None:
+        family = restructure(renamed, direction, rules=rules, modules=modules, target=target)
+        placed, warnings = family.placed, warnings + family.warnings
+        staged = [b.entry for built in placed.values() for b in built]
+        decisions = {
+            b.entry.name: Decision(b.entry.name, b.module_type, "family", done=True)
+            for built in placed.values()
+            for b in built
+            if b.module_type is not None
+        }
     adapters: Chain = chain()
     if options.adapters:
         context = AdapterContext()
-        if any(a.strip().lower() in _NEEDS_DECISIONS for a in options.adapters):
-            rules = parse_module_rules(options.module_types)
-            if options.module_map:
-                rules += module_rules_from_mapping(options.module_map)
-            decisions = decide_module_types(renamed, target=target, rules=rules)
-            context = AdapterContext(decisions=decisions)
-            if any(a.strip().lower() in _LAYOUT for a in options.adapters):
-                warnings += _uncertain(renamed, decisions)
+        if any(a in _NEEDS_DECISIONS for a in names):
+            todo = [e for e in staged if e.name not in decisions]
+            found = decide_module_types(todo, target=target, rules=rules)
+            context = AdapterContext(decisions={**found, **decisions})
+            if direction is not None:
+                warnings += _uncertain(todo, found)
         adapters = chain(*(parse_adapter(a, context) for a in options.adapters))
     # Not refused here: the check below names the input tensors and blames rules or adapters.
-    stage2 = {item.source: item for item in plan(renamed, adapters, unique=False)}
+    stage2 = {item.source: item for item in plan(staged, adapters, unique=False)}
     merged: list[PlanItem] = []
+    original = {item.entry.name: item for item in stage1 if item.entry is not None}
     for item in stage1:
         if item.entry is None:
             merged.append(item)
             continue
-        second = stage2[item.entry.name]
-        merged.append(PlanItem(item.source, second.entry, item.actions + second.actions))
+        pieces = placed.get(item.entry.name, []) if placed is not None else None
+        if pieces is None:
+            second = stage2[item.entry.name]
+            merged.append(PlanItem(item.source, second.entry, item.actions + second.actions))
+            continue
+        for built in pieces:
+            second = stage2[built.entry.name]
+            first = original[built.sources[0]]  # the row names the tensor it reads from
+            merged.append(
+                PlanItem(first.source, second.entry, first.actions + built.actions + second.actions)
+            )
+    if direction is not None:
+        merged = fit_target_names(merged, direction, rules, target)
     hint = Note(
         "change the {fix0} rules or adapters so that names stay unique",
         (Option("remap", takes_value=True),),

@@ -95,8 +95,12 @@ def run_conversion(
     "--exclude", multiple=True, metavar="REGEX", help="Drop matching tensors (Rust regex syntax)."
 )
 @module_type_option(
-    "Declare the module type (Linear, LayerNorm, BatchNorm, Embedding, Conv2d, ...) of "
-    "matching tensors for the layout adapters; repeatable, first match wins."
+    "Declare the module type (Linear, LayerNorm, BatchNorm, Embedding, Conv2d, PRelu, "
+    "InstanceNorm, ...) of matching tensors for the layout adapters; repeatable, first match "
+    "wins. Layers Burn stores as several modules take options in call syntax: "
+    "MultiheadAttention, LSTM/GRU/RNN(bidirectional=, num_layers=), "
+    "TransformerEncoderLayer/TransformerDecoderLayer(norm_first=); any other type takes "
+    "(variant=NAME), the Burn enum variant holding it. One declaration serves both directions."
 )
 @click.option(
     "--module-types",
@@ -192,6 +196,8 @@ def command(
       ckptctl convert model.safetensors burn.bpk -a pytorch-to-burn
       ckptctl convert checkpoint.pt weights.safetensors --state-key model
       ckptctl convert whole_model.pt whole_model.bpk -a pytorch-to-burn -a cast:bf16
+      ckptctl convert encoder.pt encoder.bpk -a pytorch-to-burn \\
+        --module-type 'encoder\\.layers\\.\\d+\\.=TransformerEncoderLayer(norm_first=True)'
       ckptctl convert model.bpk renamed.bpk --remap '^fc\\.=fc1.' --dry-run
       ckptctl convert model-10.mpk model-10.bpk
       ckptctl convert optim-10.mpk optim-10.bpk --paths-from model-10.mpk

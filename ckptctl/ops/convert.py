@@ -153,7 +153,8 @@ def convert(
     with open_checkpoint(src) as ckpt:
         everything = ckpt.entries()
         entries = select_state_key(everything, opts.state_key, ckpt)
-        items, notes = run_pipeline(entries, opts.pipeline, target_specs)
+        modules = ckpt.structure.modules if ckpt.structure and not opts.state_key else None
+        items, notes = run_pipeline(entries, opts.pipeline, target_specs, modules)
         warnings: list[str | Note] = list(notes)
         outside = outside_state_key(everything, opts.state_key)
         if outside and opts.state_key is not None:

@@ -129,7 +129,8 @@ def diff_checkpoints(
         pipeline = PipelineOptions(
             remap=opts.remap, adapters=opts.adapters, module_types=opts.module_types
         )
-        items, warnings = run_pipeline(entries_a, pipeline, specs_b)
+        modules = ckpt_a.structure.modules if ckpt_a.structure and not opts.state_key else None
+        items, warnings = run_pipeline(entries_a, pipeline, specs_b, modules)
         outputs = [item.entry for item in items if item.entry is not None]
         by_name_b = {e.name: e for e in entries_b}
         total = sum(e.nbytes for e in outputs if e.name in by_name_b)

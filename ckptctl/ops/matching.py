@@ -8,15 +8,23 @@ names fit the target, each rule verified on the real names before it is proposed
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from ckptctl.adapters.families import TO_BURN, TO_TORCH, is_enum_variant_segment
+from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
 from ckptctl.adapters.rename import RemapRule, parse_rules, remap_name
+from ckptctl.dtypes import DType
+from ckptctl.errors import CkptError
 from ckptctl.fix import Option
+from ckptctl.model import ComputedData, TensorEntry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
+
+    from ckptctl.adapters import PlanItem
 
 Shape = tuple[int, ...]
 
@@ -30,6 +38,8 @@ MAX_CANDIDATES = 30
 _NORM_TO_BURN = {"weight": "gamma", "bias": "beta"}
 _TO_TORCH = {v: k for k, v in _NORM_TO_BURN.items()}
 _NORM_PARAMS = frozenset(_NORM_TO_BURN) | frozenset(_TO_TORCH)
+# what the simulated entries of _simulate hold: never read (the pipeline is metadata only)
+_NO_DATA = ComputedData(lambda: b"")
 
 
 def jaro(s1: str, s2: str) -> float:
@@ -62,13 +72,6 @@ def jaro(s1: str, s2: str) -> float:
     if matches == 0:
         return 0.0
     return ((matches / len1) + (matches / len2) + ((matches - transpositions) / matches)) / 3
-
-
-def is_enum_variant_segment(segment: str) -> bool:
-    """Burn's CamelCase test (§5.4 step 1): ``BaseConv`` yes, ``conv``/``X``/``FC`` no."""
-    return (
-        len(segment.encode()) > 1 and segment[0].isupper() and any(c.islower() for c in segment[1:])
-    )
 
 
 def strip_enum_variant(name: str) -> str | None:
@@ -132,6 +135,8 @@ def _candidates(missing: Sequence[str], unused: Sequence[str]) -> Counter[tuple[
             for new in index.get(key, ()):
                 if i == last and {old, new} <= _NORM_PARAMS:
                     continue  # weight<->gamma is the layout adapter's job, not a remap
+                if _moves_a_role(old, new):
+                    continue  # out_proj -> key, norm1 -> norm_1: the family adapter's job
                 esc = re.escape(old)
                 if last == 0:
                     found["^" + esc + "$", new] += 1
@@ -144,12 +149,41 @@ def _candidates(missing: Sequence[str], unused: Sequence[str]) -> Counter[tuple[
     return found
 
 
+#: Segment names that are module roles inside a layer family (``adapters.families``): a remap
+#: rule must never move one onto another (``out_proj`` -> ``key`` writes the output projection
+#: into the key; ``norm1`` -> ``norm_1`` is wrong for a pre-norm layer). Only these renames
+#: are the same role under both names.
+_ROLES = frozenset({
+    "in_proj_weight", "in_proj_bias", "out_proj", "query", "key", "value", "output",
+    "q_proj", "k_proj", "v_proj", "o_proj", "self_attn", "multihead_attn", "cross_attn", "mha",
+    "linear1", "linear2", "linear_inner", "linear_outer", "pwff",
+    "norm1", "norm2", "norm3", "norm_1", "norm_2", "norm_3",
+    "input_gate", "forget_gate", "cell_gate", "output_gate", "reset_gate", "update_gate",
+    "new_gate", "gate", "input_transform", "hidden_transform", "forward", "reverse",
+})  # fmt: skip
+_SAME_ROLE = frozenset({
+    ("out_proj", "output"), ("out_proj", "o_proj"), ("o_proj", "output"), ("q_proj", "query"),
+    ("k_proj", "key"), ("v_proj", "value"), ("multihead_attn", "cross_attn"),
+})  # fmt: skip
+
+
+def _moves_a_role(old: str, new: str) -> bool:
+    if old == new or old not in _ROLES or new not in _ROLES:
+        return False
+    return (old, new) not in _SAME_ROLE and (new, old) not in _SAME_ROLE
+
+
+def _fits(shape: Shape | None, want: Shape) -> bool:
+    """Same shape, or a rank-2 transpose the layout adapter makes."""
+    return shape == want or (shape is not None and len(want) == 2 and shape == want[::-1])
+
+
 def _fit(names: Iterable[str], target: Mapping[str, Shape]) -> int:
     return sum(1 for n in names if n in target)
 
 
 def _best_rule(
-    names: list[str], target: Mapping[str, Shape], number: int
+    names: list[str], target: Mapping[str, Shape], number: int, shapes: Sequence[Shape]
 ) -> tuple[RemapRule, list[str]] | None:
     present = set(names)
     missing = [t for t in target if t not in present]
@@ -161,6 +195,11 @@ def _best_rule(
         renamed = [rule.apply(n) for n in names]
         if len(set(renamed)) < len(renamed):
             continue  # the rule would make two tensors collide
+        if any(
+            new != n and new in target and not _fits(shape, target[new])
+            for n, new, shape in zip(names, renamed, shapes, strict=True)
+        ):
+            continue  # the rule renumbers or renames into a shape error
         gain = _fit(renamed, target) - base
         if gain > 0 and (best is None or gain > best[0]):
             best = (gain, RemapRule(rule.pattern, rule.replacement, number), renamed)
@@ -168,18 +207,24 @@ def _best_rule(
 
 
 def ranked_suggestion(
-    fixes: Sequence[Option], *, forward: bool = False
+    fixes: Sequence[Option], *, forward: bool = False, origins: Mapping[str, str] | None = None
 ) -> Callable[[str, Sequence[str]], str | None]:
     """A "Did you mean" that ranks candidates first by the inferred ``remap`` rules (they are
     verified), then by an exact suffix match (``module.bn.bias`` for ``bn.bias``), then by
     Burn's Jaro similarity (at least 0.7, :func:`did_you_mean`).
 
     The rules turn source names into target names: by default the name looked up is a target
-    name and the candidates are source names; ``forward`` is the other way round.
+    name and the candidates are source names; ``forward`` is the other way round. ``origins``
+    (target name -> source name, :func:`adapter_origins`) ranks first: the tensor a proposed
+    split or fuse builds the missing one from. A Jaro guess that swaps module roles
+    (``key`` for ``out_proj``) is no suggestion.
     """
     rules = parse_rules([f.value for f in fixes if f.name == "remap" and f.value is not None])
+    made = origins or {}
 
     def suggest(missing: str, unused: Sequence[str]) -> str | None:
+        if made.get(missing) in unused:  # what the proposed adapter builds it from
+            return made[missing]
         if rules and forward:
             renamed = remap_name(missing, rules)[0]
             if renamed in unused:
@@ -192,9 +237,20 @@ def ranked_suggestion(
         suffixed = [n for n in unused if n.endswith(dotted) or missing.endswith("." + n)]
         if suffixed:
             return min(suffixed, key=len)
-        return did_you_mean(missing, unused)
+        guess = did_you_mean(missing, unused)
+        if guess is not None and _swaps_roles(missing, guess):
+            return None  # 'attn.key.bias' is not 'attn.out_proj.bias' however alike they look
+        return guess
 
     return suggest
+
+
+def _swaps_roles(a: str, b: str) -> bool:
+    """Whether two names differ in a segment that names two different module roles."""
+    left, right = a.split("."), b.split(".")
+    return any(_moves_a_role(x, y) for x, y in zip(left, right, strict=False)) or any(
+        _moves_a_role(x, y) for x, y in zip(reversed(left), reversed(right), strict=False)
+    )
 
 
 def suggest_fixes(
@@ -221,20 +277,107 @@ def suggest_fixes(
         Options such as ``Option("remap", "^fc\\.=fc1.")`` and
         ``Option("adapters", "pytorch-to-burn")`` (the CLI spells them ``--remap``, ``--adapter``).
     """
-    fixes: list[Option] = []
-    names = list(source)
-    if missing and unused:
-        for number in range(1, MAX_FIX_RULES + 1):
-            found = _best_rule(names, target, number)
-            if found is None:
-                break
-            rule, names = found
-            fixes.append(Option("remap", f"{rule.pattern}={rule.replacement}"))
+    family = _family_adapter(source, target)
+    if family is not None:  # split/fuse first: rules are then inferred on what it makes
+        adapter, simulated = family
+        missing = [t for t in target if t not in simulated]
+        unused = [n for n in simulated if n not in target]
+        fixes = _rules(list(simulated), list(simulated.values()), target, bool(missing and unused))
+        rules = [f.value for f in fixes if f.value is not None]
+        after = _simulate(source, adapter, target, tuple(rules))
+        if after is None or _fit(after, target) <= _fit(simulated, target):
+            fixes = []  # the rules do not commute with the adapter: propose the adapter alone
+        return [*fixes, Option("adapters", adapter)]
+    fixes = _rules(list(source), list(source.values()), target, bool(missing and unused))
+    names = [n for n in source]
+    for fix in fixes:
+        rule = parse_rules([fix.value or ""])[0]
+        names = [rule.apply(n) for n in names]
     renamed = dict(zip(names, source.values(), strict=True))
-    adapter = _adapter_hint(renamed, target)
-    if adapter is not None:
-        fixes.append(Option("adapters", adapter))
+    hint = _adapter_hint(renamed, target)
+    if hint is not None:
+        fixes.append(Option("adapters", hint))
     return fixes
+
+
+def _rules(
+    names: list[str], shapes: list[Shape], target: Mapping[str, Shape], wanted: bool
+) -> list[Option]:
+    fixes: list[Option] = []
+    if not wanted:
+        return fixes
+    for number in range(1, MAX_FIX_RULES + 1):
+        found = _best_rule(names, target, number, shapes)
+        if found is None:
+            break
+        rule, names = found
+        fixes.append(Option("remap", f"{rule.pattern}={rule.replacement}"))
+    return fixes
+
+
+def adapter_origins(fixes: Sequence[Option], source: Mapping[str, Shape],
+                    target: Mapping[str, Shape]) -> dict[str, str]:  # fmt: skip
+    """Output name -> source name under the proposed ``remap`` rules and layout adapter."""
+    adapter = next((f.value for f in fixes if f.name == "adapters"), None)
+    if adapter not in (TO_BURN, TO_TORCH):
+        return {}
+    remap = tuple(f.value for f in fixes if f.name == "remap" and f.value is not None)
+    items = _plan(source, adapter, target, remap)
+    return {} if items is None else {i.entry.name: i.source for i in items if i.entry}
+
+
+def _plan(
+    source: Mapping[str, Shape], adapter: str, target: Mapping[str, Shape], remap: tuple[str, ...]
+) -> list[PlanItem] | None:
+    entries = [
+        TensorEntry(n, DType.F32, s, math.prod(s) * 4, None, _NO_DATA) for n, s in source.items()
+    ]
+    specs = {n: (DType.F32, s) for n, s in target.items()}
+    try:
+        items, _ = run_pipeline(entries, PipelineOptions(remap=remap, adapters=(adapter,)), specs)
+    except CkptError:
+        return None
+    return items
+
+
+def _simulate(
+    source: Mapping[str, Shape],
+    adapter: str,
+    target: Mapping[str, Shape],
+    remap: tuple[str, ...] = (),
+) -> dict[str, Shape] | None:
+    """Names and shapes ``adapter`` (after ``remap``) would make of ``source``, from metadata
+    alone (nothing is read), or None when it refuses them."""
+    items = _plan(source, adapter, target, remap)
+    if items is None:
+        return None
+    return {i.entry.name: i.entry.shape for i in items if i.entry is not None}
+
+
+def _family_adapter(
+    source: Mapping[str, Shape], target: Mapping[str, Shape]
+) -> tuple[str, dict[str, Shape]] | None:
+    """The layout adapter whose splits and fuses (``adapters.families``) make more source
+    tensors fit the target, and what it makes; None when no layer family is involved."""
+    base = sum(_fits(s, target[n]) for n, s in source.items() if n in target)
+    best: tuple[int, str, dict[str, Shape]] | None = None
+    for adapter in (TO_BURN, TO_TORCH):
+        simulated = _simulate(source, adapter, target)
+        if simulated is None or (
+            len(simulated) == len(source)
+            and set(simulated) <= {*source, *(_norm_renamed(n) for n in source)}
+        ):
+            continue  # refused, or no split/fuse/family rename: the plain rules below apply
+        score = sum(simulated[n] == target[n] for n in simulated if n in target)
+        if score > base and (best is None or score > best[0]):
+            best = (score, adapter, simulated)
+    return None if best is None else (best[1], best[2])
+
+
+def _norm_renamed(name: str) -> str:
+    prefix, _, param = name.rpartition(".")
+    new = _NORM_TO_BURN.get(param) or _TO_TORCH.get(param) or param
+    return f"{prefix}.{new}" if prefix else new
 
 
 def _adapter_hint(source: Mapping[str, Shape], target: Mapping[str, Shape]) -> str | None:

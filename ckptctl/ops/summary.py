@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ckptctl.ops.matching import (
+    adapter_origins,
     did_you_mean,
     ranked_suggestion,
     strip_enum_variant,
@@ -37,7 +38,7 @@ from ckptctl.report.summary import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from ckptctl.dtypes import DType
     from ckptctl.fix import Option
@@ -125,7 +126,14 @@ def summarize(
         )
     limit = len(missing) if suggest_limit is None else suggest_limit
     # Burn's own ranking byte for byte in burn_compat mode; otherwise the inferred rules first
-    suggest = did_you_mean if burn_compat or not with_fixes else ranked_suggestion(fixes)
+    suggest: Callable[[str, Sequence[str]], str | None]
+    if burn_compat or not with_fixes:
+        suggest = did_you_mean
+    else:
+        shapes = {n: s for n, (_, s) in source.items()}
+        made = adapter_origins(fixes, shapes, {n: s for n, (_, s) in target.items()})
+        # an output name the adapter makes is named here by the source tensor it reads
+        suggest = ranked_suggestion(fixes, origins=made)
     missing_entries = tuple(
         MissingTensor(
             name,

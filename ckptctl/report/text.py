@@ -420,7 +420,10 @@ def _reason_key(note: str | None) -> str:
 
 
 #: the kinds of change in the order the summary line counts them (always this order)
-_PAST = {"transpose": "transposed", "rename": "renamed", "cast": "cast", "custom": "adapted"}
+_PAST = {
+    "transpose": "transposed", "split": "split", "fuse": "fused", "rename": "renamed",
+    "cast": "cast", "custom": "adapted",
+}  # fmt: skip
 
 
 def _ordered(changed: Counter[str]) -> list[str]:

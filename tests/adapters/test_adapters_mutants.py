@@ -462,7 +462,8 @@ def test_module_rule_errors_and_labels() -> None:
     assert info.value.hint == (
         "valid module types: Linear, Embedding, BatchNorm, LayerNorm, GroupNorm, RmsNorm, "
         "InstanceNorm, Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, "
-        "ConvTranspose3d, DeformConv2d, PRelu, Other"
+        "ConvTranspose3d, DeformConv2d, PRelu, Other, MultiheadAttention, LSTM, GRU, RNN, "
+        "TransformerEncoderLayer, TransformerDecoderLayer"
     )
     with pytest.raises(SelectionError) as info:
         module_rules_from_mapping({"a": "Linear", "b": 3})

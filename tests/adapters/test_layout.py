@@ -74,8 +74,10 @@ def test_only_rank2_linear_weight_transposed_and_norms_renamed() -> None:
     assert names["ln.weight"] == "ln.gamma"
     assert names["gn.bias"] == "gn.beta"
     assert names["rms.weight"] == "rms.gamma"
-    assert names["inorm.weight"] == "inorm.weight"  # InstanceNorm: Burn does not rename
-    assert names["act.weight"] == "act.weight"  # PRelu: alpha vs weight, no rename
+    # Burn's own adapter skips these two (spec §8.9), but Burn's modules store gamma/beta
+    # (burn-nn norm/instance.rs:30-34) and alpha (activation/prelu.rs:12-15): issue 23
+    assert names["inorm.weight"] == "inorm.gamma"
+    assert names["act.weight"] == "act.alpha"
     transposed = [i.source for i in items if any(a.kind == "transpose" for a in i.actions)]
     assert transposed == ["lin.weight"]
     for item in items:

@@ -62,6 +62,10 @@ _DTYPES: dict[str, DType] = {
 }  # fmt: skip
 _SIGN_BIT = {DType.BF16: 0x8000, DType.F8_E4M3: 0x80, DType.F8_E5M2: 0x80}
 _MANGLE = re.compile(r"\.___torch_mangle_\d+")
+#: Module attributes kept for ``Structure.modules``: what decides how Burn stores a layer.
+MODULE_ATTRIBUTES = ("norm_first", "bidirectional", "num_layers", "proj_size", "batch_first")
+#: Most submodules described in ``Structure.modules``.
+MAX_MODULES = 100_000
 
 
 @dataclass
@@ -155,6 +159,7 @@ class _Walker:
         self.more_objects = 0
         self.nodes = 0
         self.script = parsed.format == "torchscript"
+        self.modules: dict[str, tuple[str, dict[str, object]]] = {}
 
     def emit(self, parts: tuple[str, ...], tensor: TensorRef, module_type: str | None) -> None:
         if len(self.found) >= MAX_TENSORS:
@@ -275,6 +280,10 @@ class _Walker:
         if id(obj) in on_path:
             return
         kids, owner = self.children(obj)
+        if owner is not None and isinstance(obj, Stub) and len(self.modules) < MAX_MODULES:
+            state = _state_dict_of(obj) or {}
+            attrs = {k: state[k] for k in MODULE_ATTRIBUTES if isinstance(state.get(k), bool | int)}
+            self.modules[".".join(parts)] = (owner, attrs)
         on_path.add(id(obj))
         frames.append((iter(kids), parts, owner, id(obj)))
 
@@ -328,7 +337,8 @@ def analyse(parsed: Parsed) -> Analysis:
     keys = (
         [k for k in root if isinstance(k, str)][:MAX_LISTED_KEYS] if isinstance(root, dict) else []
     )
-    structure = Structure(top, containers, module_class, tuple(keys))
+    modules = walker.modules if module_class is not None else {}
+    structure = Structure(top, containers, module_class, tuple(keys), modules)
     objects = walker.objects
     if walker.more_objects:
         objects[OMITTED_KEY] = walker.more_objects
