@@ -202,7 +202,14 @@ def _verify_file(path: str, opts: _Options) -> FileResult:
         fmt = detect_format(path).name
     except CkptError as exc:
         label = _not_a_checkpoint(exc.message) if isinstance(exc, UnknownFormatError) else None
-        return FileResult(path, None, None, None, (_fail_from("readable", exc),), label=label)
+        findings = [_fail_from("readable", exc)]
+        if exc.safety is not None:  # pickles in a file that is no checkpoint (issue 28)
+            findings.append(
+                safe_pickle_finding(
+                    exc.safety, allow_globals=opts.allow_globals, trust=opts.trust, readable=False
+                )
+            )
+        return FileResult(path, None, None, None, tuple(findings), label=label)
     if fmt == "safetensors-index":
         index = _check_index(path)
         if index is not None:
