@@ -244,6 +244,7 @@ def _file_json(result: FileResult) -> dict[str, JSONValue]:
         "ok": result.ok,
         "tensors": result.tensors,
         "findings": [_finding_json(f) for f in result.findings],
+        "verdict": result.verdict.value,
     }
 
 
@@ -252,8 +253,10 @@ def _verify(report: VerifyReport) -> dict[str, JSONValue]:
     """The ``--json`` object of a verify report (serialise with ``report.json.dumps``).
 
     Shape: ``{"schema_version": 1, "ok": bool, "files": [{"path", "format", "kind", "ok",
-    "tensors", "findings": [{"check", "status", "message", "hint", "details"}]}],
-    "summary": {"files", "passed", "failed", "warned"}}``.
+    "verdict", "tensors", "findings": [{"check", "status", "message", "hint", "details"}]}],
+    "summary": {"files", "passed", "failed", "warned", "verdicts", "skipped"}}``; ``verdict``
+    (safe / needs-trust / unsafe / unreadable), ``verdicts`` (files by verdict) and ``skipped``
+    (walked files that are no checkpoint) were added in issue 28.
     """
     return {
         "schema_version": SCHEMA_VERSION,
@@ -264,6 +267,8 @@ def _verify(report: VerifyReport) -> dict[str, JSONValue]:
             "passed": report.passed,
             "failed": report.failed,
             "warned": report.warned,
+            "verdicts": {v.value: n for v, n in report.verdicts().items()},
+            "skipped": report.skipped,
         },
     }
 
