@@ -10,9 +10,9 @@ from ckptctl.cli._options import (
     OutputFormat,
     emit_verdict,
     jobs_option,
-    output_options,
     quiet_option,
     remote_options,
+    sarif_output_options,
     state_key_option,
 )
 from ckptctl.errors import ExitCode
@@ -80,7 +80,7 @@ from ckptctl.report.verify import CHECKS
 @jobs_option("With --no-nan: scan N tensors at once (shards in parallel); same report for any N.")
 @quiet_option("Show only files that fail or warn.")
 @remote_options
-@output_options
+@sarif_output_options
 def command(
     files: tuple[str, ...],
     state_key: str | None,
