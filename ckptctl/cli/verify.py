@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 import click
+from click.core import ParameterSource
 
 from ckptctl.cli._options import (
     CheckpointRef,
@@ -18,9 +21,19 @@ from ckptctl.cli._options import (
 from ckptctl.errors import ExitCode
 from ckptctl.report.verify import CHECKS
 
+#: Configuration key -> the option's parameter name.
+_PARAMS = {
+    "check": "checks",
+    "skip": "skip",
+    "allow-global": "allow_globals",
+    "min-tensors": "min_tensors",
+    "no-nan": "no_nan",
+    "state-key": "state_key",
+}
+
 
 @click.command("verify")
-@click.argument("files", nargs=-1, required=True, type=InputPath())
+@click.argument("files", nargs=-1, type=InputPath(), metavar="FILES...")
 @state_key_option
 @click.option(
     "--no-nan",
@@ -77,7 +90,22 @@ from ckptctl.report.verify import CHECKS
     is_flag=True,
     help="Accept needs-trust pickles with a warning instead of failing (unsafe ones still fail).",
 )
-@jobs_option("With --no-nan: scan N tensors at once (shards in parallel); same report for any N.")
+@click.option(
+    "--show-config",
+    is_flag=True,
+    help="Print the settings in force (check, skip, allow-global, min-tensors, no-nan, "
+    "state-key) and where each comes from (command line, configuration file and line, "
+    "default), then exit 0 without checking anything.",
+)
+@click.option(
+    "--no-config",
+    is_flag=True,
+    help="Ignore .ckptctl.toml and [tool.ckptctl.verify] in pyproject.toml.",
+)
+@jobs_option(
+    "Check N files at once (worker processes), and with --no-nan scan N tensors at once; the "
+    "report is the same, in the same order, for any N."
+)
 @quiet_option("Show only files that fail or warn.")
 @remote_options
 @sarif_output_options
@@ -92,6 +120,8 @@ def command(
     skip: tuple[str, ...],
     allow_globals: tuple[str, ...],
     trust: bool,
+    show_config: bool,
+    no_config: bool,
     jobs: int,
     quiet: bool,
     fmt: OutputFormat,
@@ -116,18 +146,39 @@ def command(
       ckptctl verify trained.bpk --optimizer optim.bpk
       ckptctl verify whole_model.pt --check safe-pickle --trust
     """
+    from ckptctl.ops.config import VerifyConfig, load_verify_config, settings_in_force
     from ckptctl.ops.verify import verify
 
+    ctx = click.get_current_context()
+    given = {
+        key: ctx.params[name]
+        for key, name in _PARAMS.items()
+        if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+    }
+    for key in ("check", "skip", "allow-global"):
+        if key in given:
+            given[key] = list(given[key])
+    if not files and not show_config:
+        param = next(p for p in ctx.command.params if p.name == "files")
+        raise click.MissingParameter(ctx=ctx, param=param)
+    config = VerifyConfig() if no_config else load_verify_config()
+    shown = settings_in_force(config, given, os.getcwd())
+    if show_config:
+        return emit_verdict(shown, fmt if fmt is not OutputFormat.SARIF else OutputFormat.JSON, 0)
+    values = {s.key: s.value for s in shown.settings}
+    allow = values["allow-global"]
     report = verify(
         files,
-        state_key=state_key,
-        no_nan=no_nan,
+        state_key=values["state-key"],
+        no_nan=bool(values["no-nan"]),
         expect=expect,
-        min_tensors=min_tensors,
+        min_tensors=values["min-tensors"],
         optimizer=optimizer,
-        checks=checks,
-        skip=skip,
-        allow_globals=allow_globals,
+        checks=values["check"],
+        skip=values["skip"],
+        allow_globals=allow if isinstance(allow, list) else (),
+        allow_globals_for=allow if isinstance(allow, dict) else None,
+        globs_root=config.root,
         trust=trust,
         jobs=jobs,
     )

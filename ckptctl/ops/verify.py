@@ -42,6 +42,7 @@ from ckptctl.model import CheckpointKind, StridedData, describe_groups
 from ckptctl.ops._optimizer import OptimizerRecord, check_optimizer, load_record
 from ckptctl.ops._pickle_check import safe_pickle_finding
 from ckptctl.ops._walk import Target, expand
+from ckptctl.ops.config import glob_matches
 from ckptctl.ops.inspect import select_state_key, top_level_groups
 from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.optimizer import OptimizerCheck, Orphan
@@ -104,6 +105,18 @@ class _Options:
     optimizer: str | None
     record: OptimizerRecord | CkptError | None
     jobs: int = 1
+    allow_for: tuple[tuple[str, frozenset[str]], ...] = ()
+    glob_root: str | None = None
+
+    def allowed(self, path: str) -> frozenset[str]:
+        """The globals trusted for ``path``: everywhere, and by the globs it matches."""
+        if not self.allow_for or self.glob_root is None or "://" in path:
+            return self.allow_globals
+        relative = os.path.relpath(os.path.abspath(path), self.glob_root).replace(os.sep, "/")
+        if relative.startswith("../"):
+            return self.allow_globals
+        extra = [names for glob, names in self.allow_for if glob_matches(glob, relative)]
+        return self.allow_globals.union(*extra)
 
 
 def verify(
@@ -119,6 +132,8 @@ def verify(
     allow_globals: Iterable[str] = (),
     trust: bool = False,
     jobs: int = 1,
+    allow_globals_for: Mapping[str, Iterable[str]] | None = None,
+    globs_root: str | os.PathLike[str] | None = None,
 ) -> VerifyReport:
     """Check checkpoint files for CI; bad files become failed findings, never exceptions.
 
@@ -135,6 +150,9 @@ def verify(
         skip: do not report these checks.
         allow_globals: ``module.name`` globals to trust, as torch's ``add_safe_globals`` does.
         trust: accept needs-trust pickles (a warning, not a failure); unsafe ones still fail.
+        allow_globals_for: path glob -> more globals to trust for the files it matches
+            (``*`` within one segment, ``**`` across segments; see :mod:`ckptctl.ops.config`).
+        globs_root: the directory those globs are relative to (default: the current one).
         jobs: files checked at once (in worker processes) and tensors scanned at once for
             ``no_nan``; the report does not depend on it.
 
@@ -168,6 +186,10 @@ def verify(
         optimizer=None if optimizer is None else os.fspath(optimizer),
         record=None if optimizer is None else load_record(optimizer),
         jobs=jobs,
+        allow_for=tuple(
+            (glob, frozenset(names)) for glob, names in (allow_globals_for or {}).items()
+        ),
+        glob_root=os.path.abspath(os.fspath(globs_root) if globs_root is not None else os.curdir),
     )
     targets = expand([os.fspath(p) for p in paths])
     results = _check_all(targets, options)
@@ -291,7 +313,7 @@ def _verify_file(path: str, opts: _Options, walked: bool = False) -> FileResult 
         if exc.safety is not None:  # pickles in a file that is no checkpoint (issue 28)
             findings.append(
                 safe_pickle_finding(
-                    exc.safety, allow_globals=opts.allow_globals, trust=opts.trust, readable=False
+                    exc.safety, allow_globals=opts.allowed(path), trust=opts.trust, readable=False
                 )
             )
         return FileResult(path, None, None, None, tuple(findings), label=label)
@@ -305,7 +327,7 @@ def _verify_file(path: str, opts: _Options, walked: bool = False) -> FileResult 
         finding = (
             _fail_from("safe-pickle", exc)
             if exc.safety is None
-            else safe_pickle_finding(exc.safety, allow_globals=opts.allow_globals, trust=opts.trust)
+            else safe_pickle_finding(exc.safety, allow_globals=opts.allowed(path), trust=opts.trust)
         )
         findings.insert(0, finding)
         return FileResult(path, fmt, None, None, tuple(findings))
@@ -317,7 +339,7 @@ def _verify_file(path: str, opts: _Options, walked: bool = False) -> FileResult 
             findings.insert(
                 1,
                 safe_pickle_finding(
-                    exc.safety, allow_globals=opts.allow_globals, trust=opts.trust, readable=False
+                    exc.safety, allow_globals=opts.allowed(path), trust=opts.trust, readable=False
                 ),
             )
         return FileResult(path, fmt, None, None, tuple(findings))
@@ -327,7 +349,7 @@ def _verify_file(path: str, opts: _Options, walked: bool = False) -> FileResult 
             findings.insert(
                 1,
                 safe_pickle_finding(
-                    ckpt.safety, allow_globals=opts.allow_globals, trust=opts.trust
+                    ckpt.safety, allow_globals=opts.allowed(path), trust=opts.trust
                 ),
             )
         flat, entries = _flat_reader(ckpt, opts.state_key)

@@ -12,6 +12,7 @@ from functools import singledispatch
 from typing import TYPE_CHECKING
 
 from ckptctl.fix import spell
+from ckptctl.report.config import ConfigReport
 from ckptctl.report.diff import DiffReport, OnlyIn, TensorDiff
 from ckptctl.report.model import SCHEMA_VERSION, ConvertReport, HeaderReport, LsReport
 from ckptctl.report.optimizer import OptimizerCheck, Orphan
@@ -364,4 +365,19 @@ def _safety(safety: PickleSafety) -> dict[str, JSONValue]:
         ],
         "unreached_verdict": None if unreached is None else unreached.value,
         "torch_refuses": safety.torch_refusal,
+    }
+
+
+@to_json.register(ConfigReport)
+def _config(report: ConfigReport) -> dict[str, JSONValue]:
+    """``verify --show-config --json``: the file (null: none found), its table, the settings."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "path": report.path,
+        "table": report.table,
+        "searched_from": report.searched_from,
+        "settings": [
+            {"key": s.key, "value": s.value, "source": s.source, "line": s.line}
+            for s in report.settings
+        ],
     }

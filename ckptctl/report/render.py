@@ -10,8 +10,10 @@ from __future__ import annotations
 from functools import singledispatch
 from typing import TYPE_CHECKING
 
+from ckptctl.report.config import ConfigReport
 from ckptctl.report.diff import DiffReport
 from ckptctl.report.model import ConvertReport, HeaderReport, LsReport
+from ckptctl.report.render_config import render_config
 from ckptctl.report.render_diff import render_diff
 from ckptctl.report.render_verify import render_verify
 from ckptctl.report.text import render_convert, render_header, render_ls
@@ -56,3 +58,8 @@ def _diff(report: DiffReport, console: Console, **options: bool) -> None:
 @render.register(VerifyReport)
 def _verify(report: VerifyReport, console: Console, **options: bool) -> None:
     render_verify(report, console, quiet=options.get("quiet", False))
+
+
+@render.register(ConfigReport)
+def _config(report: ConfigReport, console: Console, **options: bool) -> None:
+    render_config(report, console)
