@@ -205,7 +205,7 @@ def test_no_nan_from_the_file(run_cli, project: Path) -> None:
         "str",
         "list",
         "toml",
-    ],  # fmt: skip
+    ],
 )
 def test_a_bad_file_is_a_usage_error_naming_file_and_line(
     run_cli, project: Path, name: str, text: str, message: str
