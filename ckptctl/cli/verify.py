@@ -98,6 +98,13 @@ _PARAMS = {
     "default), then exit 0 without checking anything.",
 )
 @click.option(
+    "--print-safe-globals",
+    is_flag=True,
+    help="Print the Python that lets torch.load(FILE, weights_only=True) load each needs-trust "
+    "FILE (torch.serialization.add_safe_globals with the imports) and check nothing; refuses "
+    "unsafe files (exit 3) and files that need trust for other reasons (exit 4).",
+)
+@click.option(
     "--no-config",
     is_flag=True,
     help="Ignore .ckptctl.toml and [tool.ckptctl.verify] in pyproject.toml.",
@@ -121,6 +128,7 @@ def command(
     allow_globals: tuple[str, ...],
     trust: bool,
     show_config: bool,
+    print_safe_globals: bool,
     no_config: bool,
     jobs: int,
     quiet: bool,
@@ -161,6 +169,11 @@ def command(
     if not files and not show_config:
         param = next(p for p in ctx.command.params if p.name == "files")
         raise click.MissingParameter(ctx=ctx, param=param)
+    if print_safe_globals:
+        from ckptctl.ops.safe_globals import safe_globals_for
+
+        snippet = safe_globals_for(files)
+        return emit_verdict(snippet, OutputFormat.JSON if fmt is OutputFormat.JSON else fmt, 0)
     config = VerifyConfig() if no_config else load_verify_config()
     shown = settings_in_force(config, given, os.getcwd())
     if show_config:

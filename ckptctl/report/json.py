@@ -17,6 +17,7 @@ from ckptctl.report.diff import DiffReport, OnlyIn, TensorDiff
 from ckptctl.report.model import SCHEMA_VERSION, ConvertReport, HeaderReport, LsReport
 from ckptctl.report.optimizer import OptimizerCheck, Orphan
 from ckptctl.report.render_summary import error_message
+from ckptctl.report.safe_globals import SafeGlobalsReport
 from ckptctl.report.summary import LoadingSummary
 from ckptctl.report.verify import FileResult, Finding, VerifyReport
 from ckptctl.safety import PickleSafety
@@ -380,4 +381,15 @@ def _config(report: ConfigReport) -> dict[str, JSONValue]:
             {"key": s.key, "value": s.value, "source": s.source, "line": s.line}
             for s in report.settings
         ],
+    }
+
+
+@to_json.register(SafeGlobalsReport)
+def _safe_globals(report: SafeGlobalsReport) -> dict[str, JSONValue]:
+    """``verify --print-safe-globals --json``: the globals to allow and the code that does."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "files": list(report.files),
+        "globals": list(report.globals),
+        "code": report.code(),
     }
