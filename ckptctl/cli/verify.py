@@ -143,8 +143,20 @@ def command(
     flat-reader (a reader expecting a top-level name -> tensor map, such as candle's from_pth,
     would find tensors: nested checkpoints, whole pickled models, TorchScript archives and empty
     files fail, with the fix). Unreadable, corrupt or unsafe files are reported as failures,
-    not errors, and never stop the other files. --no-nan, --expect, --min-tensors and
-    --optimizer add checks; --check and --skip choose which are reported.
+    not errors, and never stop the other files; a file that is no checkpoint but holds pickles
+    (a NumPy object array, a zip with a pickle under another name) still gets a safe-pickle
+    verdict. --no-nan, --expect, --min-tensors and --optimizer add checks; --check and --skip
+    choose which are reported.
+
+    A directory is walked (sorted, hidden directories left out): files that are no checkpoint
+    and hold no pickle are skipped and counted; a directory with one *.index.json stays one
+    sharded checkpoint. After several files the summary counts them by verdict (safe,
+    needs-trust, unsafe, unreadable). -j N checks N files at once; the output is the same.
+
+    Settings come from [tool.ckptctl.verify] in pyproject.toml or [verify] in .ckptctl.toml,
+    the first found from the current directory upwards (keys: check, skip, allow-global, also
+    as a table of path glob = [globals], min-tensors, no-nan, state-key); an option given on
+    the command line replaces the file's value. --show-config prints what is in force.
 
     \b
     Examples:
@@ -153,6 +165,10 @@ def command(
       ckptctl verify checkpoint.pt --state-key model --no-nan
       ckptctl verify trained.bpk --optimizer optim.bpk
       ckptctl verify whole_model.pt --check safe-pickle --trust
+      ckptctl verify models/ -j 4 -q
+      ckptctl verify models/ --format sarif
+      ckptctl verify args.pt --print-safe-globals
+      ckptctl verify --show-config
     """
     from ckptctl.ops.config import VerifyConfig, load_verify_config, settings_in_force
     from ckptctl.ops.verify import verify
