@@ -182,6 +182,9 @@ def command(
     for key in ("check", "skip", "allow-global"):
         if key in given:
             given[key] = list(given[key])
+    if fmt is OutputFormat.SARIF and (show_config or print_safe_globals):
+        flag = "--show-config" if show_config else "--print-safe-globals"
+        raise click.UsageError(f"--format sarif reports checks; {flag} prints text or --json")
     if not files and not show_config:
         param = next(p for p in ctx.command.params if p.name == "files")
         raise click.MissingParameter(ctx=ctx, param=param)
@@ -189,11 +192,11 @@ def command(
         from ckptctl.ops.safe_globals import safe_globals_for
 
         snippet = safe_globals_for(files)
-        return emit_verdict(snippet, OutputFormat.JSON if fmt is OutputFormat.JSON else fmt, 0)
+        return emit_verdict(snippet, fmt, 0)
     config = VerifyConfig() if no_config else load_verify_config()
     shown = settings_in_force(config, given, os.getcwd())
     if show_config:
-        return emit_verdict(shown, fmt if fmt is not OutputFormat.SARIF else OutputFormat.JSON, 0)
+        return emit_verdict(shown, fmt, 0)
     values = {s.key: s.value for s in shown.settings}
     allow = values["allow-global"]
     report = verify(

@@ -222,8 +222,15 @@ def _check_all(targets: list[Target], opts: _Options) -> list[FileResult | None]
     """Every target's result in order; with ``jobs`` > 1, in that many forked processes (the
     pickle walk is pure Python, so threads would share one core)."""
     import multiprocessing
+    import threading
 
-    if opts.jobs <= 1 or len(targets) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    if (
+        opts.jobs <= 1
+        or len(targets) < 2
+        or "fork" not in multiprocessing.get_all_start_methods()
+        or threading.active_count() > 1  # forking a threaded process can deadlock the child
+        or any("://" in t.path for t in targets)  # remote reads count their traffic here
+    ):
         return [_verify_one(t, opts) for t in targets]
     from concurrent.futures import ProcessPoolExecutor
 

@@ -147,3 +147,11 @@ def test_json_keeps_working_and_does_not_mix_with_sarif(run_cli):
     assert "--json and --format sarif cannot be used together" in both.stderr
     other = run_cli("ls", PT / "min_zip.pt", "--format", "sarif")
     assert other.code == 2  # SARIF is verify's only
+
+
+def test_sarif_is_for_checks_only(run_cli):
+    for flag in ("--show-config", "--print-safe-globals"):
+        result = run_cli("verify", VALID / "pytorch" / "min_zip.pt", flag, "--format", "sarif")
+        assert result.code == 2
+        assert f"--format sarif reports checks; {flag} prints text or --json" in result.stderr
+        assert "Traceback" not in result.stderr

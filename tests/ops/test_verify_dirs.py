@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,9 +95,23 @@ def test_a_file_named_on_the_command_line_is_never_skipped(tmp_path: Path) -> No
     assert not report.ok
 
 
-def test_jobs_give_the_same_report_in_the_same_order(tree: Path) -> None:
+def test_jobs_give_the_same_report_in_the_same_order(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import concurrent.futures
+
+    pools: list[int] = []
+    real = concurrent.futures.ProcessPoolExecutor
+
+    def spy(workers: int, **kwargs: Any) -> concurrent.futures.ProcessPoolExecutor:
+        pools.append(workers)
+        return real(workers, **kwargs)
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", spy)
     one = to_json(verify([tree, PT / "nested.pt"], jobs=1))
+    assert pools == []
     two = to_json(verify([tree, PT / "nested.pt"], jobs=2))
+    assert pools == [2]  # the files really were checked in two worker processes
     four = to_json(verify([tree, PT / "nested.pt"], jobs=4, no_nan=True))
     assert one == two
     assert [f["path"] for f in four["files"]] == [f["path"] for f in one["files"]]
