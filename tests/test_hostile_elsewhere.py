@@ -118,3 +118,13 @@ def test_a_real_object_array_needs_trust(run_cli, tmp_path: Path) -> None:
     assert safe["details"]["verdict"] == "needs-trust"
     names = {g["name"] for g in safe["details"]["globals"]}
     assert any(n.startswith("numpy.") for n in names), names
+
+
+def test_a_record_too_large_to_judge_is_not_passed_over(run_cli, tmp_path: Path) -> None:
+    path = tmp_path / "big.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("blob.bin", b"\x80\x02" + b"N" * (65 << 20) + b".")
+    _, report = verify_json(run_cli, path)
+    (safe,) = [f for f in report["files"][0]["findings"] if f["check"] == "safe-pickle"]
+    assert safe["details"]["verdict"] == "unsafe"
+    assert "is too large to judge" in safe["message"]

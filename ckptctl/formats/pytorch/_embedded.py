@@ -26,6 +26,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from ckptctl.errors import CkptError
+from ckptctl.formats.pytorch import _TEXT_PICKLE_STARTS
 from ckptctl.formats.pytorch._containers import _ZipRecords
 from ckptctl.formats.pytorch._safety import MAX_NESTED_RECORD_BYTES, assess_pickle
 from ckptctl.formats.pytorch._scan import scan_pickle
@@ -102,6 +103,7 @@ def _zip(source: ByteSource) -> PickleSafety | None:
     records = _ZipRecords(source)
     out = PickleSafety()
     found = False
+    budget = max(MAX_EMBEDDED_BYTES, source.size)  # bytes inflated in all, as for .pkl records
     for info in list(records.infos.values())[:MAX_EMBEDDED_RECORDS]:
         if info.flags & 0x1 or info.file_size == 0:  # encrypted: nothing to judge without a key
             continue
@@ -112,12 +114,18 @@ def _zip(source: ByteSource) -> PickleSafety | None:
             continue
         npy = head == NPY_MAGIC[:2]
         proto = len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
-        if info.file_size > MAX_EMBEDDED_BYTES:
+        if not (npy or proto or (head and head[0] in _TEXT_PICKLE_STARTS)):
+            continue  # neither a .npy nor a pickle: not read further
+        if info.file_size > min(MAX_EMBEDDED_BYTES, budget):
             if npy or proto:
                 found = True
                 message = f"zip record {info.name!r} is too large to judge ({info.file_size} bytes)"
-                out = out.merge(PickleSafety((), (Problem(message, Verdict.UNSAFE, info.name),)))
+                verdict = (
+                    Verdict.UNSAFE if info.file_size > MAX_EMBEDDED_BYTES else Verdict.NEEDS_TRUST
+                )
+                out = out.merge(PickleSafety((), (Problem(message, verdict, info.name),)))
             continue
+        budget -= info.file_size
         try:
             data = records.read(info, MAX_EMBEDDED_BYTES)
         except CkptError:
