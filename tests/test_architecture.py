@@ -35,7 +35,7 @@ BASE = frozenset(
 
 #: Report modules that turn reports into text or JSON. ``ops`` must not import them; ``cli`` does.
 #: Any ``ckptctl.report`` module whose name starts with ``render`` is a renderer too.
-RENDERER_MODULES = frozenset({"ckptctl.report.text", "ckptctl.report.json"})
+RENDERER_MODULES = frozenset({"ckptctl.report.text", "ckptctl.report.json", "ckptctl.report.sarif"})
 
 #: layer -> the layers its modules may import ("*" = anything). ``report-types`` are the report
 #: modules that are not renderers; ``api`` is ``ckptctl/__init__.py``, which imports everything.

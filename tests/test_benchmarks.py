@@ -143,3 +143,24 @@ def test_bench_remote_smoke(tmp_path):
     assert results["safetensors"]["requests"] <= 2
     assert results["pytorch-zip"]["requests"] <= 3
     assert results["safetensors"]["bytes_fetched"] < results["safetensors"]["bytes"] // 8
+
+
+def test_bench_verify_smoke(tmp_path):
+    scripts = copy_benchmarks(tmp_path)
+    out = subprocess.run(
+        [sys.executable, str(scripts / "bench_verify.py"), "--files", "6", "--runs", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=_child_env(),
+    )
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result["files"] == 6
+    assert [r["case"] for r in result["rows"]] == [
+        "ckptctl verify DIR -j 1",
+        "ckptctl verify DIR -j 2",
+    ]
+    assert all(r["exit"] == 0 and r["seconds"] > 0 for r in result["rows"])
+    assert len(list((scripts / "_work" / "verify_dir").glob("*.pt"))) == 6

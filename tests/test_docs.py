@@ -119,6 +119,9 @@ EXAMPLE_FILES = {
     "optim.bpk": "valid/optim/optim.bpk",
     "model-10.mpk": "valid/burn-records/model.mpk",
     "optim-10.mpk": "valid/burn-records/optim-adam.mpk",
+    "models/weights.pt": "valid/pytorch/min_zip.pt",
+    "models/v1/model.safetensors": "valid/safetensors/tiny.safetensors",
+    "args.pt": "valid/trust/argparse_namespace.pt",
 }
 
 
@@ -135,6 +138,7 @@ def test_help_examples_run(name, line, code, run_cli, tmp_path, monkeypatch):
     import shutil
 
     for example, fixture in EXAMPLE_FILES.items():
+        (tmp_path / example).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / "fixtures" / fixture, tmp_path / example)
     monkeypatch.chdir(tmp_path)
     args = shlex.split(line, comments=True)

@@ -28,12 +28,21 @@ class OutputFormat(StrEnum):
 
     TEXT = "text"
     JSON = "json"
+    SARIF = "sarif"  # verify only (SARIF 2.1.0, for code-scanning viewers)
 
 
 def output_options(func: F) -> F:
     """``--format text|json`` and its shorthand ``--json``, passed on as one ``fmt``; also
     ``--no-color``, which works after the subcommand as well as before it."""
+    return _output_options(func, (OutputFormat.TEXT, OutputFormat.JSON))
 
+
+def sarif_output_options(func: F) -> F:
+    """:func:`output_options` with ``--format sarif`` too (``verify``)."""
+    return _output_options(func, (OutputFormat.TEXT, OutputFormat.JSON, OutputFormat.SARIF))
+
+
+def _output_options(func: F, formats: tuple[OutputFormat, ...]) -> F:
     @functools.wraps(func)
     def wrapper(
         *args: object, as_json: bool, output_format: str, no_color: bool, **kwargs: object
@@ -41,8 +50,10 @@ def output_options(func: F) -> F:
         if no_color:
             ctx = click.get_current_context()
             ctx.find_root().ensure_object(dict)["no_color"] = True
-        json_out = as_json or output_format == OutputFormat.JSON
-        return func(*args, fmt=OutputFormat.JSON if json_out else OutputFormat.TEXT, **kwargs)
+        fmt = OutputFormat(output_format)
+        if as_json and fmt not in (OutputFormat.TEXT, OutputFormat.JSON):
+            raise click.UsageError(f"--json and --format {fmt.value} cannot be used together")
+        return func(*args, fmt=OutputFormat.JSON if as_json else fmt, **kwargs)
 
     wrapper = click.option(
         "--no-color",
@@ -55,13 +66,18 @@ def output_options(func: F) -> F:
         is_flag=True,
         help="Print one JSON object (schema_version 1) instead of text.",
     )(wrapper)
+    sarif = (
+        " sarif: one SARIF 2.1.0 log (GitHub code scanning and other SARIF viewers)."
+        if OutputFormat.SARIF in formats
+        else ""
+    )
     return click.option(  # type: ignore[return-value]  # the wrapper keeps func's click params
         "--format",
         "output_format",
-        type=click.Choice([f.value for f in OutputFormat]),
+        type=click.Choice([f.value for f in formats]),
         default=OutputFormat.TEXT.value,
         show_default=True,
-        help="Output format.",
+        help="Output format." + sarif,
     )(wrapped)
 
 
@@ -144,6 +160,13 @@ def emit(
 
     ``options`` go to the text renderer (``all_regions``, ``show_all``, ``quiet``).
     """
+    if fmt is OutputFormat.SARIF:
+        from ckptctl.report.json import dumps
+        from ckptctl.report.sarif import to_sarif
+
+        _remote_traffic()
+        click.echo(dumps(to_sarif(report)), nl=False)
+        return
     if fmt is OutputFormat.JSON:
         from ckptctl.report.json import dumps, to_json
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 import click
+from click.core import ParameterSource
 
 from ckptctl.cli._options import (
     CheckpointRef,
@@ -10,17 +13,27 @@ from ckptctl.cli._options import (
     OutputFormat,
     emit_verdict,
     jobs_option,
-    output_options,
     quiet_option,
     remote_options,
+    sarif_output_options,
     state_key_option,
 )
 from ckptctl.errors import ExitCode
 from ckptctl.report.verify import CHECKS
 
+#: Configuration key -> the option's parameter name.
+_PARAMS = {
+    "check": "checks",
+    "skip": "skip",
+    "allow-global": "allow_globals",
+    "min-tensors": "min_tensors",
+    "no-nan": "no_nan",
+    "state-key": "state_key",
+}
+
 
 @click.command("verify")
-@click.argument("files", nargs=-1, required=True, type=InputPath())
+@click.argument("files", nargs=-1, type=InputPath(), metavar="FILES...")
 @state_key_option
 @click.option(
     "--no-nan",
@@ -77,10 +90,32 @@ from ckptctl.report.verify import CHECKS
     is_flag=True,
     help="Accept needs-trust pickles with a warning instead of failing (unsafe ones still fail).",
 )
-@jobs_option("With --no-nan: scan N tensors at once (shards in parallel); same report for any N.")
+@click.option(
+    "--show-config",
+    is_flag=True,
+    help="Print the settings in force (check, skip, allow-global, min-tensors, no-nan, "
+    "state-key) and where each comes from (command line, configuration file and line, "
+    "default), then exit 0 without checking anything.",
+)
+@click.option(
+    "--print-safe-globals",
+    is_flag=True,
+    help="Print the Python that lets torch.load(FILE, weights_only=True) load each needs-trust "
+    "FILE (torch.serialization.add_safe_globals with the imports) and check nothing; refuses "
+    "unsafe files (exit 3) and files that need trust for other reasons (exit 4).",
+)
+@click.option(
+    "--no-config",
+    is_flag=True,
+    help="Ignore .ckptctl.toml and [tool.ckptctl.verify] in pyproject.toml.",
+)
+@jobs_option(
+    "Check N files at once (worker processes), and with --no-nan scan N tensors at once; the "
+    "report is the same, in the same order, for any N."
+)
 @quiet_option("Show only files that fail or warn.")
 @remote_options
-@output_options
+@sarif_output_options
 def command(
     files: tuple[str, ...],
     state_key: str | None,
@@ -92,6 +127,9 @@ def command(
     skip: tuple[str, ...],
     allow_globals: tuple[str, ...],
     trust: bool,
+    show_config: bool,
+    print_safe_globals: bool,
+    no_config: bool,
     jobs: int,
     quiet: bool,
     fmt: OutputFormat,
@@ -105,8 +143,20 @@ def command(
     flat-reader (a reader expecting a top-level name -> tensor map, such as candle's from_pth,
     would find tensors: nested checkpoints, whole pickled models, TorchScript archives and empty
     files fail, with the fix). Unreadable, corrupt or unsafe files are reported as failures,
-    not errors, and never stop the other files. --no-nan, --expect, --min-tensors and
-    --optimizer add checks; --check and --skip choose which are reported.
+    not errors, and never stop the other files; a file that is no checkpoint but holds pickles
+    (a NumPy object array, a zip with a pickle under another name) still gets a safe-pickle
+    verdict. --no-nan, --expect, --min-tensors and --optimizer add checks; --check and --skip
+    choose which are reported.
+
+    A directory is walked (sorted, hidden directories left out): files that are no checkpoint
+    and hold no pickle are skipped and counted; a directory with one *.index.json stays one
+    sharded checkpoint. After several files the summary counts them by verdict (safe,
+    needs-trust, unsafe, unreadable). -j N checks N files at once; the output is the same.
+
+    Settings come from [tool.ckptctl.verify] in pyproject.toml or [verify] in .ckptctl.toml,
+    the first found from the current directory upwards (keys: check, skip, allow-global, also
+    as a table of path glob = [globals], min-tensors, no-nan, state-key); an option given on
+    the command line replaces the file's value. --show-config prints what is in force.
 
     \b
     Examples:
@@ -115,19 +165,52 @@ def command(
       ckptctl verify checkpoint.pt --state-key model --no-nan
       ckptctl verify trained.bpk --optimizer optim.bpk
       ckptctl verify whole_model.pt --check safe-pickle --trust
+      ckptctl verify models/ -j 4 -q
+      ckptctl verify models/ --format sarif
+      ckptctl verify args.pt --print-safe-globals
+      ckptctl verify --show-config
     """
+    from ckptctl.ops.config import VerifyConfig, load_verify_config, settings_in_force
     from ckptctl.ops.verify import verify
 
+    ctx = click.get_current_context()
+    given = {
+        key: ctx.params[name]
+        for key, name in _PARAMS.items()
+        if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+    }
+    for key in ("check", "skip", "allow-global"):
+        if key in given:
+            given[key] = list(given[key])
+    if fmt is OutputFormat.SARIF and (show_config or print_safe_globals):
+        flag = "--show-config" if show_config else "--print-safe-globals"
+        raise click.UsageError(f"--format sarif reports checks; {flag} prints text or --json")
+    if not files and not show_config:
+        param = next(p for p in ctx.command.params if p.name == "files")
+        raise click.MissingParameter(ctx=ctx, param=param)
+    if print_safe_globals:
+        from ckptctl.ops.safe_globals import safe_globals_for
+
+        snippet = safe_globals_for(files)
+        return emit_verdict(snippet, fmt, 0)
+    config = VerifyConfig() if no_config else load_verify_config()
+    shown = settings_in_force(config, given, os.getcwd())
+    if show_config:
+        return emit_verdict(shown, fmt, 0)
+    values = {s.key: s.value for s in shown.settings}
+    allow = values["allow-global"]
     report = verify(
         files,
-        state_key=state_key,
-        no_nan=no_nan,
+        state_key=values["state-key"],
+        no_nan=bool(values["no-nan"]),
         expect=expect,
-        min_tensors=min_tensors,
+        min_tensors=values["min-tensors"],
         optimizer=optimizer,
-        checks=checks,
-        skip=skip,
-        allow_globals=allow_globals,
+        checks=values["check"],
+        skip=values["skip"],
+        allow_globals=allow if isinstance(allow, list) else (),
+        allow_globals_for=allow if isinstance(allow, dict) else None,
+        globs_root=config.root,
         trust=trust,
         jobs=jobs,
     )

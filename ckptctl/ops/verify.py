@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, replace
+from itertools import groupby
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -40,10 +41,20 @@ from ckptctl.formats._base import ranged_step
 from ckptctl.model import CheckpointKind, StridedData, describe_groups
 from ckptctl.ops._optimizer import OptimizerRecord, check_optimizer, load_record
 from ckptctl.ops._pickle_check import safe_pickle_finding
+from ckptctl.ops._walk import Target, expand
+from ckptctl.ops.config import glob_matches
 from ckptctl.ops.inspect import select_state_key, top_level_groups
 from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.optimizer import OptimizerCheck, Orphan
-from ckptctl.report.verify import CHECKS, FileResult, Finding, Status, VerifyReport
+from ckptctl.report.verify import (
+    CHECKS,
+    FileResult,
+    FileVerdict,
+    Finding,
+    Status,
+    VerifyReport,
+)
+from ckptctl.safety import Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -56,6 +67,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKS",
     "FileResult",
+    "FileVerdict",
     "Finding",
     "OptimizerCheck",
     "Orphan",
@@ -93,6 +105,18 @@ class _Options:
     optimizer: str | None
     record: OptimizerRecord | CkptError | None
     jobs: int = 1
+    allow_for: tuple[tuple[str, frozenset[str]], ...] = ()
+    glob_root: str | None = None
+
+    def allowed(self, path: str) -> frozenset[str]:
+        """The globals trusted for ``path``: everywhere, and by the globs it matches."""
+        if not self.allow_for or self.glob_root is None or "://" in path:
+            return self.allow_globals
+        relative = os.path.relpath(os.path.abspath(path), self.glob_root).replace(os.sep, "/")
+        if relative.startswith("../"):
+            return self.allow_globals
+        extra = [names for glob, names in self.allow_for if glob_matches(glob, relative)]
+        return self.allow_globals.union(*extra)
 
 
 def verify(
@@ -108,11 +132,15 @@ def verify(
     allow_globals: Iterable[str] = (),
     trust: bool = False,
     jobs: int = 1,
+    allow_globals_for: Mapping[str, Iterable[str]] | None = None,
+    globs_root: str | os.PathLike[str] | None = None,
 ) -> VerifyReport:
     """Check checkpoint files for CI; bad files become failed findings, never exceptions.
 
     Args:
-        paths: one path or several, checked in the order given.
+        paths: one path or several, checked in the order given; a directory is walked
+            (recursively, sorted; files that are no checkpoint and hold no pickle are skipped
+            and counted), unless it is a sharded checkpoint (one ``*.index.json``).
         state_key: apply the checks below this dotted key of nested checkpoints.
         no_nan: scan every float tensor for NaN and Inf (reads all tensor bytes, in chunks).
         expect: a reference checkpoint the files must match in tensor names and shapes.
@@ -122,7 +150,11 @@ def verify(
         skip: do not report these checks.
         allow_globals: ``module.name`` globals to trust, as torch's ``add_safe_globals`` does.
         trust: accept needs-trust pickles (a warning, not a failure); unsafe ones still fail.
-        jobs: tensors scanned at once for ``no_nan`` (the report does not depend on it).
+        allow_globals_for: path glob -> more globals to trust for the files it matches
+            (``*`` within one segment, ``**`` across segments; see :mod:`ckptctl.ops.config`).
+        globs_root: the directory those globs are relative to (default: the current one).
+        jobs: files checked at once (in worker processes) and tensors scanned at once for
+            ``no_nan``; the report does not depend on it.
 
     Returns:
         A :class:`VerifyReport`; ``report.ok`` is true when every file passed every check.
@@ -154,14 +186,74 @@ def verify(
         optimizer=None if optimizer is None else os.fspath(optimizer),
         record=None if optimizer is None else load_record(optimizer),
         jobs=jobs,
+        allow_for=tuple(
+            (glob, frozenset(names)) for glob, names in (allow_globals_for or {}).items()
+        ),
+        glob_root=os.path.abspath(os.fspath(globs_root) if globs_root is not None else os.curdir),
     )
-    return VerifyReport(tuple(_verify_one(os.fspath(p), options) for p in paths))
+    targets = expand([os.fspath(p) for p in paths])
+    results = _check_all(targets, options)
+    kept: list[FileResult] = []
+    for top, group in groupby(zip(targets, results, strict=True), key=lambda tr: tr[0].top):
+        found = [r for _, r in group if r is not None]
+        kept += found or ([] if top is None else [_no_checkpoint_in(top)])
+    return VerifyReport(tuple(kept), skipped=sum(1 for r in results if r is None))
 
 
-def _verify_one(path: str, opts: _Options) -> FileResult:
-    """One file's result, whatever happens: a bug fails this file, not the whole run."""
+def _no_checkpoint_in(top: str) -> FileResult:
+    """A walked directory in which no file is a checkpoint fails, as an empty one does: a gate
+    must not pass because a path points at the wrong place."""
+    finding = Finding(
+        "readable",
+        Status.FAIL,
+        "is a directory with no checkpoint in it (its files are not checkpoints and hold no "
+        "pickle)",
+        "name the checkpoint files or the directory that holds them",
+    )
+    return FileResult(top, None, None, None, (finding,), verdict=FileVerdict.UNREADABLE)
+
+
+#: Files handed to a worker process at a time (amortises the round trip for small files).
+_CHUNK_FILES = 8
+_WORKER_OPTIONS: list[_Options] = []
+
+
+def _check_all(targets: list[Target], opts: _Options) -> list[FileResult | None]:
+    """Every target's result in order; with ``jobs`` > 1, in that many forked processes (the
+    pickle walk is pure Python, so threads would share one core)."""
+    import multiprocessing
+    import threading
+
+    if (
+        opts.jobs <= 1
+        or len(targets) < 2
+        or "fork" not in multiprocessing.get_all_start_methods()
+        or threading.active_count() > 1  # forking a threaded process can deadlock the child
+        or any("://" in t.path for t in targets)  # remote reads count their traffic here
+    ):
+        return [_verify_one(t, opts) for t in targets]
+    from concurrent.futures import ProcessPoolExecutor
+
+    workers = min(opts.jobs, len(targets))
+    with ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("fork"),  # the options are inherited, not sent
+        initializer=_WORKER_OPTIONS.append,
+        initargs=(opts,),
+    ) as pool:
+        return list(pool.map(_verify_in_worker, targets, chunksize=_CHUNK_FILES))
+
+
+def _verify_in_worker(target: Target) -> FileResult | None:
+    return _verify_one(target, _WORKER_OPTIONS[-1])
+
+
+def _verify_one(target: Target, opts: _Options) -> FileResult | None:
+    """One file's result, whatever happens: a bug fails this file, not the whole run. None:
+    a walked file that is no checkpoint and holds no pickle (skipped)."""
+    path = target.path
     try:
-        result = _verify_file(path, opts)
+        result = _verify_file(path, opts, target.walked)
     except Exception as exc:  # one bad file must not stop a CI gate over many
         finding = Finding(
             "readable",
@@ -169,9 +261,24 @@ def _verify_one(path: str, opts: _Options) -> FileResult:
             f"internal error while checking this file: {type(exc).__name__}: {exc}",
             "this is a bug in ckptctl; please report it with the file if you can",
         )
-        return FileResult(path, None, None, None, (finding,))
+        return FileResult(path, None, None, None, (finding,), verdict=FileVerdict.UNREADABLE)
+    if result is None:
+        return None
     findings = tuple(f for f in result.findings if f.check in opts.checks)
-    return replace(result, findings=findings)
+    return replace(result, findings=findings, verdict=_file_verdict(result.findings))
+
+
+def _file_verdict(findings: tuple[Finding, ...]) -> FileVerdict:
+    """The file's verdict from all its findings (before ``checks``/``skip`` choose)."""
+    pickle = next((f for f in findings if f.check == "safe-pickle"), None)
+    verdict = None if pickle is None or pickle.safety is None else pickle.safety.verdict
+    if verdict is Verdict.UNSAFE or (
+        pickle is not None and verdict is None and pickle.status is Status.FAIL
+    ):
+        return FileVerdict.UNSAFE
+    if any(f.check == "readable" and f.status is Status.FAIL for f in findings):
+        return FileVerdict.UNREADABLE
+    return FileVerdict.NEEDS_TRUST if verdict is Verdict.NEEDS_TRUST else FileVerdict.SAFE
 
 
 def _load_specs(path: str | os.PathLike[str]) -> Specs | CkptError:
@@ -196,13 +303,27 @@ def _not_a_checkpoint(diagnosis: str) -> str:
     return f"{what}, not a checkpoint"
 
 
-def _verify_file(path: str, opts: _Options) -> FileResult:
+def _skip(exc: CkptError, walked: bool) -> bool:
+    """A walked file no reader accepts and that holds no pickle is skipped, not failed."""
+    return walked and isinstance(exc, UnknownFormatError) and exc.safety is None
+
+
+def _verify_file(path: str, opts: _Options, walked: bool = False) -> FileResult | None:
     findings: list[Finding] = []
     try:
         fmt = detect_format(path).name
     except CkptError as exc:
+        if _skip(exc, walked):
+            return None
         label = _not_a_checkpoint(exc.message) if isinstance(exc, UnknownFormatError) else None
-        return FileResult(path, None, None, None, (_fail_from("readable", exc),), label=label)
+        findings = [_fail_from("readable", exc)]
+        if exc.safety is not None:  # pickles in a file that is no checkpoint (issue 28)
+            findings.append(
+                safe_pickle_finding(
+                    exc.safety, allow_globals=opts.allowed(path), trust=opts.trust, readable=False
+                )
+            )
+        return FileResult(path, None, None, None, tuple(findings), label=label)
     if fmt == "safetensors-index":
         index = _check_index(path)
         if index is not None:
@@ -213,17 +334,19 @@ def _verify_file(path: str, opts: _Options) -> FileResult:
         finding = (
             _fail_from("safe-pickle", exc)
             if exc.safety is None
-            else safe_pickle_finding(exc.safety, allow_globals=opts.allow_globals, trust=opts.trust)
+            else safe_pickle_finding(exc.safety, allow_globals=opts.allowed(path), trust=opts.trust)
         )
         findings.insert(0, finding)
         return FileResult(path, fmt, None, None, tuple(findings))
     except CkptError as exc:
+        if _skip(exc, walked):
+            return None
         findings.insert(0, _fail_from("readable", exc))
         if exc.safety is not None:  # judged before the reader gave up
             findings.insert(
                 1,
                 safe_pickle_finding(
-                    exc.safety, allow_globals=opts.allow_globals, trust=opts.trust, readable=False
+                    exc.safety, allow_globals=opts.allowed(path), trust=opts.trust, readable=False
                 ),
             )
         return FileResult(path, fmt, None, None, tuple(findings))
@@ -233,7 +356,7 @@ def _verify_file(path: str, opts: _Options) -> FileResult:
             findings.insert(
                 1,
                 safe_pickle_finding(
-                    ckpt.safety, allow_globals=opts.allow_globals, trust=opts.trust
+                    ckpt.safety, allow_globals=opts.allowed(path), trust=opts.trust
                 ),
             )
         flat, entries = _flat_reader(ckpt, opts.state_key)

@@ -12,10 +12,12 @@ from functools import singledispatch
 from typing import TYPE_CHECKING
 
 from ckptctl.fix import spell
+from ckptctl.report.config import ConfigReport
 from ckptctl.report.diff import DiffReport, OnlyIn, TensorDiff
 from ckptctl.report.model import SCHEMA_VERSION, ConvertReport, HeaderReport, LsReport
 from ckptctl.report.optimizer import OptimizerCheck, Orphan
 from ckptctl.report.render_summary import error_message
+from ckptctl.report.safe_globals import SafeGlobalsReport
 from ckptctl.report.summary import LoadingSummary
 from ckptctl.report.verify import FileResult, Finding, VerifyReport
 from ckptctl.safety import PickleSafety
@@ -244,6 +246,7 @@ def _file_json(result: FileResult) -> dict[str, JSONValue]:
         "ok": result.ok,
         "tensors": result.tensors,
         "findings": [_finding_json(f) for f in result.findings],
+        "verdict": result.verdict.value,
     }
 
 
@@ -252,8 +255,10 @@ def _verify(report: VerifyReport) -> dict[str, JSONValue]:
     """The ``--json`` object of a verify report (serialise with ``report.json.dumps``).
 
     Shape: ``{"schema_version": 1, "ok": bool, "files": [{"path", "format", "kind", "ok",
-    "tensors", "findings": [{"check", "status", "message", "hint", "details"}]}],
-    "summary": {"files", "passed", "failed", "warned"}}``.
+    "verdict", "tensors", "findings": [{"check", "status", "message", "hint", "details"}]}],
+    "summary": {"files", "passed", "failed", "warned", "verdicts", "skipped"}}``; ``verdict``
+    (safe / needs-trust / unsafe / unreadable), ``verdicts`` (files by verdict) and ``skipped``
+    (walked files that are no checkpoint) were added in issue 28.
     """
     return {
         "schema_version": SCHEMA_VERSION,
@@ -264,6 +269,8 @@ def _verify(report: VerifyReport) -> dict[str, JSONValue]:
             "passed": report.passed,
             "failed": report.failed,
             "warned": report.warned,
+            "verdicts": {v.value: n for v, n in report.verdicts().items()},
+            "skipped": report.skipped,
         },
     }
 
@@ -359,4 +366,30 @@ def _safety(safety: PickleSafety) -> dict[str, JSONValue]:
         ],
         "unreached_verdict": None if unreached is None else unreached.value,
         "torch_refuses": safety.torch_refusal,
+    }
+
+
+@to_json.register(ConfigReport)
+def _config(report: ConfigReport) -> dict[str, JSONValue]:
+    """``verify --show-config --json``: the file (null: none found), its table, the settings."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "path": report.path,
+        "table": report.table,
+        "searched_from": report.searched_from,
+        "settings": [
+            {"key": s.key, "value": s.value, "source": s.source, "line": s.line}
+            for s in report.settings
+        ],
+    }
+
+
+@to_json.register(SafeGlobalsReport)
+def _safe_globals(report: SafeGlobalsReport) -> dict[str, JSONValue]:
+    """``verify --print-safe-globals --json``: the globals to allow and the code that does."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "files": list(report.files),
+        "globals": list(report.globals),
+        "code": report.code(),
     }

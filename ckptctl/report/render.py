@@ -10,10 +10,15 @@ from __future__ import annotations
 from functools import singledispatch
 from typing import TYPE_CHECKING
 
+from rich.text import Text
+
+from ckptctl.report.config import ConfigReport
 from ckptctl.report.diff import DiffReport
 from ckptctl.report.model import ConvertReport, HeaderReport, LsReport
+from ckptctl.report.render_config import render_config
 from ckptctl.report.render_diff import render_diff
 from ckptctl.report.render_verify import render_verify
+from ckptctl.report.safe_globals import SafeGlobalsReport
 from ckptctl.report.text import render_convert, render_header, render_ls
 from ckptctl.report.verify import VerifyReport
 
@@ -56,3 +61,15 @@ def _diff(report: DiffReport, console: Console, **options: bool) -> None:
 @render.register(VerifyReport)
 def _verify(report: VerifyReport, console: Console, **options: bool) -> None:
     render_verify(report, console, quiet=options.get("quiet", False))
+
+
+@render.register(ConfigReport)
+def _config(report: ConfigReport, console: Console, **options: bool) -> None:
+    render_config(report, console)
+
+
+@render.register(SafeGlobalsReport)
+def _safe_globals(report: SafeGlobalsReport, console: Console, **options: bool) -> None:
+    # code to paste: printed as it is, never wrapped or cropped
+    for line in report.code().splitlines():
+        console.print(Text(line), no_wrap=True, overflow="ignore", crop=False)

@@ -3,8 +3,9 @@
 Text: one ``PASS``/``WARN``/``FAIL`` line per file, its findings (``✓`` ok, ``!`` warn, ``✗``
 fail) with hints, the Tensor Loading Summary for ``--expect`` and the Optimizer State Check box for
 ``--optimizer`` (burn-store spec §7.5, in the §5.3 box style), then one summary line
-(``3 files: 2 passed, 1 failed``). Every string taken from a file or a path goes through
-``report.sanitize`` and into rich as ``Text``, never as markup.
+(``3 files: 2 passed, 1 failed``); after several files, the files by verdict come first
+(``by verdict: 2 safe, 1 needs-trust, 0 unsafe, 0 unreadable``). Every string taken from a
+file or a path goes through ``report.sanitize`` and into rich as ``Text``, never as markup.
 
 JSON: one object, ``"schema_version": 1``, keys in a fixed order.
 """
@@ -121,6 +122,8 @@ def render_verify(report: VerifyReport, console: Console, *, quiet: bool = False
                 _print_box(console, render_summary(finding.summary))
             if finding.optimizer is not None:
                 _print_box(console, render_optimizer_box(finding.optimizer))
+    if len(report.files) > 1 or report.skipped:  # a needs-trust file cannot hide in a long list
+        console.print(Text(report.verdict_line()))
     console.print(Text(report.summary_line()))
     failed = [r.path for r in report.files if not r.ok]
     if failed and len(report.files) > 1:

@@ -32,6 +32,19 @@ CHECKS = (
 )
 
 
+class FileVerdict(Enum):
+    """What a file is, for the summary's counts: the pickle verdict, or unreadable.
+
+    ``unsafe`` wins over ``unreadable`` (a file that is no checkpoint but holds an unsafe pickle
+    is unsafe), which wins over ``needs-trust``; files without pickles that read are ``safe``.
+    """
+
+    SAFE = "safe"
+    NEEDS_TRUST = "needs-trust"
+    UNSAFE = "unsafe"
+    UNREADABLE = "unreadable"
+
+
 class Status(Enum):
     """A finding's outcome; only ``FAIL`` fails a file."""
 
@@ -77,6 +90,8 @@ class FileResult:
         tensors: tensors found (below ``state_key`` when given), None when unreadable.
         findings: in check order.
         label: what the file is when it is no checkpoint ("a JSON file, not a checkpoint").
+        verdict: safe, needs-trust, unsafe or unreadable, from every check that ran (also
+            those ``--check``/``--skip`` leave out of ``findings``).
     """
 
     path: str
@@ -85,6 +100,7 @@ class FileResult:
     tensors: int | None
     findings: tuple[Finding, ...]
     label: str | None = None
+    verdict: FileVerdict = FileVerdict.SAFE
 
     @property
     def ok(self) -> bool:
@@ -99,9 +115,16 @@ class FileResult:
 
 @dataclass(frozen=True)
 class VerifyReport:
-    """The result of :func:`verify`: one :class:`FileResult` per path, in the order given."""
+    """The result of :func:`verify`: one :class:`FileResult` per file, in the order given
+    (a directory's files in sorted order, where it stands).
+
+    Attributes:
+        files: every file checked.
+        skipped: files found in directories that are not checkpoints and hold no pickle.
+    """
 
     files: tuple[FileResult, ...]
+    skipped: int = 0
 
     @property
     def ok(self) -> bool:
@@ -124,6 +147,21 @@ class VerifyReport:
         return sum(
             1 for f in self.files if f.ok and any(x.status is Status.WARN for x in f.findings)
         )
+
+    def verdicts(self) -> dict[FileVerdict, int]:
+        """Files by verdict, every verdict present (safe, needs-trust, unsafe, unreadable)."""
+        counts = dict.fromkeys(FileVerdict, 0)
+        for f in self.files:
+            counts[f.verdict] += 1
+        return counts
+
+    def verdict_line(self) -> str:
+        """``by verdict: 2 safe, 1 needs-trust, 0 unsafe, 0 unreadable`` (and the skipped)."""
+        line = "by verdict: " + ", ".join(f"{n} {v.value}" for v, n in self.verdicts().items())
+        if self.skipped:
+            noun = "file" if self.skipped == 1 else "files"
+            line += f"; {self.skipped} {noun} skipped (not checkpoints, no pickle in them)"
+        return line
 
     def summary_line(self) -> str:
         """``3 files: 2 passed, 1 failed`` (plus warnings when there are any)."""

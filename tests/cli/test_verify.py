@@ -318,9 +318,16 @@ def test_json_report(run_cli):
     assert list(data) == ["schema_version", "ok", "files", "summary"]
     assert data["schema_version"] == 1
     assert data["ok"] is False
-    assert data["summary"] == {"files": 2, "passed": 0, "failed": 2, "warned": 0}
+    assert data["summary"] == {
+        "files": 2,
+        "passed": 0,
+        "failed": 2,
+        "warned": 0,
+        "verdicts": {"safe": 2, "needs-trust": 0, "unsafe": 0, "unreadable": 0},
+        "skipped": 0,
+    }
     first = data["files"][0]
-    assert list(first) == ["path", "format", "kind", "ok", "tensors", "findings"]
+    assert list(first) == ["path", "format", "kind", "ok", "tensors", "findings", "verdict"]
     assert (first["path"], first["format"], first["ok"]) == (
         str(PT / "min_zip.pt"),
         "pytorch-zip",
@@ -465,10 +472,10 @@ def test_one_bad_file_never_stops_the_others(run_cli, monkeypatch):
 
     real = ops._verify_file
 
-    def flaky(path, opts):
+    def flaky(path, opts, walked=False):
         if path.endswith("nested.pt"):
             raise RuntimeError("boom")
-        return real(path, opts)
+        return real(path, opts, walked)
 
     monkeypatch.setattr(ops, "_verify_file", flaky)
     result = run_cli("verify", PT / "nested.pt", PT / "min_zip.pt", "--json")

@@ -36,7 +36,7 @@ from ckptctl.formats import open_checkpoint
 from ckptctl.model import Checkpoint, CheckpointKind, ComputedData, Structure, TensorEntry
 from ckptctl.ops import verify as verify_mod
 from ckptctl.ops._optimizer import load_record
-from ckptctl.ops.verify import FileResult, Finding, Status, verify
+from ckptctl.ops.verify import FileResult, FileVerdict, Finding, Status, verify
 from ckptctl.report.optimizer import OptimizerCheck, OptimizerVerdict, Orphan
 from ckptctl.report.verify import CHECKS
 from ckptctl.safety import Verdict
@@ -181,10 +181,10 @@ def test_an_internal_error_fails_only_that_file(monkeypatch, tmp_path):
     real = verify_mod._verify_file
     bad = str(tmp_path / "bad.pt")
 
-    def flaky(path, opts):
+    def flaky(path, opts, walked=False):
         if path == bad:
             raise RuntimeError("boom")
-        return real(path, opts)
+        return real(path, opts, walked)
 
     monkeypatch.setattr(verify_mod, "_verify_file", flaky)
     report = verify([bad, MIN_ZIP])
@@ -201,6 +201,7 @@ def test_an_internal_error_fails_only_that_file(monkeypatch, tmp_path):
                 BUG_HINT,
             ),
         ),
+        verdict=FileVerdict.UNREADABLE,
     )
     assert report.files[1].ok
     assert report.files[1].tensors == 2
@@ -209,7 +210,12 @@ def test_an_internal_error_fails_only_that_file(monkeypatch, tmp_path):
 def test_missing_file_is_one_readable_failure(tmp_path):
     path = tmp_path / "nope.pt"
     assert one(path) == FileResult(
-        str(path), None, None, None, (Finding("readable", Status.FAIL, "no such file", None),)
+        str(path),
+        None,
+        None,
+        None,
+        (Finding("readable", Status.FAIL, "no such file", None),),
+        verdict=FileVerdict.UNREADABLE,
     )
 
 
@@ -237,6 +243,7 @@ def test_a_corrupt_file_fails_readable_with_the_readers_error(tmp_path):
         None,
         None,
         (Finding("readable", Status.FAIL, info.value.message, info.value.hint),),
+        verdict=FileVerdict.UNREADABLE,
     )
 
 
@@ -262,6 +269,7 @@ def test_unsafe_pickle_without_a_verdict_fails_safe_pickle(monkeypatch, tmp_path
                 "do not open it",
             ),
         ),
+        verdict=FileVerdict.UNSAFE,
     )
 
 

@@ -112,7 +112,14 @@ def test_warn_only_file_exits_0(tmp_path, run_cli, case):
     assert result.code == 0, result
     data = json.loads(result.stdout)
     assert data["ok"] is True
-    assert data["summary"] == {"files": 1, "passed": 1, "failed": 0, "warned": 1}
+    assert data["summary"] == {
+        "files": 1,
+        "passed": 1,
+        "failed": 0,
+        "warned": 1,
+        "verdicts": {"safe": 1, "needs-trust": 0, "unsafe": 0, "unreadable": 0},
+        "skipped": 0,
+    }
     (file,) = data["files"]
     assert file["ok"] is True
     assert {f["check"]: f["status"] for f in file["findings"]}[check] == "warn"

@@ -1,0 +1,96 @@
+"""The files ``verify DIR`` checks: a directory's files, recursively, in sorted order (issue 28).
+
+A directory that *is* a checkpoint keeps being one: a directory with one ``*.index.json`` at its
+top opens as that sharded checkpoint (``formats.resolve_path``), as before. Any other directory
+is walked: every file below it, sorted by name at each level, files before subdirectories.
+Hidden directories (``.git``, ``.venv``, ...) are not entered and symbolic links to
+directories are not followed (no cycles). In a walked directory that holds ``*.index.json``
+files, the shards an index names are checked through the index, not one by one again.
+
+Which walked files are checkpoints is decided by content, like everywhere else: ``verify``
+skips (and counts) those no reader accepts that hold no pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import NamedTuple
+
+#: Largest index file read to learn which shards it covers.
+MAX_INDEX_BYTES = 64 << 20
+
+
+class Target(NamedTuple):
+    """One file to check; ``top``: the directory given whose walk found it (a file that is no
+    checkpoint is then skipped), None for a path checked as given."""
+
+    path: str
+    top: str | None = None
+
+    @property
+    def walked(self) -> bool:
+        """Found by walking a directory."""
+        return self.top is not None
+
+
+def expand(paths: list[str]) -> list[Target]:
+    """Every file to check, in order: a path as given, or the files of a walked directory (a
+    directory with no file at all is checked as given: ``resolve_path`` says it is empty)."""
+    out: list[Target] = []
+    for path in paths:
+        if "://" in path or not os.path.isdir(path) or _is_sharded_dir(path):
+            out.append(Target(path))
+        else:
+            out.extend(_walk(path) or [Target(path)])
+    return out
+
+
+def _is_sharded_dir(path: str) -> bool:
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return True  # resolve_path says why it cannot be listed
+    indexes = [n for n in names if n.endswith(".index.json")]
+    return len(indexes) == 1 and os.path.isfile(os.path.join(path, indexes[0]))
+
+
+def _walk(top: str) -> list[Target]:
+    out: list[Target] = []
+
+    def unreadable(exc: OSError) -> None:  # listed as given: verify reports why it failed
+        out.append(Target(exc.filename or top))
+
+    for root, dirs, files in os.walk(top, onerror=unreadable):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        names = sorted(files)
+        covered: set[str] = set()
+        for name in names:
+            if name.endswith(".index.json"):
+                covered |= _shards_of(os.path.join(root, name))
+        out.extend(
+            Target(os.path.join(root, n), top)
+            for n in names
+            if os.path.normpath(os.path.join(root, n)) not in covered
+        )
+    return out
+
+
+def _shards_of(index: str) -> set[str]:
+    """The shard files an index names (normalised paths); empty when it cannot be read (then
+    the index fails ``readable`` and its shards are checked one by one)."""
+    try:
+        if os.path.getsize(index) > MAX_INDEX_BYTES:
+            return set()
+        with open(index, encoding="utf-8") as f:
+            weight_map = json.load(f).get("weight_map")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    if not isinstance(weight_map, dict):
+        return set()
+    root = os.path.dirname(index)
+    return {
+        os.path.normpath(os.path.join(root, shard))
+        for shard in weight_map.values()
+        if isinstance(shard, str)
+    }

@@ -1,0 +1,222 @@
+"""``verify --format sarif``: a verify report as one SARIF 2.1.0 log (issue 28).
+
+SARIF (OASIS, https://docs.oasis-open.org/sarif/sarif/v2.1.0/) is what GitHub code scanning and
+other viewers read. One run; its tool's rules are the checks of :data:`report.verify.CHECKS`
+(rule id = check id); every file checked is an artifact (with its verdict); every finding that
+warns or fails is a result on its file:
+
+* ``level`` by verdict: for ``safe-pickle``, ``unsafe`` is ``error``, ``needs-trust`` is
+  ``warning`` and anything else (a safe file with streams torch does not read) ``note``; for
+  the other checks a failure is ``error`` and a warning ``warning``. ``properties.status`` says
+  whether the finding fails the gate (``fail``) or not (``warn``): the exit code is the gate.
+* ``message.text``: the finding's message and hint; for ``safe-pickle`` also every global
+  that is not safe, with its class and the stream it is in (``properties.globals`` lists them
+  as data).
+* ``locations``: the file, relative to the current directory where it lies below it (so
+  GitHub resolves it against the checkout), line 1 (GitHub needs a line; the files are binary).
+* ``partialFingerprints.primaryLocationLineHash``: a hash of rule, path and message, so GitHub
+  matches alerts across runs without reading the binary file to make one.
+
+Strings from files pass through ``report.sanitize``, as in every renderer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import urllib.parse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ckptctl._version import __version__
+from ckptctl.report.sanitize import sanitize
+from ckptctl.report.verify import CHECKS, Status, VerifyReport
+from ckptctl.safety import Verdict
+
+if TYPE_CHECKING:
+    from ckptctl.model import JSONValue
+    from ckptctl.report.verify import FileResult, Finding
+
+__all__ = ["RULES", "SARIF_SCHEMA", "to_sarif"]
+
+#: The schema a log names in ``$schema`` (the OASIS 2.1.0 errata 01 schema).
+SARIF_SCHEMA = (
+    "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+)
+
+#: Check id -> (short description, full description).
+RULES: dict[str, tuple[str, str]] = {
+    "readable": (
+        "The file opens and passes every structural check of its reader",
+        "The file is a checkpoint ckptctl reads (PyTorch, safetensors, Burn) and is not "
+        "truncated, corrupt or a pointer file such as a git-lfs stub.",
+    ),
+    "safe-pickle": (
+        "Loading the file's pickles runs no code",
+        "Every pickle stream is judged from its opcodes: safe (torch.load(weights_only=True) "
+        "loads it), needs-trust (globals outside torch's weights-only allowlist) or unsafe "
+        "(globals or constructs that run code when unpickled).",
+    ),
+    "sharded-index": (
+        "The sharded-checkpoint index agrees with its shards",
+        "Every tensor the *.index.json names is in the shard it names, and nothing else is.",
+    ),
+    "flat-reader": (
+        "A flat name -> tensor reader finds the tensors",
+        "Readers such as candle's from_pth or safetensors' load expect a top-level name -> "
+        "tensor map; nested checkpoints, whole pickled models and TorchScript archives fail.",
+    ),
+    "min-tensors": ("The file holds at least the required number of tensors", ""),
+    "expect": (
+        "Tensor names and shapes match the reference checkpoint",
+        "The Tensor Loading Summary against --expect REF: missing tensors or shape mismatches.",
+    ),
+    "no-nan": ("No float tensor holds NaN or Inf", ""),
+    "optimizer": (
+        "The Burn optimizer record attaches to the model's ParamIds",
+        "Optimizer states whose ParamId is not in the model start from scratch on resume.",
+    ),
+}
+assert set(RULES) == set(CHECKS)
+
+#: GitHub's severity for security rules (``properties.security-severity``, 0.0 to 10.0).
+_SECURITY_SEVERITY = {"safe-pickle": "9.8"}
+
+
+def _rule(check: str) -> dict[str, JSONValue]:
+    short, full = RULES[check]
+    rule: dict[str, JSONValue] = {
+        "id": check,
+        "name": "".join(part.capitalize() for part in check.split("-")),
+        "shortDescription": {"text": short},
+        "fullDescription": {"text": full or short},
+        "help": {"text": f"ckptctl verify --check {check}; see ckptctl-verify(1)"},
+        "defaultConfiguration": {"level": "error"},
+    }
+    if check in _SECURITY_SEVERITY:
+        rule["properties"] = {
+            "tags": ["security"],
+            "security-severity": _SECURITY_SEVERITY[check],
+        }
+    return rule
+
+
+def artifact_uri(path: str) -> str:
+    """``path`` as a URI reference: relative (``/``-separated, percent-encoded) when it lies
+    below the current directory, else a ``file://`` URI; URLs stay as given."""
+    if "://" in path:
+        return path
+    absolute = Path(os.path.abspath(path))
+    try:
+        relative = absolute.relative_to(Path.cwd())
+    except ValueError:
+        return absolute.as_uri()
+    return urllib.parse.quote(relative.as_posix())
+
+
+def _level(finding: Finding) -> str:
+    if finding.check == "safe-pickle" and finding.safety is not None:
+        verdict = finding.safety.verdict
+        if verdict is Verdict.UNSAFE:
+            return "error"
+        return "warning" if verdict is Verdict.NEEDS_TRUST else "note"
+    return "error" if finding.status is Status.FAIL else "warning"
+
+
+def _globals(finding: Finding) -> list[dict[str, JSONValue]]:
+    """Every reached global that is not safe: name, class, stream."""
+    if finding.safety is None:
+        return []
+    return [
+        {"name": g.name, "class": g.verdict.value, "where": g.where}
+        for g in finding.safety.untrusted()
+    ]
+
+
+def _message(finding: Finding) -> str:
+    text = sanitize(str(finding.message))
+    named = _globals(finding)
+    if named:
+        listed = "; ".join(f"{g['name']} ({g['class']}, in {g['where']})" for g in named)
+        text += f". Globals: {sanitize(listed)}"
+    if finding.hint:
+        text += f". Hint: {sanitize(str(finding.hint))}"
+    return text
+
+
+def _result(index: int, result: FileResult, finding: Finding) -> dict[str, JSONValue]:
+    uri = artifact_uri(result.path)
+    message = _message(finding)
+    digest = hashlib.sha256(f"{finding.check}\0{uri}\0{message}".encode()).hexdigest()[:32]
+    properties: dict[str, JSONValue] = {"status": finding.status.value}
+    if finding.safety is not None:
+        properties["verdict"] = finding.safety.verdict.value
+        properties["globals"] = list(_globals(finding))
+    return {
+        "ruleId": finding.check,
+        "ruleIndex": CHECKS.index(finding.check),
+        "level": _level(finding),
+        "message": {"text": message},
+        "locations": [
+            {
+                "physicalLocation": {
+                    "artifactLocation": {"uri": uri, "index": index},
+                    "region": {"startLine": 1},
+                }
+            }
+        ],
+        "partialFingerprints": {"primaryLocationLineHash": digest},
+        "properties": properties,
+    }
+
+
+def to_sarif(report: object) -> dict[str, JSONValue]:
+    """The SARIF 2.1.0 log of a verify report (serialise with ``report.json.dumps``).
+
+    Raises:
+        TypeError: ``report`` is not a :class:`VerifyReport` (only ``verify`` has SARIF).
+    """
+    if not isinstance(report, VerifyReport):
+        raise TypeError(f"no SARIF rendering for {type(report).__name__}")
+    artifacts: list[JSONValue] = []
+    results: list[JSONValue] = []
+    for index, result in enumerate(report.files):
+        artifacts.append(
+            {
+                "location": {"uri": artifact_uri(result.path)},
+                "properties": {
+                    "format": result.format,
+                    "ok": result.ok,
+                    "verdict": result.verdict.value,
+                },
+            }
+        )
+        results += [_result(index, result, f) for f in result.findings if f.status is not Status.OK]
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "ckptctl",
+                        "version": __version__,
+                        "semanticVersion": __version__,
+                        "rules": [_rule(c) for c in CHECKS],
+                    }
+                },
+                "invocations": [{"executionSuccessful": True}],
+                "artifacts": artifacts,
+                "results": results,
+                "properties": {
+                    "summary": {
+                        "files": len(report.files),
+                        "passed": report.passed,
+                        "failed": report.failed,
+                        "verdicts": {v.value: n for v, n in report.verdicts().items()},
+                        "skipped": report.skipped,
+                    }
+                },
+            }
+        ],
+    }
