@@ -2,18 +2,17 @@
 
 The library raises these and never exits; ``ckptctl.cli.main`` is the only place that turns an
 exception into a message on stderr and an exit code.
+
+This module imports nothing of ckptctl's, so every other module can raise these. What an error
+carries beyond text (a ``fix.Note`` hint, a ``safety.PickleSafety`` verdict, a damaged file's
+``model.HeaderLayout``) travels as data; its type is checked where it is defined and read
+(``safety.carried_safety``, ``model.damaged_layout``).
 """
 
 from __future__ import annotations
 
 import os
 from enum import IntEnum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ckptctl.fix import Note
-    from ckptctl.model import HeaderLayout
-    from ckptctl.safety import PickleSafety
 
 
 def quote(text: str) -> str:
@@ -43,10 +42,11 @@ class CkptError(Exception):
     Args:
         message: what went wrong, lower-case start, no trailing period.
         path: the file the error is about; shown before the message.
-        hint: what to do next, printed on a second line; a :class:`~ckptctl.fix.Note` when it
-            names an option (spelled as flags by the CLI).
-        safety: for pickle-based inputs, the safety verdict of what was read before the error
-            (``verify`` reports it even for a file it cannot read).
+        hint: what to do next, printed on a second line (``str(hint)``): a ``str``, or a
+            :class:`~ckptctl.fix.Note` when it names an option (spelled as flags by the CLI).
+        safety: for pickle-based inputs, the :class:`~ckptctl.safety.PickleSafety` verdict of
+            what was read before the error (``verify`` reports it even for a file it cannot
+            read); read it with ``safety.carried_safety``.
     """
 
     exit_code: ExitCode = ExitCode.INTERNAL
@@ -56,8 +56,8 @@ class CkptError(Exception):
         message: str,
         *,
         path: str | os.PathLike[str] | None = None,
-        hint: str | Note | None = None,
-        safety: PickleSafety | None = None,
+        hint: object = None,
+        safety: object = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -92,11 +92,12 @@ class CorruptCheckpointError(InputError):
 class TruncatedError(CorruptCheckpointError):
     """The file ends before the data its header describes.
 
-    ``layout`` holds what could be read (header, metadata and the regions present), so that
-    ``ckptctl header`` can still show it.
+    ``layout`` holds what could be read (header, metadata and the regions present: a
+    ``model.HeaderLayout``, read with ``model.damaged_layout``), so that ``ckptctl header`` can
+    still show it.
     """
 
-    layout: HeaderLayout | None = None
+    layout: object = None
 
 
 class UnsafePickleError(InputError):

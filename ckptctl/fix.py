@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from ckptctl.errors import CkptError
+
 __all__ = ["SPELLER", "Command", "Note", "Option", "closest", "spell"]
 
 
@@ -100,3 +102,11 @@ def closest(word: str, candidates: Iterable[str], *, cutoff: float = 0.6) -> str
     by_normal = {_normal(c): c for c in candidates}
     found = difflib.get_close_matches(_normal(word), list(by_normal), n=1, cutoff=cutoff)
     return by_normal[found[0]] if found else None
+
+
+def hint_of(exc: CkptError) -> str | Note | None:
+    """The hint ``exc`` carries, typed (``errors.py`` carries it as data: it imports nothing)."""
+    hint = exc.hint
+    if hint is None or isinstance(hint, str | Note):
+        return hint
+    return str(hint)

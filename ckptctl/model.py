@@ -14,14 +14,14 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from ckptctl.errors import CorruptCheckpointError, UnsupportedError
+from ckptctl.errors import CkptError, CorruptCheckpointError, UnsupportedError
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from ckptctl._io import ByteSource
     from ckptctl.dtypes import DType
     from ckptctl.safety import PickleSafety
+    from ckptctl.sources import ByteSource
 
 #: Metadata values taken from files (JSON-like, validated by each reader).
 JSONValue: TypeAlias = Any
@@ -456,3 +456,10 @@ class Checkpoint(Mapping[str, TensorEntry]):
 
     def __repr__(self) -> str:
         return f"Checkpoint({self.path!r}, format={self.format!r}, tensors={len(self)})"
+
+
+def damaged_layout(exc: CkptError) -> HeaderLayout | None:
+    """What could be read of a damaged file's header, when ``exc`` carries it (``errors.py``
+    carries it as data: it imports nothing)."""
+    layout = getattr(exc, "layout", None)
+    return layout if isinstance(layout, HeaderLayout) else None

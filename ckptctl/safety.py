@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
 
+    from ckptctl.errors import CkptError
+
 __all__ = ["TORCH_REFUSES", "GlobalUse", "PickleSafety", "Problem", "Verdict", "worst"]
 
 #: How a problem that makes ``torch.load`` refuse the whole file begins (with weights_only=True
@@ -172,3 +174,9 @@ class PickleSafety:
         if unreached is not None and unreached is not Verdict.SAFE:
             line += f"; streams torch.load does not read are {unreached.value}"
         return line
+
+
+def carried_safety(exc: CkptError) -> PickleSafety | None:
+    """The verdict ``exc`` carries for what was read before it (``errors.py`` carries it as data:
+    it imports nothing)."""
+    return exc.safety if isinstance(exc.safety, PickleSafety) else None

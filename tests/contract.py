@@ -34,10 +34,10 @@ from ckptctl import (
     read_layout,
     save_checkpoint,
 )
-from ckptctl._io import ByteSource
 from ckptctl.formats import get_format
 from ckptctl.formats._base import SNIFF_BYTES
 from ckptctl.model import TensorEntry
+from ckptctl.sources import ByteSource
 from tests.strategies import array_entry, checkpoints, make_entry, metadata_maps
 
 

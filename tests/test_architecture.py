@@ -5,7 +5,8 @@ import it makes of another ``ckptctl`` module is checked against the layer table
 module level, inside functions, under ``if TYPE_CHECKING:``, relative imports, and modules named
 by a string constant (``importlib.import_module("ckptctl.x")``, lazy-import tables).
 
-    cli  ->  ops  ->  adapters  ->  formats  ->  base (model, _io, dtypes, errors, safety, _version)
+    cli  ->  ops  ->  adapters  ->  formats  ->  base (model, sources, _io, dtypes, safety, fix,
+    _version, errors: which imports nothing of ours)
              ops  ->  report types;  report  ->  base;  only cli (and nothing below it) renders.
 """
 
@@ -24,7 +25,9 @@ BASE = frozenset(
     {
         "ckptctl.model",
         "ckptctl._io",
-        "ckptctl._remote",
+        "ckptctl.sources",
+        "ckptctl.sources.local",
+        "ckptctl.sources.remote",
         "ckptctl.dtypes",
         "ckptctl.errors",
         "ckptctl.safety",
@@ -215,3 +218,104 @@ def test_architecture_md_names_real_files() -> None:
             assert re.search(rf"\b(def|class) {symbol}\b|^{symbol}\b", source, re.M), path
         checked += 1
     assert checked >= 8
+
+
+# --- no import circles; command ops stand side by side (issue 29) ---------------------------
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the ckptctl modules it imports (every kind of import, as above)."""
+    return {
+        module: {i.target for i in imports_of(module, path) if i.target in MODULES} - {module}
+        for module, path in MODULES.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def test_no_import_cycles() -> None:
+    """No module reaches itself through imports: each layer, and each package, is one-way."""
+    graph = import_graph()
+    found = cycles(graph)
+    detail = [
+        " <-> ".join(c)
+        + ": "
+        + "; ".join(f"{a} imports {b}" for a in c for b in sorted(graph[a]) if b in c)
+        for c in found
+    ]
+    assert not found, f"{len(found)} import circle(s):\n" + "\n".join(detail)
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": set(), "f": {"f"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"x": {"y"}, "y": set()}) == []
+
+
+def command_ops() -> set[str]:
+    """The ops a command runs: the ``ckptctl.ops`` modules a ``ckptctl/cli/<command>.py``
+    imports (``ls`` and ``header`` -> ``ops.inspect``, ``remap`` -> ``ops.convert`` ...)."""
+    found: set[str] = set()
+    for module, path in MODULES.items():
+        if module.startswith("ckptctl.cli.") and not module.rpartition(".")[2].startswith("_"):
+            found |= {
+                i.target for i in imports_of(module, path) if i.target.startswith("ckptctl.ops.")
+            }
+    return found
+
+
+def test_command_ops_import_no_other_command_op() -> None:
+    """What several commands share lives below them (``ops/_select.py``, ``ops/summary.py``)."""
+    ops = command_ops()
+    assert {"ckptctl.ops.inspect", "ckptctl.ops.convert", "ckptctl.ops.diff"} <= ops
+    problems = [
+        f"{MODULES[m].relative_to(REPO)}:{i.line}: {m} imports {i.written}"
+        for m in sorted(ops)
+        for i in imports_of(m, MODULES[m])
+        if i.target in ops and i.target != m
+    ]
+    assert not problems, "command ops importing one another:\n" + "\n".join(problems)
+
+
+def test_errors_imports_nothing_of_ours() -> None:
+    """``errors`` is the floor every module raises from: it imports no ckptctl module."""
+    assert imports_of("ckptctl.errors", MODULES["ckptctl.errors"]) == []

@@ -20,9 +20,10 @@ from ckptctl import (
     SelectionError,
     UnsupportedError,
 )
-from ckptctl._io import ByteSource, atomic_write, copy_range
+from ckptctl._io import atomic_write
 from ckptctl.dtypes import from_float, to_float
 from ckptctl.report.sanitize import sanitize
+from ckptctl.sources import ByteSource, copy_range
 
 
 def test_exit_codes_follow_the_contract():

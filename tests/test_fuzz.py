@@ -24,9 +24,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckptctl._io import ByteSource
 from ckptctl.errors import CkptError, CkptWarning, CorruptCheckpointError, UnsupportedError
 from ckptctl.formats import get_format, open_checkpoint
+from ckptctl.sources import ByteSource
 from tests.contract import exercise
 
 VALID = Path(__file__).resolve().parents[1] / "fixtures" / "valid"

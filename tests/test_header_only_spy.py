@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from ckptctl import save_checkpoint
-from ckptctl._io import ByteSource, open_source
+from ckptctl.sources import ByteSource, open_source
 from tests.contract import (
     BYTE_SOURCE_MEMBERS,
     assert_header_only,

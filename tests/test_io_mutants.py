@@ -1,4 +1,5 @@
-"""Edge cases of ``ckptctl._io`` that mutation testing found untested (issue 17).
+"""Edge cases of ``ckptctl._io`` and ``ckptctl.sources`` that mutation testing found untested
+(issue 17).
 
 The error texts asserted here are what ``ckptctl`` prints (``ckptctl: error: PATH: MESSAGE`` and a
 ``hint:`` line, CLI-CONTRACT), so a changed word is a changed interface. ``copy_range`` is checked
@@ -20,9 +21,12 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from ckptctl import _io, save_checkpoint
-from ckptctl._io import ByteSource, _file_kind, _unlink_quietly, copy_range, refuse_sources
+from ckptctl import _io, save_checkpoint, sources
+from ckptctl._io import _unlink_quietly, refuse_sources
 from ckptctl.errors import CorruptCheckpointError, ExitCode, InputError, OutputError
+from ckptctl.sources import ByteSource, copy_range
+from ckptctl.sources import local as _src
+from ckptctl.sources.local import _file_kind
 from tests.strategies import array_entry
 
 DATA = bytes(range(256)) * 4  # 1024 distinct-enough bytes: a misplaced byte shows
@@ -64,7 +68,7 @@ def test_open_failure_after_stat_gives_the_os_reason(tmp_path, monkeypatch):
     def refuse(*args: object, **kwargs: object) -> object:
         raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), str(path))
 
-    monkeypatch.setattr(_io, "open", refuse, raising=False)
+    monkeypatch.setattr(_src, "open", refuse, raising=False)
     with pytest.raises(InputError) as info:
         ByteSource(path)
     assert info.value.message == f"cannot open: {os.strerror(errno.EMFILE)}"
@@ -78,12 +82,12 @@ def test_permission_denied_after_stat_says_so(tmp_path, monkeypatch):
     def refuse(*args: object, **kwargs: object) -> object:
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
 
-    monkeypatch.setattr(_io, "open", refuse, raising=False)  # root ignores chmod 000
+    monkeypatch.setattr(_src, "open", refuse, raising=False)  # root ignores chmod 000
     with pytest.raises(InputError) as info:
         ByteSource(path)
     assert info.value.message == "permission denied"
     assert info.value.path == str(path)
-    assert info.value.hint == _io.PERMISSION_HINT
+    assert info.value.hint == _src.PERMISSION_HINT
 
 
 def test_directory_error_text(tmp_path):
@@ -313,14 +317,14 @@ def test_copy_range_finishes_with_the_fallback_after_a_failure(tmp_path, source,
 @pytest.mark.parametrize(("offset", "length"), [(0, 0), (11, 1), (11, 5), (11, 23), (1, 1023)])
 def test_copy_range_fallback_streams_chunks(tmp_path, source, monkeypatch, offset, length):
     monkeypatch.delattr(os, "copy_file_range")  # an OS without it
-    monkeypatch.setattr(_io, "CHUNK_BYTES", 5)  # ranges cross several chunks
+    monkeypatch.setattr(_src, "CHUNK_BYTES", 5)  # ranges cross several chunks
     expected = b"HDR" + DATA[offset : offset + length] + b"END"
     assert _copy(tmp_path, source, offset, length) == expected
 
 
 def test_copy_range_fallback_reads_at_most_one_chunk_at_a_time(tmp_path, source, monkeypatch):
     monkeypatch.delattr(os, "copy_file_range")
-    monkeypatch.setattr(_io, "CHUNK_BYTES", 8)
+    monkeypatch.setattr(_src, "CHUNK_BYTES", 8)
     reads: list[tuple[int, int]] = []
     preadv = os.preadv
 
@@ -342,10 +346,10 @@ def test_copy_range_with_the_real_system_calls(tmp_path, source, offset):
 
 
 def test_read_chunks_reuses_one_buffer(source, monkeypatch):
-    monkeypatch.setattr(_io, "CHUNK_BYTES", 16)
-    monkeypatch.setattr(_io, "_SPARE", threading.local())
+    monkeypatch.setattr(_src, "CHUNK_BYTES", 16)
+    monkeypatch.setattr(_src, "_SPARE", threading.local())
     pieces, owners = [], []
-    for piece in _io.read_chunks(source, 10, 40):
+    for piece in _src.read_chunks(source, 10, 40):
         assert isinstance(piece, memoryview)
         pieces.append(bytes(piece))
         owners.append(piece.obj)
@@ -353,39 +357,39 @@ def test_read_chunks_reuses_one_buffer(source, monkeypatch):
     assert len(owners[0]) == 16  # type: ignore[arg-type]  # the bytearray behind the views
     assert owners[1] is owners[0]
     assert owners[2] is owners[0]
-    again = next(_io.read_chunks(source, 0, 5))  # the next call in this thread: the same buffer
+    again = next(_src.read_chunks(source, 0, 5))  # the next call in this thread: the same buffer
     assert isinstance(again, memoryview)
     assert bytes(again) == DATA[:5]
     assert again.obj is owners[0]
-    assert list(_io.read_chunks(source, 7, 0)) == []
+    assert list(_src.read_chunks(source, 7, 0)) == []
 
 
 def test_read_chunks_grows_the_spare_buffer_to_a_chunk(source, monkeypatch):
-    monkeypatch.setattr(_io, "CHUNK_BYTES", 16)
-    monkeypatch.setattr(_io, "_SPARE", threading.local())
-    small = next(_io.read_chunks(source, 0, 4))
+    monkeypatch.setattr(_src, "CHUNK_BYTES", 16)
+    monkeypatch.setattr(_src, "_SPARE", threading.local())
+    small = next(_src.read_chunks(source, 0, 4))
     assert isinstance(small, memoryview)
     assert len(small.obj) == 4  # type: ignore[arg-type]  # no chunk-sized buffer for 4 bytes
-    big = [bytes(p) for p in _io.read_chunks(source, 4, 20)]
+    big = [bytes(p) for p in _src.read_chunks(source, 4, 20)]
     assert big == [DATA[4:20], DATA[20:24]]
-    assert len(_io._SPARE.buffer) == 16
+    assert len(_src._SPARE.buffer) == 16
 
 
 def test_read_chunks_readers_in_one_thread_never_share_a_buffer(source, monkeypatch):
-    monkeypatch.setattr(_io, "CHUNK_BYTES", 8)
-    monkeypatch.setattr(_io, "_SPARE", threading.local())
-    first = _io.read_chunks(source, 0, 32)
-    second = _io.read_chunks(source, 500, 32)
+    monkeypatch.setattr(_src, "CHUNK_BYTES", 8)
+    monkeypatch.setattr(_src, "_SPARE", threading.local())
+    first = _src.read_chunks(source, 0, 32)
+    second = _src.read_chunks(source, 500, 32)
     got = [(bytes(a), bytes(b)) for a, b in zip(first, second, strict=True)]
     assert got == [(DATA[i : i + 8], DATA[500 + i : 508 + i]) for i in range(0, 32, 8)]
 
 
 def test_read_chunks_threads_have_their_own_buffers(source, monkeypatch):
-    monkeypatch.setattr(_io, "CHUNK_BYTES", 8)
-    monkeypatch.setattr(_io, "_SPARE", threading.local())
+    monkeypatch.setattr(_src, "CHUNK_BYTES", 8)
+    monkeypatch.setattr(_src, "_SPARE", threading.local())
 
     def owner() -> object:
-        piece = next(_io.read_chunks(source, 0, 8))
+        piece = next(_src.read_chunks(source, 0, 8))
         assert isinstance(piece, memoryview)
         return piece.obj
 
@@ -413,15 +417,15 @@ class _NoDescriptor:
 
 
 def test_read_chunks_reads_a_source_without_descriptor(source, monkeypatch):
-    monkeypatch.setattr(_io, "CHUNK_BYTES", 16)
+    monkeypatch.setattr(_src, "CHUNK_BYTES", 16)
     remote = _NoDescriptor(source)
-    got = b"".join(bytes(p) for p in _io.read_chunks(remote, 10, 40))  # type: ignore[arg-type]
+    got = b"".join(bytes(p) for p in _src.read_chunks(remote, 10, 40))  # type: ignore[arg-type]
     assert got == DATA[10:50]
     assert remote.reads == [(10, 16), (26, 16), (42, 8)]
 
 
 def test_read_chunks_without_preadv_reads_through_the_source(source, monkeypatch):
-    monkeypatch.setattr(_io, "CHUNK_BYTES", 16)
+    monkeypatch.setattr(_src, "CHUNK_BYTES", 16)
     monkeypatch.delattr(os, "preadv")
     reads: list[tuple[int, int]] = []
     read = source.read
@@ -431,7 +435,7 @@ def test_read_chunks_without_preadv_reads_through_the_source(source, monkeypatch
         return bytes(read(offset, length))
 
     monkeypatch.setattr(source, "read", spy)
-    assert b"".join(bytes(p) for p in _io.read_chunks(source, 1, 20)) == DATA[1:21]
+    assert b"".join(bytes(p) for p in _src.read_chunks(source, 1, 20)) == DATA[1:21]
     assert reads == [(1, 16), (17, 4)]
 
 
@@ -441,7 +445,7 @@ def test_read_chunks_refuses_a_file_that_shrank(tmp_path):
     with ByteSource(path) as src:
         os.truncate(path, 100)
         with pytest.raises(CorruptCheckpointError) as info:
-            list(_io.read_chunks(src, 90, 20))
+            list(_src.read_chunks(src, 90, 20))
     assert info.value.message == "read 10 of 20 bytes at offset 90: file truncated"
     assert info.value.path == str(path)
 
@@ -500,7 +504,7 @@ def test_unlink_quietly_ignores_a_missing_file(tmp_path):
 
 
 def test_open_source_sends_urls_to_the_remote_source(monkeypatch):
-    from ckptctl import _remote
+    from ckptctl.sources import remote as _remote
 
     opened: list[str] = []
     remote = object()
@@ -510,7 +514,7 @@ def test_open_source_sends_urls_to_the_remote_source(monkeypatch):
         return remote
 
     monkeypatch.setattr(_remote, "open_remote", open_remote)
-    assert _io.open_source("https://example.invalid/m.safetensors") is remote
+    assert sources.open_source("https://example.invalid/m.safetensors") is remote
     assert opened == ["https://example.invalid/m.safetensors"]
 
 
@@ -519,7 +523,7 @@ def test_open_source_opens_local_paths_even_with_a_scheme_like_part(tmp_path):
     folder.mkdir()
     (folder / "m.bin").write_bytes(DATA)
     for path in (f"{tmp_path}/a://m.bin", folder / "m.bin"):
-        with _io.open_source(path) as src:
+        with sources.open_source(path) as src:
             assert type(src) is ByteSource
             assert src.read(0, 4) == DATA[:4]
 
@@ -684,12 +688,12 @@ def test_writeback_of_a_single_byte_is_started(tmp_path, monkeypatch):
 
 
 def test_read_chunks_reports_the_offset_of_the_short_piece(tmp_path, monkeypatch):
-    monkeypatch.setattr(_io, "CHUNK_BYTES", 16)
+    monkeypatch.setattr(_src, "CHUNK_BYTES", 16)
     path = tmp_path / "shrinks.bin"
     path.write_bytes(DATA)
     with ByteSource(path) as src:
         os.truncate(path, 100)
-        reader = _io.read_chunks(src, 80, 40)
+        reader = _src.read_chunks(src, 80, 40)
         assert bytes(next(reader)) == DATA[80:96]
         with pytest.raises(CorruptCheckpointError) as info:
             next(reader)
@@ -697,10 +701,10 @@ def test_read_chunks_reports_the_offset_of_the_short_piece(tmp_path, monkeypatch
 
 
 def test_read_chunks_keeps_a_spare_of_exactly_the_size_asked(source, monkeypatch):
-    monkeypatch.setattr(_io, "CHUNK_BYTES", 16)
-    monkeypatch.setattr(_io, "_SPARE", threading.local())
-    first = next(_io.read_chunks(source, 0, 16))
-    again = next(_io.read_chunks(source, 16, 16))
+    monkeypatch.setattr(_src, "CHUNK_BYTES", 16)
+    monkeypatch.setattr(_src, "_SPARE", threading.local())
+    first = next(_src.read_chunks(source, 0, 16))
+    again = next(_src.read_chunks(source, 16, 16))
     assert isinstance(first, memoryview)
     assert isinstance(again, memoryview)
     assert again.obj is first.obj

@@ -201,8 +201,8 @@ def test_nan_and_inf_compare_as_torch_gave_them() -> None:
 
 def test_legacy_magic_pickle_holding_a_stop_byte_is_still_a_legacy_stream(tmp_path: Path) -> None:
     # BINPUT 46 (b"q.") inside the magic pickle: cutting it at the first "." misread the file
-    from ckptctl._io import ByteSource
-    from ckptctl.formats.pytorch import _is_legacy
+    from ckptctl.formats.pytorch._read import _is_legacy
+    from ckptctl.sources import ByteSource
 
     magic = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19q\x2e."
     path = tmp_path / "m.pt"

@@ -21,7 +21,7 @@ from tests.conftest import REPO, VALID
 pytest.importorskip("fsspec", reason="the 'remote' extra (fsspec) is not installed")
 pytest.importorskip("aiohttp", reason="the 'remote' extra (aiohttp) is not installed")
 
-from ckptctl import _remote
+from ckptctl.sources import remote as _remote
 from tests.loopback import LoopbackServer, serve
 
 FIXTURES = sorted(
@@ -290,7 +290,7 @@ def test_local_paths_never_import_fsspec() -> None:
     code = (
         "import sys; from ckptctl.cli import main\n"
         "try:\n    main(['ls', sys.argv[1]])\nexcept SystemExit:\n    pass\n"
-        "bad = [m for m in ('fsspec', 'aiohttp', 'requests', 'ckptctl._remote')\n"
+        "bad = [m for m in ('fsspec', 'aiohttp', 'requests', 'ckptctl.sources.remote')\n"
         "       if m in sys.modules]\n"
         "assert not bad, bad"
     )

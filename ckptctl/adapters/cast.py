@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ckptctl.adapters import Action, ActionKind, Adapted, BaseAdapter
+from ckptctl.adapters._base import Action, ActionKind, Adapted, BaseAdapter
 from ckptctl.adapters.modules import Decision, resolve
 from ckptctl.dtypes import DType, from_float, to_float
 from ckptctl.errors import SelectionError

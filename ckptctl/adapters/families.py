@@ -43,7 +43,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ckptctl.adapters import Action, ActionKind, PlanItem
+from ckptctl.adapters._base import Action, ActionKind, PlanItem
 from ckptctl.adapters._rows import concat_rows, row_slice
 from ckptctl.adapters.modules import FAMILY_TYPES
 from ckptctl.errors import SelectionError, UnsupportedError

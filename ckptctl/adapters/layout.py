@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ckptctl.adapters import Action, ActionKind, Adapted, BaseAdapter
+from ckptctl.adapters._base import Action, ActionKind, Adapted, BaseAdapter
 from ckptctl.adapters.modules import RENAMED_NORMS, Decision, resolve
 from ckptctl.model import ComputedData, iter_row_blocks
 

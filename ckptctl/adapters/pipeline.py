@@ -10,15 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ckptctl.adapters import (
-    AdapterContext,
-    Chain,
-    PlanItem,
-    chain,
-    parse_adapter,
-    plan,
-    unique_names,
-)
+from ckptctl.adapters import AdapterContext, parse_adapter
+from ckptctl.adapters._base import Chain, PlanItem, chain, plan, unique_names
 from ckptctl.adapters.families import fit_target_names, restructure
 from ckptctl.adapters.modules import (
     Decision,

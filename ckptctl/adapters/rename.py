@@ -43,7 +43,7 @@ import warnings
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from ckptctl.adapters import Action, ActionKind, Adapted, BaseAdapter
+from ckptctl.adapters._base import Action, ActionKind, Adapted, BaseAdapter
 from ckptctl.adapters._rust_classes import DIGIT, SPACE, WORD
 from ckptctl.errors import SelectionError, quote
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ckptctl.adapters import Action, ActionKind, Adapted, BaseAdapter
+from ckptctl.adapters._base import Action, ActionKind, Adapted, BaseAdapter
 from ckptctl.adapters.rename import compile_pattern
 from ckptctl.errors import quote
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ckptctl._version import __version__
+from ckptctl.cli import _root
 from ckptctl.errors import CkptError, ExitCode
 
 if TYPE_CHECKING:
@@ -127,6 +128,9 @@ def cli(ctx: click.Context, no_color: bool, debug: bool) -> None:
     ctx.ensure_object(dict)
     ctx.obj["no_color"] = no_color or "NO_COLOR" in os.environ
     ctx.obj["debug"] = debug
+
+
+_root.register(cli, COMMANDS)
 
 
 def _debug_requested(args: Sequence[str]) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from ckptctl._version import __version__
-from ckptctl.cli import COMMANDS, cli
+from ckptctl.cli import _root
 
 DATE = "2026"
 
@@ -74,11 +74,11 @@ def _page(name: str, title: str, summary: str, command: click.Command, ctx: clic
     ]
     for paragraph in paragraphs:
         out += [".PP", _esc(paragraph)]
-    existing = cli.list_commands(ctx)
+    existing = _root.root().list_commands(ctx)
     if isinstance(command, click.Group):
         out.append(".SH COMMANDS")
         for sub in existing:
-            sub_help = COMMANDS[sub][1]
+            sub_help = _root.commands()[sub][1]
             out += [".TP", f".B {_esc(sub)}", f"{_esc(sub_help)} See \\fBckptctl\\-{sub}\\fR(1)."]
     out.append(".SH OPTIONS")
     for flags, help_text in _options(command, ctx):
@@ -105,18 +105,18 @@ def _page(name: str, title: str, summary: str, command: click.Command, ctx: clic
 
 def render_pages() -> dict[str, str]:
     """Every page's file name and roff text, as this script would write them now."""
-    root_ctx = click.Context(cli, info_name="ckptctl", **cli.context_settings)
+    root_ctx = click.Context(_root.root(), info_name="ckptctl", **_root.root().context_settings)
     pages = {
         "ckptctl.1": _page(
             "ckptctl",
             "ckptctl",
             "inspect, verify and convert deep-learning checkpoints",
-            cli,
+            _root.root(),
             root_ctx,
         )
     }
-    for sub, (_, summary) in COMMANDS.items():
-        command = cli.get_command(root_ctx, sub)
+    for sub, (_, summary) in _root.commands().items():
+        command = _root.root().get_command(root_ctx, sub)
         if command is None:
             continue
         ctx = click.Context(command, info_name=f"ckptctl {sub}", parent=root_ctx)

@@ -184,7 +184,7 @@ def emit(
 
 def _remote_traffic() -> dict[str, int] | None:
     """Requests and bytes fetched for this report, when it read a URL (else None)."""
-    remote = sys.modules.get("ckptctl._remote")  # imported only when a URL was opened
+    remote = sys.modules.get("ckptctl.sources.remote")  # imported only when a URL was opened
     return None if remote is None else remote.TRAFFIC.take()
 
 
@@ -195,7 +195,7 @@ def remote_options(func: F) -> F:
     def wrapper(*args: object, download: bool, yes: bool, **kwargs: object) -> object:
         if not (download or yes):
             return func(*args, **kwargs)
-        from ckptctl._remote import policy
+        from ckptctl.sources.remote import policy
 
         with policy(download=download, yes=yes):
             return func(*args, **kwargs)

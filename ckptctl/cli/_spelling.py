@@ -14,6 +14,7 @@ import shlex
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
+from ckptctl.cli import _root
 from ckptctl.fix import Command, Option
 
 if TYPE_CHECKING:
@@ -52,13 +53,11 @@ def flag_of(name: str | None, option: str, *, strict: bool) -> str:
         LookupError: no command (with ``strict``: not that command) has the option; a
             suggestion must run as printed.
     """
-    from ckptctl.cli import COMMANDS, cli
-
     names = [name] if name else []
     if not strict:
-        names += [n for n in COMMANDS if n != name]
+        names += [n for n in _root.commands() if n != name]
     for candidate in names:
-        found = flag(cli.get_command(None, candidate), option)  # type: ignore[arg-type]  # LazyGroup needs no context
+        found = flag(_root.root().get_command(None, candidate), option)  # type: ignore[arg-type]  # LazyGroup needs no context
         if found is not None:
             return found
     raise LookupError(f"ckptctl {name or ''} has no option for {option!r}")

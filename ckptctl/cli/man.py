@@ -56,8 +56,10 @@ def command(
       ckptctl man --install      # then: man ckptctl-verify
       ckptctl man nope           # exit 2: no such command
     """
-    from ckptctl.cli import COMMANDS
+    from ckptctl.cli import _root
     from ckptctl.cli._manpage import page_name, render_pages
+
+    COMMANDS = _root.commands()  # the package's table, by its name there
 
     if install:
         from pathlib import Path

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from ckptctl._io import PERMISSION_HINT, ByteSource, atomic_write, open_source, refuse_sources
+from ckptctl._io import atomic_write, refuse_sources
 from ckptctl.errors import (
     CkptError,
     InputError,
@@ -16,6 +16,7 @@ from ckptctl.errors import (
 from ckptctl.fix import Note, Option, closest
 from ckptctl.formats._base import SNIFF_BYTES, FormatSpec
 from ckptctl.model import HeaderLayout, Region
+from ckptctl.sources import PERMISSION_HINT, ByteSource, open_source
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -49,8 +50,13 @@ def _ensure_loaded() -> None:
     if _LOADED:
         return
     _LOADED = True
-    # Imported here so that `ckptctl --help` does not pay for numpy and cbor2.
-    from ckptctl.formats import burnpack, burnrecord, pytorch, safetensors, sharded  # noqa: F401
+    # Imported here so that `ckptctl --help` does not pay for numpy and cbor2. Each module lists
+    # its formats in ``SPECS`` and never imports this package (no import circle).
+    from ckptctl.formats import burnpack, burnrecord, pytorch, safetensors, sharded
+
+    for module in (burnpack, burnrecord, pytorch, safetensors, sharded):
+        for spec in module.SPECS:
+            register_format(spec)
 
 
 def get_format(name: str) -> FormatSpec:
@@ -90,7 +96,7 @@ def resolve_path(path: str | os.PathLike[str]) -> str:
     """
     name = os.fspath(path)
     if "://" in name:  # a URL: a bare hf://ORG/REPO stands for its index or one checkpoint
-        from ckptctl._remote import is_url, resolve_url
+        from ckptctl.sources.remote import is_url, resolve_url
 
         if is_url(name):
             return resolve_url(name, CHECKPOINT_SUFFIXES)

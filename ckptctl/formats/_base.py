@@ -7,13 +7,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
-from ckptctl._io import CHUNK_BYTES, copy_range, libc_function, start_writeback
+from ckptctl._io import libc_function, start_writeback
 from ckptctl.errors import CorruptCheckpointError
 from ckptctl.model import HeaderLayout
+from ckptctl.sources import CHUNK_BYTES, copy_range
 
 if TYPE_CHECKING:
-    from ckptctl._io import ByteSource
     from ckptctl.model import Checkpoint, JSONValue, TensorEntry
+    from ckptctl.sources import ByteSource
 
 #: Bytes read from the start of a file to detect its format.
 SNIFF_BYTES = 4096

@@ -43,7 +43,6 @@ from typing import IO, TYPE_CHECKING, NoReturn
 from ckptctl.dtypes import DType
 from ckptctl.errors import CorruptCheckpointError, OutputError, TruncatedError, UnsupportedError
 from ckptctl.fix import Note, Option
-from ckptctl.formats import register_format
 from ckptctl.formats._base import FormatSpec, preallocate, write_entry_bytes
 from ckptctl.model import (
     Checkpoint,
@@ -59,7 +58,7 @@ from ckptctl.model import (
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    from ckptctl._io import ByteSource
+    from ckptctl.sources import ByteSource
 
 __all__ = [
     "MAX_HEADER_BYTES",
@@ -605,4 +604,5 @@ SPEC = FormatSpec(
     write=write,
 )
 
-register_format(SPEC)
+#: The formats this module adds to the registry (``ckptctl.formats``).
+SPECS = (SPEC,)

@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
-from ckptctl._io import ByteSource, atomic_write, open_source, refuse_sources
+from ckptctl._io import atomic_write, refuse_sources
 from ckptctl.errors import (
     CkptError,
     CorruptCheckpointError,
@@ -38,7 +38,6 @@ from ckptctl.errors import (
     UnsupportedError,
 )
 from ckptctl.fix import Command, Note
-from ckptctl.formats import register_format
 from ckptctl.formats import safetensors as st
 from ckptctl.formats._base import SNIFF_BYTES, FormatSpec
 from ckptctl.model import (
@@ -50,7 +49,8 @@ from ckptctl.model import (
     RegionKind,
     Sharding,
 )
-from ckptctl.safety import PickleSafety
+from ckptctl.safety import PickleSafety, carried_safety
+from ckptctl.sources import ByteSource, open_source
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -161,9 +161,8 @@ def _shard_opener(shard: str, source: ByteSource) -> Callable[[ByteSource], Chec
     head = source.read(0, min(source.size, SNIFF_BYTES))
     if st.sniff(head, source):
         return st.open_safetensors
-    from ckptctl.formats import get_format
+    from ckptctl.formats.pytorch import SPEC as pytorch  # lazily: safetensors shards need none
 
-    pytorch = get_format("pytorch")
     if pytorch.sniff(head, source):
         return pytorch.open
     raise UnsupportedError(
@@ -184,8 +183,9 @@ def _open_shard(index: _Index, shard: str) -> tuple[ByteSource, Checkpoint]:
         ckpt = _read_flat_shard(shard, source)
     except CkptError as exc:
         source.close()
-        if exc.safety is not None:  # name the shard in the verdict's stream names
-            exc.safety = PickleSafety().merge(exc.safety, prefix=f"{shard}: ")
+        carried = carried_safety(exc)
+        if carried is not None:  # name the shard in the verdict's stream names
+            exc.safety = PickleSafety().merge(carried, prefix=f"{shard}: ")
         raise exc.with_path(source.path) from None
     except BaseException:
         source.close()
@@ -410,7 +410,8 @@ SPEC = FormatSpec(
     write=None,
 )
 
-register_format(SPEC)
+#: The formats this module adds to the registry (``ckptctl.formats``).
+SPECS = (SPEC,)
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -476,14 +477,12 @@ def write_sharded(
         SelectionError: ``path`` does not end in ``.safetensors``.
         OutputError: a destination exists (without ``force``), is a source, or cannot be written.
     """
-    from ckptctl.formats import get_format
-
     dest = os.fspath(path)
     if not dest.lower().endswith(".safetensors"):
         raise SelectionError(
             "sharded output must be .safetensors", path=dest, hint="name DST model.safetensors"
         )
-    spec = get_format("safetensors")
+    spec = st.SPEC
     assert spec.write is not None
     shards = plan_shards(entries, max_shard_bytes)
     names, index_path = shard_paths(dest, len(shards))

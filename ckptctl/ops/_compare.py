@@ -35,8 +35,8 @@ from ckptctl.dtypes import DType, to_float
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from ckptctl._io import ByteSource
     from ckptctl.model import TensorData, TensorEntry
+    from ckptctl.sources import ByteSource
 
 #: Elements compared per step: 8 MiB of float64 per operand, a few tens of MiB in all.
 CHUNK_ELEMENTS = 1 << 20

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import NamedTuple
 
 #: Largest index file read to learn which shards it covers.
@@ -94,3 +95,39 @@ def _shards_of(index: str) -> set[str]:
         for shard in weight_map.values()
         if isinstance(shard, str)
     }
+
+
+# --- path globs -------------------------------------------------------------------------------
+
+
+def glob_matches(pattern: str, path: str) -> bool:
+    """Whether the ``/``-separated relative ``path`` matches ``pattern``: ``*`` and ``?``
+    within one segment, ``**`` across any number of segments, ``[...]`` a character class."""
+    return re.fullmatch(_glob_regex(pattern), path) is not None
+
+
+def _glob_regex(pattern: str) -> str:
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and "]" in pattern[i + 1 :]:
+            end = pattern.index("]", i + 1)
+            body = pattern[i + 1 : end]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+            i = end + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return "".join(out)

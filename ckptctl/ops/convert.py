@@ -22,14 +22,14 @@ from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint
 from ckptctl.formats.sharded import write_sharded
 from ckptctl.model import CheckpointKind, TensorData, describe_groups
 from ckptctl.ops._migrate import migration_plan
-from ckptctl.ops._size_limit import check_size
-from ckptctl.ops.inspect import (
+from ckptctl.ops._select import (
     describe_outside,
     outside_state_key,
     select_state_key,
     tied_groups,
     top_level_groups,
 )
+from ckptctl.ops._size_limit import check_size
 from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.model import ConvertReport, PlanRow
 from ckptctl.safety import Verdict
@@ -37,9 +37,9 @@ from ckptctl.safety import Verdict
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from ckptctl._io import ByteSource
     from ckptctl.dtypes import DType
     from ckptctl.model import Checkpoint, Progress, TensorEntry
+    from ckptctl.sources import ByteSource
 
     Specs = Mapping[str, tuple[DType, tuple[int, ...]]]
 

@@ -55,8 +55,8 @@ from ckptctl.errors import SelectionError
 from ckptctl.fix import Command, Note, Option
 from ckptctl.formats import open_checkpoint
 from ckptctl.ops._compare import compare_values
+from ckptctl.ops._select import select_state_key
 from ckptctl.ops._size_limit import check_size
-from ckptctl.ops.inspect import select_state_key
 from ckptctl.ops.matching import did_you_mean, ranked_suggestion, suggest_fixes
 from ckptctl.ops.summary import specs_of
 from ckptctl.report.diff import (

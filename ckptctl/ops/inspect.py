@@ -8,7 +8,13 @@ from ckptctl.adapters.rename import compile_pattern
 from ckptctl.errors import SelectionError, TruncatedError
 from ckptctl.fix import Note, Option
 from ckptctl.formats import open_checkpoint, read_layout, resolve_path
-from ckptctl.model import describe_groups
+from ckptctl.model import damaged_layout
+from ckptctl.ops._select import (
+    OUTSIDE_NAMES_SHOWN,
+    outside_state_key,
+    select_state_key,
+    stored_size,
+)
 from ckptctl.report.model import HeaderReport, LsReport, TensorRow
 
 if TYPE_CHECKING:
@@ -16,99 +22,10 @@ if TYPE_CHECKING:
     import re
     from collections.abc import Sequence
 
-    from ckptctl.model import Checkpoint, TensorEntry
+    from ckptctl.model import TensorEntry
 
 #: Orders ``ls --sort`` accepts.
 SORT_KEYS = ("file", "name", "size", "dtype", "shape")
-
-
-def select_state_key(
-    entries: Sequence[TensorEntry], key: str | None, ckpt: Checkpoint | None = None
-) -> list[TensorEntry]:
-    """Descend into ``key`` (a dotted path): keep the tensors below it, with the prefix stripped.
-
-    Raises:
-        SelectionError: nothing lies below ``key``; the message lists where tensors are.
-    """
-    if key is None:
-        return list(entries)
-    key = key.strip(".")
-    prefix = key + "."
-    out = [e.renamed(e.name[len(prefix) :]) for e in entries if e.name.startswith(prefix)]
-    if out:
-        return out
-    tops = sorted({e.name.split(".", 1)[0] for e in entries if "." in e.name})
-    where = ""
-    if ckpt is not None and ckpt.structure is not None:
-        where = describe_groups(ckpt.structure.groups)
-    elif tops:
-        where = ", ".join(repr(t) for t in tops[:10])
-    raise SelectionError(
-        f"no tensors under state key {key!r}",
-        path=None if ckpt is None else ckpt.path,
-        hint=f"tensors are under {where}" if where else "the file has no nested tensors",
-    )
-
-
-#: How many of the tensors left outside a state key a message names.
-OUTSIDE_NAMES_SHOWN = 3
-
-
-def outside_state_key(entries: Sequence[TensorEntry], key: str | None) -> list[str]:
-    """The names of the tensors that :func:`select_state_key` leaves out (none without a key)."""
-    if key is None:
-        return []
-    prefix = key.strip(".") + "."
-    return [e.name for e in entries if not e.name.startswith(prefix)]
-
-
-def describe_outside(names: Sequence[str], total: int, key: str) -> Note:
-    """``1 of 21 tensors are outside state key 'model' (lm_head.weight)``: what a state key
-    drops, counted, with the first names."""
-    shown = ", ".join(names[:OUTSIDE_NAMES_SHOWN]) + (
-        ", ..." if len(names) > OUTSIDE_NAMES_SHOWN else ""
-    )
-    verb = "is" if len(names) == 1 else "are"
-    return Note(
-        f"{len(names)} of {total} tensors {verb} outside {{fix0}} and not written ({shown})",
-        (Option("state_key", key.strip(".")),),
-    )
-
-
-def tied_groups(entries: Sequence[TensorEntry]) -> list[list[TensorEntry]]:
-    """Groups of two or more entries that are the same tensor (tied weights: one storage, same
-    offset, shape, stride and dtype), each in file order."""
-    groups: dict[tuple[str, ...], list[TensorEntry]] = {}
-    for entry in entries:
-        storage = entry.extra.get("storage")
-        if storage is None:
-            continue
-        key = (storage, entry.extra.get("storage_offset", ""), entry.extra.get("stride", ""),
-               str(entry.shape), entry.dtype.value)  # fmt: skip
-        groups.setdefault(key, []).append(entry)
-    return [g for g in groups.values() if len(g) > 1]
-
-
-def stored_size(entries: Sequence[TensorEntry]) -> tuple[int, int]:
-    """``(parameters, bytes)`` actually stored: a storage shared by several tensors (tied weights,
-    views) counts once."""
-    numel = nbytes = 0
-    seen: set[str] = set()
-    for entry in entries:
-        storage = entry.extra.get("storage")
-        if storage is None:
-            numel, nbytes = numel + entry.numel, nbytes + entry.nbytes
-        elif storage not in seen:
-            seen.add(storage)
-            size = int(entry.extra.get("storage_nbytes", entry.nbytes))
-            numel, nbytes = numel + size // entry.dtype.itemsize, nbytes + size
-    return numel, nbytes
-
-
-def top_level_groups(ckpt: Checkpoint) -> dict[str, int]:
-    """Tensors per top-level key of a nested checkpoint (``{"model": 4, "optimizer": 12}``),
-    from its structure; empty for formats without containers."""
-    return ckpt.structure.groups if ckpt.structure is not None else {}
 
 
 def _row(entry: TensorEntry) -> TensorRow:
@@ -203,9 +120,10 @@ def describe_header(path: str | os.PathLike[str]) -> HeaderReport:
     try:
         return HeaderReport(path=resolve_path(path), layout=read_layout(path))
     except TruncatedError as exc:
-        if exc.layout is None:
+        layout = damaged_layout(exc)
+        if layout is None:
             raise
-        return HeaderReport(path=resolve_path(path), layout=exc.layout, damage=exc)
+        return HeaderReport(path=resolve_path(path), layout=layout, damage=exc)
 
 
 def compile_regex(pattern: str, option: str) -> re.Pattern[str]:

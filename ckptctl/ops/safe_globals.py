@@ -20,7 +20,7 @@ from ckptctl.formats import open_checkpoint
 from ckptctl.formats.pytorch._safety import first_unsafe
 from ckptctl.ops._walk import expand
 from ckptctl.report.safe_globals import SafeGlobalsReport
-from ckptctl.safety import Verdict
+from ckptctl.safety import Verdict, carried_safety
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -38,8 +38,9 @@ def _safety_of(path: str, walked: bool) -> PickleSafety | None:
         with open_checkpoint(path) as ckpt:
             return ckpt.safety
     except CkptError as exc:
-        if exc.safety is not None:
-            return exc.safety
+        carried = carried_safety(exc)
+        if carried is not None:
+            return carried
         if walked and isinstance(exc, UnknownFormatError):
             return None
         raise

@@ -32,18 +32,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ckptctl._io import CHUNK_BYTES
 from ckptctl.dtypes import DType, to_float
 from ckptctl.errors import CkptError, SelectionError, UnknownFormatError, UnsafePickleError
-from ckptctl.fix import Command, Note, Option
+from ckptctl.fix import Command, Note, Option, hint_of
 from ckptctl.formats import detect_format, open_checkpoint
 from ckptctl.formats._base import ranged_step
 from ckptctl.model import CheckpointKind, StridedData, describe_groups
 from ckptctl.ops._optimizer import OptimizerRecord, check_optimizer, load_record
 from ckptctl.ops._pickle_check import safe_pickle_finding
-from ckptctl.ops._walk import Target, expand
-from ckptctl.ops.config import glob_matches
-from ckptctl.ops.inspect import select_state_key, top_level_groups
+from ckptctl.ops._select import select_state_key, top_level_groups
+from ckptctl.ops._walk import Target, expand, glob_matches
 from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.optimizer import OptimizerCheck, Orphan
 from ckptctl.report.verify import (
@@ -54,7 +52,8 @@ from ckptctl.report.verify import (
     Status,
     VerifyReport,
 )
-from ckptctl.safety import Verdict
+from ckptctl.safety import Verdict, carried_safety
+from ckptctl.sources import CHUNK_BYTES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -290,7 +289,7 @@ def _load_specs(path: str | os.PathLike[str]) -> Specs | CkptError:
 
 
 def _fail_from(check: str, exc: CkptError, prefix: str = "") -> Finding:
-    return Finding(check, Status.FAIL, prefix + exc.message, exc.hint)
+    return Finding(check, Status.FAIL, prefix + exc.message, hint_of(exc))
 
 
 def _not_a_checkpoint(diagnosis: str) -> str:
@@ -317,10 +316,11 @@ def _verify_file(path: str, opts: _Options, walked: bool = False) -> FileResult 
             return None
         label = _not_a_checkpoint(exc.message) if isinstance(exc, UnknownFormatError) else None
         findings = [_fail_from("readable", exc)]
-        if exc.safety is not None:  # pickles in a file that is no checkpoint (issue 28)
+        carried = carried_safety(exc)
+        if carried is not None:  # pickles in a file that is no checkpoint (issue 28)
             findings.append(
                 safe_pickle_finding(
-                    exc.safety, allow_globals=opts.allowed(path), trust=opts.trust, readable=False
+                    carried, allow_globals=opts.allowed(path), trust=opts.trust, readable=False
                 )
             )
         return FileResult(path, None, None, None, tuple(findings), label=label)
@@ -331,10 +331,11 @@ def _verify_file(path: str, opts: _Options, walked: bool = False) -> FileResult 
     try:
         ckpt = open_checkpoint(path)
     except UnsafePickleError as exc:
+        carried = carried_safety(exc)
         finding = (
             _fail_from("safe-pickle", exc)
-            if exc.safety is None
-            else safe_pickle_finding(exc.safety, allow_globals=opts.allowed(path), trust=opts.trust)
+            if carried is None
+            else safe_pickle_finding(carried, allow_globals=opts.allowed(path), trust=opts.trust)
         )
         findings.insert(0, finding)
         return FileResult(path, fmt, None, None, tuple(findings))
@@ -342,11 +343,12 @@ def _verify_file(path: str, opts: _Options, walked: bool = False) -> FileResult 
         if _skip(exc, walked):
             return None
         findings.insert(0, _fail_from("readable", exc))
-        if exc.safety is not None:  # judged before the reader gave up
+        carried = carried_safety(exc)
+        if carried is not None:  # judged before the reader gave up
             findings.insert(
                 1,
                 safe_pickle_finding(
-                    exc.safety, allow_globals=opts.allowed(path), trust=opts.trust, readable=False
+                    carried, allow_globals=opts.allowed(path), trust=opts.trust, readable=False
                 ),
             )
         return FileResult(path, fmt, None, None, tuple(findings))

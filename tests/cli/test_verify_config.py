@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from ckptctl.ops.config import glob_matches, load_verify_config
+from ckptctl.ops._walk import glob_matches
+from ckptctl.ops.config import load_verify_config
 from tests.conftest import VALID
 
 PT = VALID / "pytorch"

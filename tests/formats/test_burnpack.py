@@ -31,7 +31,6 @@ from ckptctl import (
     read_layout,
     save_checkpoint,
 )
-from ckptctl._io import ByteSource
 from ckptctl.formats.burnpack import (
     format_param_id,
     open_burnpack,
@@ -41,6 +40,7 @@ from ckptctl.formats.burnpack import (
 )
 from ckptctl.formats.burnpack._cbor import encode_cbor
 from ckptctl.model import ComputedData, TensorEntry
+from ckptctl.sources import ByteSource
 from tests.conftest import CORPUS, HOSTILE, VALID
 from tests.contract import FormatContract
 

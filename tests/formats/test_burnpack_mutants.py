@@ -17,7 +17,6 @@ import cbor2
 import pytest
 
 from ckptctl import open_checkpoint, read_layout
-from ckptctl._io import ByteSource
 from ckptctl.dtypes import DType
 from ckptctl.errors import (
     CorruptCheckpointError,
@@ -37,7 +36,8 @@ from ckptctl.formats.burnpack._schema import (
     parse_param_id,
 )
 from ckptctl.formats.burnpack.reader import _jsonable
-from ckptctl.model import HeaderLayout
+from ckptctl.model import HeaderLayout, damaged_layout
+from ckptctl.sources import ByteSource
 from tests.formats.test_burnpack import desc, entry, f32, pack
 
 TRUNCATED_HINT = "the file looks truncated; re-download or re-save it"
@@ -539,8 +539,9 @@ def test_layout_of_legacy_file(tmp_path: Path) -> None:
 
 
 def layout_of(error: TruncatedError) -> HeaderLayout:
-    assert error.layout is not None
-    return error.layout
+    layout = damaged_layout(error)
+    assert layout is not None
+    return layout
 
 
 def test_layout_of_truncated_files(tmp_path: Path) -> None:

@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ckptctl._io import ByteSource
 from ckptctl.dtypes import DType
 from ckptctl.errors import (
     CkptError,
@@ -37,7 +36,7 @@ from ckptctl.errors import (
     UnsupportedError,
 )
 from ckptctl.formats import open_checkpoint
-from ckptctl.formats.pytorch import _containers
+from ckptctl.formats.pytorch import _containers, _zipdir
 from ckptctl.formats.pytorch._containers import (
     MAX_STORAGES,
     MAX_TAR_MEMBERS,
@@ -48,6 +47,7 @@ from ckptctl.formats.pytorch._safety import Ledger
 from ckptctl.formats.pytorch._scan import PickleTruncatedError
 from ckptctl.formats.pytorch._unpickler import MAX_RANK, StorageRef, Stub, TensorRef
 from ckptctl.safety import Problem, Verdict
+from ckptctl.sources import ByteSource
 from tests.formats.test_pytorch_reader import (
     _zip_with_last_record,
     f32,
@@ -1487,7 +1487,7 @@ def script_members(tmp_path: Path, records: dict[str, bytes], *, encrypt: str | 
         patch_record(raw, encrypt, flags=1)
         path.write_bytes(bytes(raw))
     with ByteSource(path) as source:
-        return _containers._script_members(_containers._ZipRecords(source), "m/")
+        return _containers._script_members(_zipdir.ZipRecords(source), "m/")
 
 
 def members_of(name: str, params: list[str] | None, buffers: list[str] | None) -> bytes:

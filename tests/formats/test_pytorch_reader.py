@@ -673,8 +673,8 @@ def test_stored_record_running_into_the_central_directory_is_corrupt(
 def test_zip_local_headers_are_read_without_the_memory_map(monkeypatch):
     """A fault on a mapped page-cache folio can map all of it (up to 2 MiB): reading the local
     headers through the map once took opening a 64-record .pt from 15 to 146 MiB resident."""
-    from ckptctl._io import ByteSource
-    from ckptctl.formats.pytorch._containers import _ZipRecords
+    from ckptctl.formats.pytorch._zipdir import ZipRecords
+    from ckptctl.sources import ByteSource
 
     path = VALID / "pytorch" / "min_zip.pt"
     raw = path.read_bytes()
@@ -688,7 +688,7 @@ def test_zip_local_headers_are_read_without_the_memory_map(monkeypatch):
     # the map shows the directory but no local header: only pread sees them
     monkeypatch.setattr(ByteSource, "buffer", property(lambda self: memoryview(bytes(blind))))
     with ByteSource(path) as source:
-        records = _ZipRecords(source)
+        records = ZipRecords(source)
         got = {name: records.data_offset(info) for name, info in records.infos.items()}
     assert got == expected
     assert len(expected) >= 4

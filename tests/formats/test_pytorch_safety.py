@@ -21,7 +21,7 @@ from ckptctl.formats import open_checkpoint
 from ckptctl.formats.pytorch._allowlist import WEIGHTS_ONLY_GLOBALS, classify
 from ckptctl.formats.pytorch._safety import assess_pickle
 from ckptctl.formats.pytorch._unpickler import _rebuild_tensor_v2, load_pickle
-from ckptctl.safety import PickleSafety, Verdict
+from ckptctl.safety import PickleSafety, Verdict, carried_safety
 
 # --- opcode helpers ---------------------------------------------------------------------------
 
@@ -260,7 +260,9 @@ def test_unsafe_data_pkl_is_refused_before_unpickling(tmp_path: Path) -> None:
         open_checkpoint(path)
     assert "'cProfile.run'" in str(info.value)
     assert info.value.safety is not None
-    assert info.value.safety.verdict is Verdict.UNSAFE
+    carried = carried_safety(info.value)
+    assert carried is not None
+    assert carried.verdict is Verdict.UNSAFE
 
 
 def test_allowing_lifts_needs_trust_but_not_unsafe() -> None:

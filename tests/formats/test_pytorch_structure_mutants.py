@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ckptctl._io import ByteSource
 from ckptctl.dtypes import DType
 from ckptctl.errors import CorruptCheckpointError, ExitCode
 from ckptctl.formats import open_checkpoint
@@ -38,6 +37,7 @@ from ckptctl.formats.pytorch._structure import (
 )
 from ckptctl.formats.pytorch._unpickler import StorageRef, StorageType, Stub, TensorRef, _stub_type
 from ckptctl.model import CheckpointKind, ComputedData, TensorEntry
+from ckptctl.sources import ByteSource
 from tests.conftest import VALID
 
 PT = VALID / "pytorch"

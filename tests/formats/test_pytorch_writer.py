@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckptctl._io import ByteSource
 from ckptctl.dtypes import TORCH_NAMES, DType
 from ckptctl.errors import CorruptCheckpointError, OutputError
 from ckptctl.formats.pytorch import _writer
 from ckptctl.formats.pytorch._writer import archive_prefix, write_zip
 from ckptctl.model import ComputedData, FileData, TensorEntry
+from ckptctl.sources import ByteSource
 
 PYTORCH = Path(__file__).resolve().parents[2] / "fixtures" / "valid" / "pytorch"
 TRUTH = json.loads((PYTORCH / "truth.json").read_text())["files"]

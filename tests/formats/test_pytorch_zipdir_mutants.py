@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from ckptctl._io import ByteSource
 from ckptctl.errors import CorruptCheckpointError, ExitCode
 from ckptctl.formats.pytorch import _zipdir
 from ckptctl.formats.pytorch._zipdir import ZipDirectory, ZipRecord, local_header, read_directory
+from ckptctl.sources import ByteSource
 
 VALID = Path(__file__).resolve().parents[2] / "fixtures" / "valid" / "pytorch"
 HINT = "the file looks truncated or damaged"

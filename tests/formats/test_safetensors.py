@@ -32,9 +32,9 @@ from ckptctl import (
     read_layout,
     save_checkpoint,
 )
-from ckptctl._io import ByteSource, copy_range
 from ckptctl.dtypes import TORCH_NAMES
 from ckptctl.model import TensorEntry
+from ckptctl.sources import ByteSource, copy_range
 from tests.conftest import HOSTILE, VALID
 from tests.contract import FormatContract, exercise, sample_entries
 from tests.strategies import array_entry, checkpoints, make_entry

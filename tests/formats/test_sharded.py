@@ -19,8 +19,8 @@ from ckptctl import (
     UnsupportedError,
     open_checkpoint,
 )
-from ckptctl._io import ByteSource
 from ckptctl.model import Sharding
+from ckptctl.sources import ByteSource
 from tests.conftest import HOSTILE, VALID
 
 SHARDED = VALID / "safetensors" / "sharded"

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from ckptctl import open_checkpoint, save_checkpoint
-from ckptctl._io import ByteSource
 from ckptctl.dtypes import DType
 from ckptctl.errors import SelectionError
 from ckptctl.fix import Command, Option
@@ -24,6 +23,7 @@ from ckptctl.ops._compare import compare_values
 from ckptctl.ops.diff import compare_entries, diff_checkpoints
 from ckptctl.report.diff import DiffOptions
 from ckptctl.report.json import to_json
+from ckptctl.sources import ByteSource
 from tests.conftest import VALID
 from tests.strategies import array_entry, make_entry
 

@@ -15,7 +15,6 @@ import pytest
 from safetensors import TensorSpec, serialize
 from safetensors.numpy import save_file
 
-from ckptctl._io import ByteSource
 from ckptctl.dtypes import DType
 from ckptctl.fix import Command, Option
 from ckptctl.model import Checkpoint, CheckpointKind, ComputedData, Structure, TensorEntry
@@ -24,6 +23,7 @@ from ckptctl.ops.convert import ConvertOptions, convert
 from ckptctl.ops.verify import FileResult, Finding, Status, verify
 from ckptctl.report.json import to_json
 from ckptctl.report.render_summary import error_line
+from ckptctl.sources import ByteSource
 from tests.conftest import CORPUS, FIXTURES, HOSTILE, REPO, VALID
 
 PT = VALID / "pytorch"

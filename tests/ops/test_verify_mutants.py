@@ -22,7 +22,6 @@ import pytest
 from safetensors.numpy import save_file
 
 from ckptctl import save_checkpoint
-from ckptctl._io import ByteSource
 from ckptctl.dtypes import DType
 from ckptctl.errors import (
     CkptError,
@@ -31,7 +30,7 @@ from ckptctl.errors import (
     SelectionError,
     UnsafePickleError,
 )
-from ckptctl.fix import Command, Note, Option
+from ckptctl.fix import Command, Note, Option, hint_of
 from ckptctl.formats import open_checkpoint
 from ckptctl.model import Checkpoint, CheckpointKind, ComputedData, Structure, TensorEntry
 from ckptctl.ops import verify as verify_mod
@@ -40,6 +39,7 @@ from ckptctl.ops.verify import FileResult, FileVerdict, Finding, Status, verify
 from ckptctl.report.optimizer import OptimizerCheck, OptimizerVerdict, Orphan
 from ckptctl.report.verify import CHECKS
 from ckptctl.safety import Verdict
+from ckptctl.sources import ByteSource
 from tests.conftest import HOSTILE, VALID
 from tests.formats.test_pytorch_reader import (
     dict_of,
@@ -226,7 +226,7 @@ def test_non_checkpoint_failure_keeps_the_readers_hint(tmp_path):
         open_checkpoint(path)
     result = one(path)
     assert result.findings == (
-        Finding("readable", Status.FAIL, info.value.message, info.value.hint),
+        Finding("readable", Status.FAIL, info.value.message, hint_of(info.value)),
     )
     assert info.value.hint is not None
 
@@ -242,7 +242,7 @@ def test_a_corrupt_file_fails_readable_with_the_readers_error(tmp_path):
         "safetensors",
         None,
         None,
-        (Finding("readable", Status.FAIL, info.value.message, info.value.hint),),
+        (Finding("readable", Status.FAIL, info.value.message, hint_of(info.value)),),
         verdict=FileVerdict.UNREADABLE,
     )
 
@@ -1075,7 +1075,7 @@ def test_expect_unreadable_reference(tmp_path):
         "expect",
         Status.FAIL,
         f"the reference {ref} cannot be read: {info.value.message}",
-        info.value.hint,
+        hint_of(info.value),
     )
 
 
@@ -1484,7 +1484,7 @@ def test_optimizer_record_that_is_not_one():
     error = load_record(record)
     assert isinstance(error, CkptError)
     found = finding(one(OPTIM / "model.bpk", optimizer=record), "optimizer")
-    assert found == Finding("optimizer", Status.FAIL, f"{record}: {error.message}", error.hint)
+    assert found == Finding("optimizer", Status.FAIL, f"{record}: {error.message}", hint_of(error))
 
 
 def test_optimizer_check_error_fails_only_that_check(monkeypatch):

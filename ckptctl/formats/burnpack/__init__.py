@@ -31,7 +31,6 @@ spelling whenever it says more, so that a burnpack-to-burnpack copy is byte-iden
 
 from __future__ import annotations
 
-from ckptctl.formats import register_format
 from ckptctl.formats._base import FormatSpec
 from ckptctl.formats.burnpack._schema import (
     ALIGNMENT_BYTES,
@@ -61,7 +60,8 @@ __all__ = [
     "write_burnpack",
 ]
 
-register_format(
+#: The formats this module adds to the registry (``ckptctl.formats``), in detection order.
+SPECS = (
     FormatSpec(
         name="burnpack",
         extensions=(".bpk",),
@@ -69,5 +69,5 @@ register_format(
         open=open_burnpack,
         layout=layout_burnpack,
         write=write_burnpack,
-    )
+    ),
 )

@@ -36,8 +36,8 @@ from ckptctl.formats.burnpack._schema import (
 )
 
 if TYPE_CHECKING:
-    from ckptctl._io import ByteSource
     from ckptctl.model import JSONValue
+    from ckptctl.sources import ByteSource
 
 
 # --- parsing --------------------------------------------------------------------------------

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
 
-    from ckptctl._io import ByteSource
     from ckptctl.model import JSONValue
+    from ckptctl.sources import ByteSource
 
 
 def _read_u32_bools(source: ByteSource, offset: int, count: int) -> NDArray[np.uint8]:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from functools import partial
 
-from ckptctl.formats import register_format
 from ckptctl.formats._base import FormatSpec
 from ckptctl.formats.burnrecord._record import RecordKind
 from ckptctl.formats.burnrecord.reader import (
@@ -59,21 +58,22 @@ def refusal_of(ckpt: object) -> str | None:
     return ckpt.refusal if isinstance(ckpt, BurnRecordCheckpoint) else None
 
 
-for _sniff, _variant in (
-    (sniff_mpk, MPK),
-    (sniff_mpk_gz, MPK_GZ),
-    (sniff_json, JSON),
-    (sniff_json_gz, JSON_GZ),
-):
-    register_format(
+#: The formats this module adds to the registry (``ckptctl.formats``), in detection order.
+SPECS = (
+    *(
         FormatSpec(
-            name=_variant.name,
+            name=variant.name,
             extensions=(),
-            sniff=_sniff,
-            open=partial(open_record, variant=_variant),
-            layout=partial(layout_record, variant=_variant),
+            sniff=sniff,
+            open=partial(open_record, variant=variant),
+            layout=partial(layout_record, variant=variant),
         )
-    )
-register_format(
-    FormatSpec(name="burn-bin", extensions=(), sniff=sniff_bin, open=open_bin, layout=layout_bin)
+        for sniff, variant in (
+            (sniff_mpk, MPK),
+            (sniff_mpk_gz, MPK_GZ),
+            (sniff_json, JSON),
+            (sniff_json_gz, JSON_GZ),
+        )
+    ),
+    FormatSpec(name="burn-bin", extensions=(), sniff=sniff_bin, open=open_bin, layout=layout_bin),
 )

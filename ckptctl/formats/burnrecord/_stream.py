@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ckptctl.errors import CorruptCheckpointError
 
 if TYPE_CHECKING:
-    from ckptctl._io import ByteSource
+    from ckptctl.sources import ByteSource
 
 #: Compressed bytes read from the file per step.
 READ_CHUNK_BYTES = 256 * 1024

@@ -41,9 +41,9 @@ if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
 
-    from ckptctl._io import ByteSource
     from ckptctl.formats.burnrecord._stream import Cursor
     from ckptctl.model import JSONValue
+    from ckptctl.sources import ByteSource
 
 
 class BurnRecordCheckpoint(Checkpoint):

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import io
-import lzma
 import re
 import struct
 import tarfile
-import zipfile
-import zlib
 from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING
@@ -45,10 +42,8 @@ from ckptctl.formats.pytorch._unpickler import (
     load_pickle,
 )
 from ckptctl.formats.pytorch._zipdir import (
-    ZipDirectory,
     ZipRecord,
-    inflate,
-    local_header,
+    ZipRecords,
     read_directory,
 )
 from ckptctl.safety import Verdict
@@ -56,7 +51,7 @@ from ckptctl.safety import Verdict
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ckptctl._io import ByteSource
+    from ckptctl.sources import ByteSource
 
 #: The legacy stream's magic number (first pickle of the file).
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
@@ -67,11 +62,6 @@ MAX_CODE_BYTES = 16 << 20
 #: Most members a TAR checkpoint may have, and most storages any container may declare.
 MAX_TAR_MEMBERS = 16
 MAX_STORAGES = 10_000_000
-#: Largest ratio of decompressed to compressed size accepted for a record (deflate tops out near
-#: 1032:1, so no real archive comes close); bigger claims are zip bombs.
-MAX_COMPRESSION_RATIO = 1100
-#: Records decompressing to less than this are never refused for their ratio.
-MIN_BOMB_BYTES = 1 << 20
 
 # Element size of every torch dtype a storage can hold (spec section 4).
 TORCH_ITEMSIZE = {
@@ -227,76 +217,6 @@ def _zip_prefix(names: list[str]) -> str:
     )
 
 
-class _ZipRecords:
-    """Byte access to the records of one archive (stored by raw offset, others decompressed).
-
-    ``directory`` is the one the records come from: miniz's (what torch reads,
-    ``_torchzip.py``) or, by default, the ``zipfile``-style one of ``_zipdir.py``.
-    """
-
-    def __init__(self, source: ByteSource, directory: ZipDirectory | None = None) -> None:
-        self.source = source
-        self.directory = directory or read_directory(source)
-        #: name -> record as a ``zipfile``-style reader finds it (exact names, last one wins)
-        self.infos = {r.name: r for r in self.directory.records if not r.name.endswith("/")}
-        self.data_end = min(self.directory.cd_start, source.size)
-
-    def data_offset(self, info: ZipRecord) -> int:
-        n, m = local_header(self.source, info)
-        offset = info.header_offset + 30 + n + m
-        if offset + info.compress_size > self.data_end:
-            raise CorruptCheckpointError(
-                f"zip record {info.name!r} runs past the start of the central directory",
-                hint="the file looks truncated or damaged",
-            )
-        return offset
-
-    def is_stored(self, info: ZipRecord) -> bool:
-        if info.flags & 0x1:
-            raise UnsupportedError(f"zip record {info.name!r} is encrypted")
-        return info.method == zipfile.ZIP_STORED and info.compress_size == info.file_size
-
-    def read(self, info: ZipRecord, cap: int) -> bytes:
-        """The record's bytes (decompressed), refusing records larger than ``cap``."""
-        if info.file_size > cap:
-            raise CorruptCheckpointError(f"zip record {info.name!r} is larger than {cap} bytes")
-        if self.is_stored(info):
-            return self.source.read(self.data_offset(info), info.file_size)
-        return self.decompress(info, info.file_size)
-
-    def decompress(self, info: ZipRecord, expected: int) -> bytes:
-        """Inflate one record straight from its data offset (no ``zipfile.ZipFile`` per call).
-
-        Building a ``ZipFile`` reads the whole central directory, so doing it per record made
-        loading n compressed storages cost O(n^2) (6,000 of them took minutes, issue 25). The
-        output is capped at ``expected + 1`` bytes whatever the stream claims; a CRC of 0 means
-        the writer computed none (torch's ``set_crc32_options(False)``).
-        """
-        if expected > max(MIN_BOMB_BYTES, MAX_COMPRESSION_RATIO * info.compress_size):
-            raise CorruptCheckpointError(
-                f"zip record {info.name!r} claims {expected} bytes from {info.compress_size} "
-                f"compressed bytes, a ratio over {MAX_COMPRESSION_RATIO}:1 (a zip bomb?)",
-                hint="deflate never compresses more than about 1032:1; the file is crafted",
-            )
-        offset = self.data_offset(info)  # validates the local header and range
-        try:
-            data = inflate(info.method, self.source.view(offset, info.compress_size), expected + 1)
-        except NotImplementedError:
-            raise UnsupportedError(
-                f"zip record {info.name!r} uses an unsupported compression method ({info.method})",
-                hint="re-zip the archive with store or deflate",
-            ) from None
-        # zlib.error: found by fuzz/fuzz_readers.py
-        except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as exc:
-            raise CorruptCheckpointError(f"cannot decompress {info.name!r}: {exc}") from None
-        if len(data) != expected:
-            raise CorruptCheckpointError(
-                f"zip record {info.name!r} has {len(data)} bytes, expected {expected}"
-            )
-        # no CRC check: torch's miniz is built without one, and loads such records as they are
-        return bytes(data)
-
-
 @dataclass
 class _ZipView:
     """Which records a read of the archive uses, and what torch would make of it.
@@ -308,7 +228,7 @@ class _ZipView:
         torch: the archive as torch opens it, None when torch refuses it.
     """
 
-    records: _ZipRecords
+    records: ZipRecords
     prefix: str
     main: ZipRecord
     torch: TorchArchive | None
@@ -377,11 +297,11 @@ def _open_zip_view(source: ByteSource, ledger: Ledger) -> _ZipView:
     """
     opened = _torch_view(source)
     torch = opened if isinstance(opened, TorchArchive) else None
-    lenient: _ZipRecords | None = None
+    lenient: ZipRecords | None = None
     lenient_error: CkptError | None = None
     try:
         same = torch.directory if torch is not None else None
-        lenient = _ZipRecords(source, read_directory(source, same_as=same))
+        lenient = ZipRecords(source, read_directory(source, same_as=same))
     except CkptError as exc:
         lenient_error = exc
     if torch is None:
@@ -392,7 +312,7 @@ def _open_zip_view(source: ByteSource, ledger: Ledger) -> _ZipView:
         assert isinstance(opened, str)
         ledger.torch_refuses_file(opened, "the archive")
         return _ZipView(lenient, prefix, lenient.infos[prefix + "data.pkl"], None)
-    records = _ZipRecords(source, torch.directory)
+    records = ZipRecords(source, torch.directory)
     index = torch.lookup("data.pkl")
     assert index is not None  # _torch_view refused it otherwise
     view = _ZipView(records, torch.prefix, torch.record(index), torch)
@@ -402,7 +322,7 @@ def _open_zip_view(source: ByteSource, ledger: Ledger) -> _ZipView:
         view.others.append(lenient.infos)
     if lenient is None or lenient.directory.prefix:  # else it is the same directory
         with contextlib.suppress(CkptError):
-            absolute = _ZipRecords(source, read_directory(source, absolute=True))
+            absolute = ZipRecords(source, read_directory(source, absolute=True))
             view.others.append(absolute.infos)
     _note_differences(view, ledger, torch.twins(index))
     return view
@@ -586,7 +506,7 @@ MAX_EXTRA_PICKLE_BYTES = 64 << 20
 MIN_UNREACHED_PICKLE_BYTES = 1 << 20
 
 
-def _judge_other_pickles(records: _ZipRecords, main: ZipRecord, ledger: Ledger) -> None:
+def _judge_other_pickles(records: ZipRecords, main: ZipRecord, ledger: Ledger) -> None:
     """Judge every ``.pkl`` record besides ``data.pkl``: torch.load never reads them."""
     budget = max(MIN_UNREACHED_PICKLE_BYTES, records.source.size)
     left = budget
@@ -637,7 +557,7 @@ def _file_loader(source: ByteSource, offset: int, nbytes: int) -> Callable[[], m
     return lambda: source.view(offset, nbytes)
 
 
-def _deferred_loader(records: _ZipRecords, info: ZipRecord) -> Callable[[], memoryview]:
+def _deferred_loader(records: ZipRecords, info: ZipRecord) -> Callable[[], memoryview]:
     return lambda: records.source.view(records.data_offset(info), info.file_size)
 
 
@@ -645,7 +565,7 @@ _CLASS_RE = re.compile(r"^class\s+(\w+)\s*\(", re.MULTILINE)
 _LIST_RE = re.compile(r"^\s+__(parameters|buffers)__\s*=\s*\[([^\]]*)\]", re.MULTILINE)
 
 
-def _script_members(records: _ZipRecords, prefix: str) -> dict[str, tuple[list[str], list[str]]]:
+def _script_members(records: ZipRecords, prefix: str) -> dict[str, tuple[list[str], list[str]]]:
     """Class -> (parameters, buffers) from TorchScript ``code/*.py`` (read as text, never run)."""
     out: dict[str, tuple[list[str], list[str]]] = {}
     code = prefix + "code/"

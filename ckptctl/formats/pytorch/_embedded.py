@@ -26,15 +26,14 @@ import struct
 from typing import TYPE_CHECKING
 
 from ckptctl.errors import CkptError
-from ckptctl.formats.pytorch import _TEXT_PICKLE_STARTS
-from ckptctl.formats.pytorch._containers import _ZipRecords
+from ckptctl.formats.pytorch._read import TEXT_PICKLE_STARTS
 from ckptctl.formats.pytorch._safety import MAX_NESTED_RECORD_BYTES, assess_pickle
 from ckptctl.formats.pytorch._scan import scan_pickle
-from ckptctl.formats.pytorch._zipdir import inflate
+from ckptctl.formats.pytorch._zipdir import ZipRecords, inflate
 from ckptctl.safety import PickleSafety, Problem, Verdict
 
 if TYPE_CHECKING:
-    from ckptctl._io import ByteSource
+    from ckptctl.sources import ByteSource
 
 __all__ = ["embedded_pickles"]
 
@@ -100,7 +99,7 @@ def _is_pickle(data: bytes) -> bool:
 
 
 def _zip(source: ByteSource) -> PickleSafety | None:
-    records = _ZipRecords(source)
+    records = ZipRecords(source)
     out = PickleSafety()
     found = False
     budget = max(MAX_EMBEDDED_BYTES, source.size)  # bytes inflated in all, as for .pkl records
@@ -114,7 +113,7 @@ def _zip(source: ByteSource) -> PickleSafety | None:
             continue
         npy = head == NPY_MAGIC[:2]
         proto = len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
-        if not (npy or proto or (head and head[0] in _TEXT_PICKLE_STARTS)):
+        if not (npy or proto or (head and head[0] in TEXT_PICKLE_STARTS)):
             continue  # neither a .npy nor a pickle: not read further
         if info.file_size > min(MAX_EMBEDDED_BYTES, budget):
             if npy or proto:

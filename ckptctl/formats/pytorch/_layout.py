@@ -28,10 +28,10 @@ from ckptctl.formats.pytorch._unpickler import MAX_PICKLE_BYTES
 from ckptctl.model import HeaderLayout, Region, RegionKind
 
 if TYPE_CHECKING:
-    from ckptctl._io import ByteSource
     from ckptctl.formats.pytorch._containers import Parsed
     from ckptctl.formats.pytorch._structure import Analysis
     from ckptctl.formats.pytorch._zipdir import ZipRecord
+    from ckptctl.sources import ByteSource
 
 #: Most distinct globals listed in the header view of a pickle.
 MAX_LISTED_GLOBALS = 1000
@@ -96,10 +96,10 @@ def pickle_summary(data: bytes) -> dict[str, Any]:
 
 
 def _parse_and_name(source: ByteSource) -> tuple[Parsed, dict[str, tuple[str, list[str]]]]:
-    from ckptctl.formats.pytorch import _parse
+    from ckptctl.formats.pytorch._read import parse
     from ckptctl.formats.pytorch._structure import analyse
 
-    parsed = _parse(source)
+    parsed = parse(source)
     return parsed, _storage_users(analyse(parsed))
 
 
@@ -285,9 +285,9 @@ def _zip_layout(
 
 def _record_bytes(source: ByteSource, record: ZipRecord, lengths: tuple[int, int]) -> bytes:
     if record.method != 0:
-        from ckptctl.formats.pytorch._containers import _ZipRecords
+        from ckptctl.formats.pytorch._zipdir import ZipRecords
 
-        return _ZipRecords(source).read(record, MAX_PICKLE_BYTES)
+        return ZipRecords(source).read(record, MAX_PICKLE_BYTES)
     offset = record.header_offset + 30 + lengths[0] + lengths[1]
     if record.file_size > MAX_PICKLE_BYTES:
         raise CorruptCheckpointError(f"zip record {record.name!r} is too large")

@@ -930,14 +930,14 @@ def _nested_zip(
     torch reads ``<folder>/data.pkl`` (``constants.pkl`` too for TorchScript), the folder being
     the first record's; judging every pickle record is stricter and needs no name rules.
     """
-    from ckptctl._io import MemorySource  # only nested archives need it
-    from ckptctl.formats.pytorch._containers import _ZipRecords  # imports us
+    from ckptctl.formats.pytorch._zipdir import ZipRecords
+    from ckptctl.sources import MemorySource  # only nested archives need it
 
     def problem(message: str, verdict: Verdict, torch_refuses: bool = False) -> PickleSafety:
         return PickleSafety((), (Problem(message, verdict, where, reached, torch_refuses),))
 
     try:
-        records = _ZipRecords(MemorySource(blob, where))
+        records = ZipRecords(MemorySource(blob, where))
     except CkptError as exc:
         return problem(
             f"a nested zip archive ckptctl cannot read ({exc.message}); torch.load would unpickle "

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 
     from numpy.typing import NDArray
 
-    from ckptctl._io import ByteSource
     from ckptctl.formats.pytorch._containers import Parsed, StorageBytes
+    from ckptctl.sources import ByteSource
 
 #: Most nodes the structure walk visits (memo sharing can make a small pickle a huge tree).
 MAX_WALK_NODES = 2_000_000

@@ -47,7 +47,7 @@ from ckptctl.formats.pytorch._zipdir import (
 )
 
 if TYPE_CHECKING:
-    from ckptctl._io import ByteSource
+    from ckptctl.sources import ByteSource
 
 __all__ = ["TorchArchive", "TorchRefusal", "open_torch_archive"]
 

@@ -42,10 +42,11 @@ import zlib
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
-from ckptctl._io import CHUNK_BYTES, read_chunks, start_writeback
+from ckptctl._io import start_writeback
 from ckptctl.dtypes import TORCH_NAMES, DType
 from ckptctl.errors import CorruptCheckpointError, OutputError
 from ckptctl.formats._base import ranged_step
+from ckptctl.sources import CHUNK_BYTES, read_chunks
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence

@@ -1,4 +1,4 @@
-"""Checkpoints behind a URL: a :class:`~ckptctl._io.ByteSource` that reads by HTTP range requests.
+"""Checkpoints behind a URL: a :class:`~ckptctl.sources.ByteSource` read by HTTP range requests.
 
 ``https://``, ``http://``, ``hf://ORG/REPO/FILE[@REVISION]`` (and a bare ``hf://ORG/REPO``, which
 stands for its index or single checkpoint), ``s3://`` and any other protocol ``fsspec`` knows
@@ -40,9 +40,9 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, cast
 
-from ckptctl._io import CHUNK_BYTES, ByteSource
 from ckptctl.errors import CkptError, ExitCode, InputError
 from ckptctl.fix import Note, Option
+from ckptctl.sources.local import CHUNK_BYTES, ByteSource
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence

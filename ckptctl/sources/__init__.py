@@ -1,0 +1,44 @@
+"""Where a checkpoint's bytes come from: one ``ByteSource`` interface, a local and a remote kind.
+
+``open_source(path_or_url)`` is the one way in: a local path is mapped (``sources/local.py``), a
+URL is read by range requests (``sources/remote.py``, imported only when a URL is opened, so
+local paths and ``ckptctl --help`` never pay for it). Nothing in ``ckptctl`` below this package
+(``errors``, ``fix``) imports it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ckptctl.sources.local import (
+    CHUNK_BYTES,
+    PERMISSION_HINT,
+    ByteSource,
+    MemorySource,
+    copy_range,
+    read_chunks,
+)
+
+if TYPE_CHECKING:
+    import os
+
+__all__ = [
+    "CHUNK_BYTES",
+    "PERMISSION_HINT",
+    "ByteSource",
+    "MemorySource",
+    "copy_range",
+    "open_source",
+    "read_chunks",
+]
+
+
+def open_source(path: str | os.PathLike[str]) -> ByteSource:
+    """A :class:`ByteSource` for a local path, or a remote one for a URL (``https://``,
+    ``hf://``, ``s3://`` ...; needs the ``remote`` extra, imported only here)."""
+    if isinstance(path, str) and "://" in path:
+        from ckptctl.sources.remote import is_url, open_remote
+
+        if is_url(path):
+            return open_remote(path)
+    return ByteSource(path)
