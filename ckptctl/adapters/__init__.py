@@ -33,8 +33,6 @@ from ckptctl.adapters._base import (
     plan,
     unique_names,
 )
-from ckptctl.adapters.cast import Cast, HalfPrecision
-from ckptctl.adapters.layout import BurnToPyTorch, PyTorchToBurn
 from ckptctl.errors import SelectionError
 from ckptctl.fix import closest
 
@@ -79,6 +77,10 @@ def parse_adapter(spec: str, context: AdapterContext | None = None) -> Adapter:
         >>> parse_adapter("cast:bf16").describe()
         'cast:BF16'
     """
+    # imported here: they import numpy, which listing and raw copies never need
+    from ckptctl.adapters.cast import Cast, HalfPrecision
+    from ckptctl.adapters.layout import BurnToPyTorch, PyTorchToBurn
+
     ctx = context or AdapterContext()
     name = spec.strip().lower()
     if name == "pytorch-to-burn":
