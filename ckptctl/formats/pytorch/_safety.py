@@ -328,7 +328,9 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
         # The general path: one handler per opcode, given the offset after the opcode byte and
         # returning the offset of the next opcode (a table, so that no opcode costs a long if-chain:
         # a 2 MB pickle of any one opcode is judged in about a second, issue 25).
-        def counted(fmt: str, value: Callable[[bytes], object]) -> Callable[[int], int]:
+        def counted(fmt: str, value: Callable[[bytes], object] | None) -> Callable[[int], int]:
+            """A length-prefixed argument: ``value(its bytes)`` is pushed (None: skipped, an
+            opaque value pushed)."""
             unpack = struct.Struct(fmt).unpack_from
             width = struct.calcsize(fmt)
 
@@ -337,8 +339,9 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
                 at += width
                 if n < 0:
                     raise _Malformed(f"negative length at byte {here}")
-                push(value(data[at : need(at, n)]))
-                return at + n
+                end = need(at, n)
+                push(_OTHER if value is None else value(data[at:end]))
+                return end
 
             return handler
 
@@ -350,21 +353,6 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
                 at = need(at, size)
                 if value is not None:
                     push(value)
-                return at
-
-            return handler
-
-        def long_n(fmt: str) -> Callable[[int], int]:
-            unpack = struct.Struct(fmt).unpack_from
-            width = struct.calcsize(fmt)
-
-            def handler(at: int) -> int:
-                n: int = unpack(data, need(at, width) - width)[0]
-                at += width
-                if n < 0:
-                    raise _Malformed(f"negative length at byte {here}")
-                at = need(at, n)
-                push(_OTHER)
                 return at
 
             return handler
@@ -582,9 +570,9 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             (0x8C, counted("<B", _text)), (0x8D, counted("<Q", _text)),
             (0x54, counted("<i", python2_str(0x54))), (0x55, counted("<B", python2_str(0x55))),
             (0x42, counted("<I", bytes)), (0x43, counted("<B", bytes)),
-            (0x8E, counted("<Q", bytes)), (0x96, counted("<Q", lambda raw: _OTHER)),
+            (0x8E, counted("<Q", bytes)), (0x96, counted("<Q", None)),
             (0x4D, fixed(2, _OTHER)), (0x4A, fixed(4, _OTHER)), (0x47, fixed(8, _OTHER)),
-            (0x80, fixed(1)), (0x8A, long_n("<B")), (0x8B, long_n("<i")),
+            (0x80, fixed(1)), (0x8A, counted("<B", None)), (0x8B, counted("<i", None)),
             (0x4E, pushes(lambda: _NONE)), (0x88, pushes(lambda: _OTHER)),
             (0x8F, pushes(lambda: _OTHER)), (0x5D, pushes(lambda: _LIST)), (0x7D, pushes(_Dict)),
             (0x86, tuple_n(2)), (0x87, tuple_n(3)), (0x6C, list_), (0x64, dict_),
