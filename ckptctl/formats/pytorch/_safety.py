@@ -322,7 +322,7 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             raise _Malformed(f"truncated at byte {here}")
         return at + n
 
-    def handlers() -> list[Callable[[int], int]]:
+    def handlers() -> list[Callable[[int], int] | None]:
         # (A function of its own, so that ``_run``'s code stays short: tracemalloc looks up the
         # line of every allocation by scanning the code object's line table from its start.)
         # The general path: one handler per opcode, given the offset after the opcode byte and
@@ -357,12 +357,16 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
 
             return handler
 
-        def pushes(value: Callable[[], object]) -> Callable[[int], int]:
+        def pushes(value: object) -> Callable[[int], int]:
             def handler(at: int) -> int:
-                push(value())
+                push(value)
                 return at
 
             return handler
+
+        def empty_dict(at: int) -> int:
+            push(_Dict())
+            return at
 
         def memo_index(raw: bytes) -> int:
             try:
@@ -420,8 +424,12 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
                 walk.problem("APPEND to something that is not a list", Verdict.NEEDS_TRUST)
 
         def append(at: int) -> int:
-            pop()
-            appended(top())
+            if len(stack) < 2 or (marks and len(stack) <= marks[-1]):
+                raise _Malformed(f"stack underflow at byte {here}")
+            stack.pop()
+            target = stack[-1]
+            if target is not _LIST and not _untrusted_call(target):
+                walk.problem("APPEND to something that is not a list", Verdict.NEEDS_TRUST)
             return at
 
         def appends(at: int) -> int:
@@ -564,7 +572,7 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
         def unknown(at: int) -> int:
             raise _Malformed(f"unknown opcode 0x{data[here]:02x} at byte {here}")
 
-        table: list[Callable[[int], int]] = [unknown] * 256
+        table: list[Callable[[int], int] | None] = [unknown] * 256
         for code, handler in (
             (0x71, binput), (0x6A, long_binget), (0x94, memoize), (0x70, put), (0x67, get),
             (0x8C, counted("<B", _text)), (0x8D, counted("<Q", _text)),
@@ -573,8 +581,8 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             (0x8E, counted("<Q", bytes)), (0x96, counted("<Q", None)),
             (0x4D, fixed(2, _OTHER)), (0x4A, fixed(4, _OTHER)), (0x47, fixed(8, _OTHER)),
             (0x80, fixed(1)), (0x8A, counted("<B", None)), (0x8B, counted("<i", None)),
-            (0x4E, pushes(lambda: _NONE)), (0x88, pushes(lambda: _OTHER)),
-            (0x8F, pushes(lambda: _OTHER)), (0x5D, pushes(lambda: _LIST)), (0x7D, pushes(_Dict)),
+            (0x4E, pushes(_NONE)), (0x88, pushes(_OTHER)),
+            (0x8F, pushes(_OTHER)), (0x5D, pushes(_LIST)), (0x7D, empty_dict),
             (0x86, tuple_n(2)), (0x87, tuple_n(3)), (0x6C, list_), (0x64, dict_),
             (0x91, frozenset_), (0x61, append), (0x65, appends), (0x73, setitem),
             (0x75, setitems), (0x90, additems), (0x62, build), (0x81, newobj),
@@ -582,9 +590,11 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             (0x93, stack_global), (0x82, ext("<B")), (0x83, ext("<H")), (0x84, ext("<i")),
             (0x50, text_line), (0x49, text_line), (0x4C, text_line), (0x46, text_line),
             (0x56, unicode), (0x53, string), (0x30, pop_), (0x31, pop_mark_), (0x32, dup),
-            (0x97, pushes(lambda: _OTHER)), (0x98, readonly_buffer),
+            (0x97, pushes(_OTHER)), (0x98, readonly_buffer),
         ):  # fmt: skip
             table[code] = handler
+        for code in _INLINE:  # the loop's own
+            table[code] = None
         return table
 
     table = handlers()
@@ -601,8 +611,14 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
         here = pos
         code = data[pos]
         pos += 1
-        # The opcodes of torch's own pickles, first and without calls: 600,000 of them for a
-        # 20,000-tensor state dict, handled only here. Everything else takes the table.
+        handler = table[code]
+        if handler is not None:  # the general path: one call
+            if code not in known and code not in seen:
+                walk.op(code)
+            pos = handler(pos)
+            continue
+        # The opcodes of torch's own pickles, without calls (``_INLINE``): 600,000 of them for a
+        # 20,000-tensor state dict, handled only here.
         if code == 0x72:  # LONG_BINPUT
             if len(stack) <= (marks[-1] if marks else 0):
                 raise _Malformed(f"stack underflow at byte {here}")
@@ -667,12 +683,14 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
         if code == 0x2E:  # STOP
             walk.frame_left = fend if fend != _NO_FRAME and pos < fend else None
             return
-        if code == 0x95:  # FRAME
-            pos = need(pos, 8)
-            fend = _frame(data, here, pos, fend, walk)
-        else:
-            pos = table[code](pos)
+        pos = need(pos, 8)  # FRAME, the last of ``_INLINE``
+        fend = _frame(data, here, pos, fend, walk)
     raise _Malformed("no STOP opcode")
+
+
+#: Opcodes ``_run``'s loop handles itself: torch's own pickles' (LONG_BINPUT BINGET BININT1 MARK
+#: BINUNICODE REDUCE TUPLE TUPLE1 EMPTY_TUPLE BINPERSID NEWFALSE), STOP and FRAME.
+_INLINE = b"\x72\x68\x4b\x28\x58\x52\x74\x85\x29\x51\x89\x2e\x95"
 
 
 def _untrusted_call(item: object) -> bool:
