@@ -119,6 +119,8 @@ EXAMPLE_FILES = {
     "optim.bpk": "valid/optim/optim.bpk",
     "model-10.mpk": "valid/burn-records/model.mpk",
     "optim-10.mpk": "valid/burn-records/optim-adam.mpk",
+    "bert.safetensors": "valid/ports/bert.safetensors",
+    "burn_bert.bpk": "valid/ports/bert_target.bpk",
 }
 
 

@@ -227,7 +227,6 @@ def command(
       ckptctl convert model.bpk renamed.bpk --remap '^fc\\.=fc1.' --dry-run
       ckptctl convert bert.safetensors bert.bpk -a pytorch-to-burn --target burn_bert.bpk \\
         --write-rules bert-rules.txt
-      ckptctl convert bert.safetensors bert.bpk -a pytorch-to-burn --remap-file bert-rules.txt
       ckptctl convert model-10.mpk model-10.bpk
       ckptctl convert optim-10.mpk optim-10.bpk --paths-from model-10.mpk
     """
