@@ -122,6 +122,8 @@ EXAMPLE_FILES = {
     "models/weights.pt": "valid/pytorch/min_zip.pt",
     "models/v1/model.safetensors": "valid/safetensors/tiny.safetensors",
     "args.pt": "valid/trust/argparse_namespace.pt",
+    "bert.safetensors": "valid/ports/bert.safetensors",
+    "burn_bert.bpk": "valid/ports/bert_target.bpk",
 }
 
 

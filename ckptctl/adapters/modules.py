@@ -94,8 +94,10 @@ _MODULE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"batch_?norm|^bn\d*$", "BatchNorm"),
         (r"norm|^ln(_?\w+)?$", "LayerNorm"),
         (
-            r"^(fc\d*|linear\d*|proj|\w*_proj|query|key|value|dense|lm_head|classifier|head"
-            r"|w[123]|[qkvo]|out|output|gate|up|down)$",
+            # w1..w3, wq/wk/wv/wo and linear_inner/linear_outer are Linear names in the wild
+            # (Meta's Llama, llama-burn transformer.rs, Burn's SwiGlu and PositionWiseFeedForward)
+            r"^(fc\d*|linear\d*|linear_\w+|proj|\w*_proj|query|key|value|dense|lm_head|classifier"
+            r"|head|w[123qkvo]|[qkvo]|out|output|gate|up|down)$",
             "Linear",
         ),
     )

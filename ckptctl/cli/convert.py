@@ -114,10 +114,33 @@ def run_conversion(
     type=InputPath(),
     metavar="REF",
     help="A checkpoint whose names and shapes the output must fit; prints the Tensor Loading "
-    "Summary and writes nothing (exit 1) when tensors are missing or mismatched.",
+    "Summary and writes nothing (exit 1) when tensors are missing or mismatched. When names "
+    "do not fit, remap rules proven from the structure of both (blocks, shapes, role names) "
+    "are applied; tensors several sources could fill are named, never guessed.",
 )
 @click.option(
     "--allow-partial", is_flag=True, help="With --target: write even if tensors do not fit."
+)
+@click.option(
+    "--remap-file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Read remap rules from FILE: one PATTERN=REPLACEMENT per line (Burn's KeyRemapper "
+    "syntax, as --remap), '#' comments; they run in file order, before --remap rules.",
+)
+@click.option(
+    "--write-rules",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Write the remap rules used, given and inferred from --target's structure, to FILE "
+    "with the evidence for each as a comment (read back with --remap-file); FILE.rs writes a "
+    "Rust KeyRemapper::from_patterns(vec![...]) list.",
+)
+@click.option(
+    "--no-infer",
+    is_flag=True,
+    help="With --target: only check and suggest; do not apply remap rules inferred from the "
+    "structure of the source and the target.",
 )
 @click.option(
     "--param-ids-from",
@@ -171,6 +194,9 @@ def command(
     module_types_file: str | None,
     target: str | None,
     allow_partial: bool,
+    remap_file: str | None,
+    write_rules: str | None,
+    no_infer: bool,
     param_ids_from: str | None,
     paths_from: str | None,
     dedupe_tied: bool,
@@ -199,6 +225,8 @@ def command(
       ckptctl convert encoder.pt encoder.bpk -a pytorch-to-burn \\
         --module-type 'encoder\\.layers\\.\\d+\\.=TransformerEncoderLayer(norm_first=True)'
       ckptctl convert model.bpk renamed.bpk --remap '^fc\\.=fc1.' --dry-run
+      ckptctl convert bert.safetensors bert.bpk -a pytorch-to-burn --target burn_bert.bpk \\
+        --write-rules bert-rules.txt
       ckptctl convert model-10.mpk model-10.bpk
       ckptctl convert optim-10.mpk optim-10.bpk --paths-from model-10.mpk
     """
@@ -214,6 +242,9 @@ def command(
         module_types_file=module_types_file,
         target=target,
         allow_partial=allow_partial,
+        remap_file=remap_file,
+        write_rules=write_rules,
+        infer=not no_infer,
         param_ids_from=param_ids_from,
         paths_from=paths_from,
         max_shard_bytes=max_shard_size,

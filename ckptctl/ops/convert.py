@@ -76,6 +76,12 @@ class ConvertOptions:
         fsync: flush the output to disk before renaming it into place.
         jobs: shards written at once with ``max_shard_bytes`` (the files do not depend on it).
         dry_run: plan only, write nothing.
+        remap_file: a rules file (``PATTERN=REPLACEMENT`` lines, ``#`` comments) whose rules
+            run before ``remap``.
+        write_rules: write the rules used (given and inferred from the target) to this file,
+            with their evidence; ``.rs`` writes a Rust ``KeyRemapper::from_patterns`` list.
+        infer: with a target the output does not fit, infer remap rules from the structure of
+            both (``ops._structure``) and apply the proven ones.
         progress: called as ``progress(nbytes, total)`` when each tensor is written, with the
             tensor's size and the total bytes of all output tensors.
 
@@ -102,16 +108,20 @@ class ConvertOptions:
     fsync: bool = True
     jobs: int = 1
     dry_run: bool = False
+    remap_file: str | None = None
+    write_rules: str | None = None
+    infer: bool = True
     progress: Progress | None = field(default=None, compare=False)
 
     @property
     def pipeline(self) -> PipelineOptions:
         """The selection, rename and adapter part (``module_types_file`` read here)."""
         module_map = _read_json_map(self.module_types_file) if self.module_types_file else {}
+        from_file = tuple(r for r, _ in read_rules_file(self.remap_file)) if self.remap_file else ()
         return PipelineOptions(
             include=self.include,
             exclude=self.exclude,
-            remap=self.remap,
+            remap=from_file + self.remap,
             adapters=self.adapters,
             module_types=self.module_types,
             module_map=module_map,
@@ -154,8 +164,21 @@ def convert(
         everything = ckpt.entries()
         entries = select_state_key(everything, opts.state_key, ckpt)
         modules = ckpt.structure.modules if ckpt.structure and not opts.state_key else None
-        items, notes = run_pipeline(entries, opts.pipeline, target_specs, modules)
-        warnings: list[str | Note] = list(notes)
+        pipeline = opts.pipeline
+        items, notes = run_pipeline(entries, pipeline, target_specs, modules)
+        inferred: tuple[tuple[str, str, str], ...] = ()
+        ambiguous: list[str | Note] = []
+        if target_specs is not None and opts.infer and not _fits(items, target_specs):
+            inferred, ambiguous = _infer(entries, pipeline, target_specs)
+            if inferred:
+                pipeline = replace(pipeline, remap=pipeline.remap + tuple(
+                    _rule_text(p, r) for p, r, _ in inferred))  # fmt: skip
+                items, notes = run_pipeline(entries, pipeline, target_specs, modules)
+        if opts.write_rules:
+            given = [(r, "given") for r in pipeline.remap[: len(pipeline.remap) - len(inferred)]]
+            made = [(_rule_text(p, r), e) for p, r, e in inferred]
+            write_rules_file(opts.write_rules, [*given, *made], force=opts.force)
+        warnings: list[str | Note] = [*notes, *ambiguous]
         outside = outside_state_key(everything, opts.state_key)
         if outside and opts.state_key is not None:
             warnings.insert(0, describe_outside(outside, len(everything), opts.state_key))
@@ -168,7 +191,7 @@ def convert(
         ok = True
         refused: str | Note | None = None
         if target_specs is not None:
-            result = summarize(specs_of(outputs), target_specs)
+            result = summarize(specs_of(outputs), target_specs, given=tuple(opts.adapters))
             summary, fixes = result, result.fixes
             ok = result.ok
             if not ok:
@@ -225,6 +248,7 @@ def convert(
             fixes=fixes,
             ok=ok,
             refused=refused,
+            inferred=inferred,
         )
         if opts.dry_run or (not ok and (not opts.allow_partial or strict_failed)):
             return report
@@ -271,6 +295,109 @@ def convert(
             to=opts.to,
         )
     return replace(report, written=True, bytes_written=os.path.getsize(dst))
+
+
+def _fits(items: list[PlanItem], target: Specs) -> bool:
+    names = {i.entry.name: i.entry.shape for i in items if i.entry is not None}
+    return all(names.get(n) == shape for n, (_, shape) in target.items())
+
+
+def _rule_text(pattern: str, replacement: str) -> str:
+    return pattern.replace("=", "\\=") + "=" + replacement
+
+
+def _infer(
+    entries: list[TensorEntry], pipeline: PipelineOptions, target: Specs
+) -> tuple[tuple[tuple[str, str, str], ...], list[str | Note]]:
+    """Rules from the structure of the renamed source (before adapters) and of the target."""
+    from ckptctl.ops._structure import infer_rules
+
+    renamed, _ = run_pipeline(entries, replace(pipeline, adapters=(), module_types=()))
+    kept = [i.entry for i in renamed if i.entry is not None]
+    source = {e.name: e.shape for e in kept if e.name not in _family_owned(kept)}
+    found = infer_rules(source, {n: s for n, (_, s) in target.items()})
+    notes: list[str | Note] = []
+    for amb in found.ambiguous:
+        shown = " or ".join(repr(c) for c in amb.candidates[:NAMES_SHOWN])
+        notes.append(Note(
+            f"target module {amb.target!r} could be filled by {shown}: the same parameters "
+            "and shapes, and nothing in the names decides; not guessed, name it with {fix0}",
+            (Option("remap", takes_value=True),),
+        ))  # fmt: skip
+    return found.rules, notes
+
+
+def _family_owned(entries: list[TensorEntry]) -> set[str]:
+    """Names the layer-family stage splits, fuses or renames (MHA, LSTM, Transformer layers):
+    the adapter, not a remap rule, maps those."""
+    from ckptctl.adapters.families import TO_BURN, restructure
+    from ckptctl.errors import CkptError
+
+    try:
+        placed = restructure(entries, TO_BURN).placed
+    except CkptError:
+        return set()
+    owned = {e.name for e in entries if e.name not in placed}
+    return owned | {n for n, built in placed.items() if any(b.module_type for b in built)}
+
+
+def read_rules_file(path: str) -> list[tuple[str, str]]:
+    """``PATTERN=REPLACEMENT`` lines of a rules file, in order, with the comment after each.
+
+    Blank lines and lines starting with ``#`` are skipped; a rule's trailing ``  # ...`` is its
+    comment (evidence). The rules are checked as ``--remap`` rules are.
+
+    Raises:
+        SelectionError: the file cannot be read, or a rule is invalid (named by line).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise SelectionError(f"cannot read rules file: {exc.strerror}", path=path) from None
+    except UnicodeDecodeError:
+        raise SelectionError("rules file is not UTF-8 text", path=path) from None
+    out = []
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        rule, _, comment = text.partition("  # ")
+        try:
+            parse_rules([rule.strip()])
+        except SelectionError as exc:
+            raise SelectionError(f"line {number}: {exc.message}", path=path) from None
+        out.append((rule.strip(), comment.strip()))
+    return out
+
+
+def write_rules_file(path: str, rules: list[tuple[str, str]], *, force: bool) -> None:
+    """Write rules with their evidence: one ``PATTERN=REPLACEMENT  # evidence`` per line, or,
+    for a ``.rs`` path, a Rust ``KeyRemapper::from_patterns(vec![...])`` expression."""
+    from ckptctl._io import atomic_write
+
+    if path.endswith(".rs"):
+        body = "".join(
+            f"    // {comment}\n    ({_rust(p)}, {_rust(r)}),\n"
+            for p, r, comment in ((*_split_rule(t), c) for t, c in rules)
+        )
+        text = f"KeyRemapper::from_patterns(vec![\n{body}])\n"
+    else:
+        text = "# remap rules (ckptctl --remap-file), applied in order\n" + "".join(
+            f"{t}  # {c}\n" for t, c in rules
+        )
+    with atomic_write(path, force=force) as f:
+        f.write(text.encode())
+
+
+def _split_rule(text: str) -> tuple[str, str]:
+    rule = parse_rules([text])[0]
+    return rule.pattern, rule.replacement
+
+
+def _rust(text: str) -> str:
+    hashes = "#" * next(n for n in range(1, 8) if '"' + "#" * n not in text)
+    return f'r{hashes}"{text}"{hashes}'
 
 
 #: Metadata key naming the aliases ``dedupe_tied`` left out (kept name -> dropped names).

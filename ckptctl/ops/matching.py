@@ -238,6 +238,10 @@ def ranked_suggestion(
         if suffixed:
             return min(suffixed, key=len)
         guess = did_you_mean(missing, unused)
+        kinds = {_NORM_TO_BURN.get(p, p) for p in (missing.rpartition(".")[2],
+                 (guess or "").rpartition(".")[2])}  # fmt: skip
+        if guess is not None and len(kinds) == 2 and kinds <= {"gamma", "beta"}:
+            return None  # a bias is no weight: 'lm_head.bias' for 'lm_head.decoder.weight'
         if guess is not None and _swaps_roles(missing, guess):
             return None  # 'attn.key.bias' is not 'attn.out_proj.bias' however alike they look
         return guess
@@ -258,6 +262,8 @@ def suggest_fixes(
     unused: Sequence[str],
     source: Mapping[str, Shape],
     target: Mapping[str, Shape],
+    *,
+    given: Sequence[str] = (),
 ) -> list[Option]:
     """The ``remap`` rules and ``adapters`` that would make more source tensors fit the target.
 
@@ -265,7 +271,10 @@ def suggest_fixes(
     segment rename (``fc.`` -> ``fc1.``), norm ``weight``/``bias`` versus ``gamma``/``beta``, and
     rank-2 shapes ``[a, b]`` versus ``[b, a]``. Every proposed ``--remap`` rule is verified: applied
     (with the ones before it) to all source names it must increase the number of target names
-    found and must not make two names collide.
+    found, must not make two names collide, must rename no tensor to a name the target lacks
+    (a rule renames exactly the tensors it claims) and must agree with the structural match
+    (``ops._structure``): no tensor moves into a module another source module was proven to
+    fill, or one several could. An adapter in ``given`` is never suggested again.
 
     Args:
         missing: target names not found in the source.
@@ -277,7 +286,8 @@ def suggest_fixes(
         Options such as ``Option("remap", "^fc\\.=fc1.")`` and
         ``Option("adapters", "pytorch-to-burn")`` (the CLI spells them ``--remap``, ``--adapter``).
     """
-    family = _family_adapter(source, target)
+    given_names = {g.strip().lower() for g in given}
+    family = None if given_names & {TO_BURN, TO_TORCH} else _family_adapter(source, target)
     if family is not None:  # split/fuse first: rules are then inferred on what it makes
         adapter, simulated = family
         missing = [t for t in target if t not in simulated]
@@ -289,15 +299,44 @@ def suggest_fixes(
             fixes = []  # the rules do not commute with the adapter: propose the adapter alone
         return [*fixes, Option("adapters", adapter)]
     fixes = _rules(list(source), list(source.values()), target, bool(missing and unused))
+    fixes = _vetted(fixes, source, target)
     names = [n for n in source]
     for fix in fixes:
         rule = parse_rules([fix.value or ""])[0]
         names = [rule.apply(n) for n in names]
     renamed = dict(zip(names, source.values(), strict=True))
     hint = _adapter_hint(renamed, target)
-    if hint is not None:
+    if hint is not None and hint not in given_names:
         fixes.append(Option("adapters", hint))
     return fixes
+
+
+def _vetted(fixes: list[Option], source: Mapping[str, Shape],
+            target: Mapping[str, Shape]) -> list[Option]:  # fmt: skip
+    """The leading rules that rename only into target names the structure allows."""
+    from ckptctl.ops._structure import match_modules
+
+    matches, ambiguous = match_modules(source, target)
+    proven = {m.target: m.source for m in matches}
+    unsure = {a.target for a in ambiguous}
+    names = list(source)
+    kept: list[Option] = []
+    for fix in fixes:
+        rule = parse_rules([fix.value or ""])[0]
+        renamed = [rule.apply(n) for n in names]
+        for old, new in zip(names, renamed, strict=True):
+            if old == new:
+                continue
+            module, src_module = new.rpartition(".")[0], old.rpartition(".")[0]
+            if (
+                (new not in target and _norm_renamed(new) not in target)
+                or module in unsure
+                or proven.get(module, src_module) != src_module
+            ):
+                return kept  # over-broad, or moves a tensor into another module's place
+        kept.append(fix)
+        names = renamed
+    return kept
 
 
 def _rules(

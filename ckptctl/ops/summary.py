@@ -60,6 +60,7 @@ def summarize(
     containers: Mapping[str, str] | None = None,
     suggest_limit: int | None = DISPLAY_LIMIT,
     with_fixes: bool = True,
+    given: Sequence[str] = (),
 ) -> LoadingSummary:
     """Classify converted tensors against a target, like Burn's ``ApplyResult`` (§5.1).
 
@@ -73,6 +74,8 @@ def summarize(
         containers: target name -> container stack (``Struct:Model.Enum:Block``), if known.
         suggest_limit: compute "Did you mean" for this many missing names (None: all).
         with_fixes: compute :func:`suggest_fixes` (off for byte-for-byte Burn output).
+        given: adapters the source already went through: never suggested again, and no
+            split or fuse is simulated on top of them.
 
     Returns:
         The summary.
@@ -122,6 +125,7 @@ def summarize(
                 unused,
                 {n: s for n, (_, s) in source.items()},
                 {n: s for n, (_, s) in target.items()},
+                given=given,
             )
         )
     limit = len(missing) if suggest_limit is None else suggest_limit

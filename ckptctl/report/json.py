@@ -146,6 +146,9 @@ def _convert(report: ConvertReport) -> dict[str, JSONValue]:
         "warnings": [str(w) for w in report.warnings],
         "summary": None if report.summary is None else to_json(report.summary),
         "fixes": [spell(f) for f in report.fixes],
+        "inferred_rules": [
+            {"pattern": p, "replacement": r, "evidence": e} for p, r, e in report.inferred
+        ],
     }
 
 

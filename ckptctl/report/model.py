@@ -141,3 +141,6 @@ class ConvertReport:
     ok: bool = True
     #: why nothing was written although asked (a target that does not fit, --strict), if so
     refused: str | Note | None = None
+    #: remap rules inferred from the target's structure and applied: (pattern, replacement,
+    #: evidence), in order (``ops._structure``)
+    inferred: tuple[tuple[str, str, str], ...] = ()

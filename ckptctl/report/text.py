@@ -488,6 +488,12 @@ def render_convert(report: ConvertReport, console: Console) -> None:
             lines.append(f"{head}  {dtype} {shape}")
             lines.extend(f"    {sanitize(a)}" for a in row.actions or ("copy (bytes unchanged)",))
         print_lines(console, _wrap_plan(lines, console.width) if console.is_terminal else lines)
+    if report.inferred:
+        n = len(report.inferred)
+        console.print(Text(f"inferred from the target's structure and applied: {n} remap "
+                           f"rule{'s' if n != 1 else ''}"))  # fmt: skip
+        for pattern, replacement, evidence in report.inferred:
+            console.print(Text(f"  {sanitize(pattern)}={sanitize(replacement)}  # {evidence}"))
     if report.summary is not None:
         console.print(Text(render_summary(report.summary)))
     for fix in report.fixes:

@@ -1,0 +1,365 @@
+"""Structural matching of source modules onto a target's (issue 24): rules that are right, or none.
+
+Source and target names are module trees. Each *module* (a name without its last segment) has
+a signature: its parameters (norm ``gamma``/``beta`` count as ``weight``/``bias``, BatchNorm's
+``num_batches_tracked`` is left out, as Burn has none) and their shapes. A source module can
+fill a target module only with the same parameters, each of the same shape or, for a rank-2
+weight, the transposed one; a source named like a Linear (``lm_head``, ``*_proj``, ``dense``)
+must arrive transposed (unless square), one named like an Embedding (``embed_tokens``,
+``word_embeddings``) must not. Block indices must agree: the target's numeric segments are the
+source's first numeric segments (``encoder.layer.3.x`` -> ``encoder.layers.3.y``, or
+``features.2.conv.0.0`` -> ``features.2.InvertedResidual.pw.conv``).
+
+Among the pairs that fit, a pair is proven when it is the only one left for both sides, or
+when its name evidence (shared name tokens, with role synonyms such as ``LayerNorm`` ~
+``norm``, ``q_proj`` ~ ``wq``, ``intermediate`` ~ ``inner``, and a matched sibling: a
+BatchNorm beside its matched Conv) is strictly the best for both sides. Anything else is
+*ambiguous* and named, never guessed: no order, no Jaro similarity. Enum-variant segments of
+the target (``Basic``, ``InvertedResidual``) are carried into the replacement.
+
+Each proven pair becomes one anchored rule ``^<source module>\\.(<params>)$ =
+<target module>.$N`` (block indices as groups when the same rule holds for every block), and the
+whole list is checked on every source name before it is returned.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ckptctl.adapters.families import is_enum_variant_segment
+from ckptctl.adapters.rename import parse_rules, remap_name
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+Shape = tuple[int, ...]
+
+#: Parameters Burn has no field for (BatchNorm's counter): left out of a module's signature.
+_DROPPED = frozenset({"num_batches_tracked"})
+_PARAM = {"gamma": "weight", "beta": "bias"}
+_LINEAR = re.compile(
+    r"^(fc\d*|linear\w*|\w*_proj|proj|query|key|value|dense|\w+_dense|lm_head|classifier"
+    r"|w[123qkvo]|out_proj|decoder)$",
+    re.IGNORECASE,
+)
+_EMBEDDING = re.compile(r"^(embed_\w+|\w*_?embeddings?|wte|wpe|tok_embeddings)$", re.IGNORECASE)
+# one canonical token per role, so that the producers' names meet Burn's (sources in comments)
+_SYNONYMS = {
+    "query": "q", "wq": "q", "key": "k", "wk": "k", "value": "v", "wv": "v",
+    "wo": "o", "out": "o", "output": "o",
+    "attention": "attn", "attn": "attn", "mha": "attn", "self_attn": "attn",
+    "layernorm": "norm", "layer_norm": "norm", "ln": "norm", "rmsnorm": "norm", "bn": "norm",
+    "intermediate": "inner", "inner": "inner", "outer": "outer",
+    "embeddings": "embed", "embedding": "embed", "embed": "embed",
+    "tok": "tok", "token": "tok", "tokens": "tok",
+    "predictions": "mlm", "mlm": "mlm", "feed_forward": "ffn", "mlp": "ffn", "ffn": "ffn",
+    # Burn's SwiGlu is silu(linear_inner(x)) * linear_outer(x) (burn-nn swiglu.rs); Hugging
+    # Face's LlamaMLP is down(act(gate(x)) * up(x)) (modeling_llama.py)
+    "gate": "inner", "up": "outer",
+}  # fmt: skip
+# whole segments that name where a norm sits: Hugging Face Llama applies input_layernorm before
+# attention and post_attention_layernorm before the MLP (modeling_llama.py LlamaDecoderLayer),
+# llama-burn attention_norm / ffn_norm likewise (transformer.rs TransformerBlock::forward);
+# ALBERT's full_layer_layer_norm ends the feed-forward (modeling_albert.py AlbertLayer)
+_SEGMENTS = {
+    "input_layernorm": ("attn", "norm"), "post_attention_layernorm": ("ffn", "norm"),
+    "attention_norm": ("attn", "norm"), "ffn_norm": ("ffn", "norm"),
+    "full_layer_layer_norm": ("ffn", "norm"),
+}  # fmt: skip
+# Burn's post-norm TransformerEncoderLayer: norm_1 follows attention, norm_2 the feed-forward
+# (burn-nn transformer/encoder.rs forward, norm_first = false, as every BERT port sets); a
+# source norm is on the attention side only when it sits under an attention module
+_BURN_NORMS = {"norm_1": ("attn", "norm"), "norm_2": ("ffn", "norm")}
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+
+
+@dataclass(frozen=True)
+class Match:
+    """A proven pair of modules and why.
+
+    Attributes:
+        source: the source module path.
+        target: the target module path.
+        params: the source parameter names it renames.
+        evidence: why this pair and no other.
+    """
+
+    source: str
+    target: str
+    params: tuple[str, ...]
+    evidence: str
+
+
+@dataclass(frozen=True)
+class Ambiguity:
+    """A target module more than one source module could fill, with nothing to decide."""
+
+    target: str
+    candidates: tuple[str, ...]
+    names: tuple[str, ...]  # the target tensor names left missing
+
+
+@dataclass(frozen=True)
+class Inference:
+    """What :func:`infer_rules` found.
+
+    Attributes:
+        matches: proven pairs (identity pairs left out).
+        ambiguous: target modules with several candidates.
+        rules: ``(pattern, replacement, evidence)``, verified on every source name.
+    """
+
+    matches: tuple[Match, ...]
+    ambiguous: tuple[Ambiguity, ...]
+    rules: tuple[tuple[str, str, str], ...]
+
+
+@dataclass
+class _Module:
+    path: str
+    params: dict[str, Shape]  # normalised parameter name -> shape
+    names: dict[str, str]  # normalised parameter name -> real parameter name
+    indices: tuple[str, ...]
+    tokens: frozenset[str]
+    order: int
+
+
+def _split(name: str) -> tuple[str, str]:
+    prefix, _, param = name.rpartition(".")
+    return prefix, param
+
+
+def _modules(shapes: Mapping[str, Shape], *, target: bool) -> dict[str, _Module]:
+    out: dict[str, _Module] = {}
+    for name, shape in shapes.items():
+        path, param = _split(name)
+        if param in _DROPPED:
+            continue
+        module = out.get(path)
+        if module is None:
+            module = _Module(path, {}, {}, _indices(path), _tokens(path, target=target), len(out))
+            out[path] = module
+        norm = _PARAM.get(param, param)
+        module.params[norm] = shape
+        module.names[norm] = param
+    return out
+
+
+def _indices(path: str) -> tuple[str, ...]:
+    return tuple(p for p in path.split(".") if p.isdigit())
+
+
+def _tokens(path: str, *, target: bool) -> frozenset[str]:
+    parts = [p for p in path.split(".") if p and not p.isdigit()]
+    if target:
+        parts = [p for p in parts if not is_enum_variant_segment(p)]
+    out: set[str] = set()
+    under_attention = False
+    for i, part in enumerate(parts):
+        low = part.lower()
+        if low in _SEGMENTS:
+            out.update(_SEGMENTS[low])
+            continue
+        if target and low in _BURN_NORMS:
+            out.update(_BURN_NORMS[low])
+            continue
+        out.add("=" + low)  # the whole segment: conv1 is not conv2
+        words = [w.lower() for w in _WORD.findall(part)]
+        joined = low.replace("_", "")
+        if joined in _SYNONYMS:
+            words.append(joined)
+        post = False
+        for word in words:
+            token = _SYNONYMS.get(word, word)
+            if word == "post":
+                post = True
+                continue
+            out.add(f"post:{token}" if post else token)
+        if "attn" in out and i < len(parts) - 1:
+            under_attention = True
+    if not target and under_attention and "norm" in _tokens_of_last(parts):
+        out.add("attn")
+    return frozenset(out)
+
+
+def _tokens_of_last(parts: Sequence[str]) -> set[str]:
+    if not parts:
+        return set()
+    return {_SYNONYMS.get(w.lower(), w.lower()) for w in _WORD.findall(parts[-1])} | {
+        _SYNONYMS.get(parts[-1].lower(), parts[-1].lower())
+    }
+
+
+def _fits(src: _Module, dst: _Module) -> bool:
+    if set(src.params) != set(dst.params):
+        return False
+    last = src.path.rpartition(".")[2]
+    for param, shape in src.params.items():
+        want = dst.params[param]
+        if len(shape) == 2 and param == "weight" and shape != want[::-1] and shape != want:
+            return False
+        if len(shape) == 2 and param == "weight" and shape[0] != shape[1]:
+            if _LINEAR.match(last) and shape == want:
+                return False  # a Linear arrives transposed in Burn
+            if _EMBEDDING.match(last) and shape != want:
+                return False  # an Embedding keeps its layout
+        elif len(shape) != 2 and shape != want:
+            return False
+    return src.indices[: len(dst.indices)] == dst.indices
+
+
+def _score(src: _Module, dst: _Module, parents: Mapping[str, str]) -> int:
+    score = 2 * len(src.tokens & dst.tokens)
+    sp, tp = src.path.rpartition(".")[0], _drop_variants(dst.path).rpartition(".")[0]
+    if sp and parents.get(sp) == tp:
+        score += 5  # its sibling is matched: a BatchNorm beside its Conv
+    if len(src.indices) == len(dst.indices):
+        score += 1
+    return score
+
+
+def _drop_variants(path: str) -> str:
+    return ".".join(p for p in path.split(".") if not is_enum_variant_segment(p))
+
+
+def match_modules(
+    source: Mapping[str, Shape], target: Mapping[str, Shape]
+) -> tuple[list[Match], list[Ambiguity]]:
+    """Pair the source modules the target lacks with the target modules the source lacks."""
+    src = _modules(source, target=False)
+    dst = _modules(target, target=True)
+    free_src = {p: m for p, m in src.items() if p not in dst}
+    free_dst = {p: m for p, m in dst.items() if p not in src}
+    edges = {t: [s for s in free_src.values() if _fits(s, m)] for t, m in free_dst.items()}
+    matches: list[Match] = []
+    parents: dict[str, str] = {}
+    progress = True
+    while progress:
+        progress = False
+        by_source: dict[str, list[str]] = {}
+        for t, cands in edges.items():
+            for s in cands:
+                by_source.setdefault(s.path, []).append(t)
+        for t, cands in list(edges.items()):
+            if t not in edges or not cands:
+                continue
+            scores = {s.path: _score(s, free_dst[t], parents) for s in cands}
+            best = max(scores.values())
+            top = [s for s in cands if scores[s.path] == best]
+            if len(top) != 1:
+                continue
+            s = top[0]
+            rivals = [_score(s, free_dst[o], parents) for o in by_source[s.path] if o != t]
+            if any(r >= best for r in rivals):
+                continue
+            if len(cands) == 1 and not rivals:
+                evidence = "the only source module whose parameters fit"
+            else:
+                shared = sorted(x.lstrip("=") for x in s.tokens & free_dst[t].tokens)
+                evidence = f"names agree ({', '.join(shared) or 'a matched sibling'})"
+            matches.append(Match(s.path, t, tuple(s.names.values()), evidence))
+            sp = s.path.rpartition(".")[0]
+            parents[sp] = _drop_variants(t).rpartition(".")[0]
+            del edges[t]
+            for other in edges.values():
+                if s in other:
+                    other.remove(s)
+            progress = True
+            break
+    ambiguous = [
+        Ambiguity(t, tuple(s.path for s in cands),
+                  tuple(f"{t}.{n}" if t else n for n in dst[t].names.values()))
+        for t, cands in edges.items() if len(cands) > 1
+    ]  # fmt: skip
+    return matches, ambiguous
+
+
+def infer_rules(source: Mapping[str, Shape], target: Mapping[str, Shape]) -> Inference:
+    """Rules that rename source modules onto the target's, proven pair by pair.
+
+    Args:
+        source: source tensor names and shapes (before any layout adapter).
+        target: target tensor names and shapes.
+
+    Returns:
+        The proven matches, the ambiguities and the verified rules (empty when the rules
+        would rename anything they do not claim).
+    """
+    matches, ambiguous = match_modules(source, target)
+    rules = _rules(matches, source)
+    expected = {}
+    for m in matches:
+        for param in m.params:
+            expected[_join(m.source, param)] = _join(m.target, param)
+    parsed = parse_rules([_text(p, r) for p, r, _ in rules])
+    for name in source:
+        new, _ = remap_name(name, parsed)
+        if new != expected.get(name, name):
+            return Inference(tuple(matches), tuple(ambiguous), ())  # not exact: propose none
+    return Inference(tuple(matches), tuple(ambiguous), tuple(rules))
+
+
+def _join(module: str, param: str) -> str:
+    return f"{module}.{param}" if module else param
+
+
+def _text(pattern: str, replacement: str) -> str:
+    return pattern.replace("=", "\\=") + "=" + replacement
+
+
+def _rules(matches: Sequence[Match], source: Mapping[str, Shape]) -> list[tuple[str, str, str]]:
+    """One rule per (source template, target template), block indices as groups."""
+    groups: dict[tuple[str, str, tuple[str, ...]], list[Match]] = {}
+    for m in matches:
+        n = len(_indices(_drop_variants(m.target)))
+        groups.setdefault((_template(m.source, n), _template(m.target, n), m.params), []).append(m)
+    by_pattern: dict[str, int] = {}
+    for s, _, _ in groups:
+        by_pattern[s] = by_pattern.get(s, 0) + 1
+    modules = {_split(n)[0] for n in source}
+    out = []
+    for (s, t, params), members in groups.items():
+        alternatives = "|".join(re.escape(p) for p in sorted(set(params)))
+        n = s.count("{}")
+        general = _instances(s, modules)
+        if by_pattern[s] == 1 and len(general) == len(members):
+            pattern = _fill(s, ["([0-9]+)"] * n)
+        else:  # the same source shape means different targets per block: list the indices
+            idx = [sorted({_indices(m.source)[k] for m in members}, key=int) for k in range(n)]
+            pattern = _fill(s, ["(" + "|".join(i) + ")" for i in idx])
+        replacement = _fill(t, [f"${k + 1}" for k in range(n)], escape=False)
+        pattern = "^" + pattern + r"\.(" + alternatives + ")$"
+        replacement = (replacement + "." if replacement else "") + f"${n + 1}"
+        blocks = f"{len(members)} block{'s' if len(members) != 1 else ''}: " if n else ""
+        out.append((pattern, replacement, blocks + members[0].evidence))
+    return out
+
+
+def _template(path: str, count: int) -> str:
+    """``path`` with its first ``count`` numeric segments as ``{}`` holes."""
+    parts = path.split(".")
+    holes = 0
+    for i, part in enumerate(parts):
+        if part.isdigit() and holes < count:
+            parts[i] = "{}"
+            holes += 1
+    return ".".join(parts)
+
+
+def _fill(template: str, values: Sequence[str], *, escape: bool = True) -> str:
+    parts = template.split(".")
+    out, k = [], 0
+    for part in parts:
+        if part == "{}":
+            out.append(values[k])
+            k += 1
+        else:
+            out.append(re.escape(part) if escape else part)
+    return (r"\." if escape else ".").join(out)
+
+
+def _instances(template: str, modules: set[str]) -> list[str]:
+    regex = re.compile("^" + _fill(template, ["[0-9]+"] * template.count("{}")) + "$")
+    return [m for m in modules if regex.match(m)]

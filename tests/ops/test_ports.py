@@ -1,0 +1,205 @@
+"""``convert -a pytorch-to-burn --target REF`` on the Burn team's model ports (issue 24).
+
+Ground truth, none of it from the matcher under test (``fixtures/make_ports.py``):
+
+* the sources are the upstream checkpoints, written by transformers' ``save_pretrained``
+  (bert, minilm, roberta, albert, llama) or the state_dict of torch modules laid out as
+  torchvision's (resnet, mobilenetv2), read here with the ``safetensors`` library;
+* REF holds only the names and shapes of the ports' Rust structs (tracel-ai/models cb0d97e);
+* the expected record is what the port loads: its own ``KeyRemapper`` rules (its loader.rs),
+  burn-store's ``PyTorchToBurnAdapter`` and what it does in code, computed with torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from ckptctl import open_checkpoint
+from ckptctl.ops.convert import ConvertOptions, convert, read_rules_file
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "valid" / "ports"
+TO_BURN = ("pytorch-to-burn",)
+EXACT = ["bert", "minilm", "resnet", "mobilenetv2"]
+
+
+def read(path: Path) -> dict[str, np.ndarray]:
+    with open_checkpoint(path) as ckpt:
+        return {name: np.array(entry.load()) for name, entry in ckpt.items()}
+
+
+def target_names(case: str) -> list[str]:
+    with open_checkpoint(FIXTURES / f"{case}_target.bpk") as ckpt:
+        return list(ckpt)
+
+
+def assert_port_record(
+    got: dict[str, np.ndarray], want: dict[str, np.ndarray], unused: frozenset[str] = frozenset()
+) -> None:
+    for name, array in want.items():
+        assert name in got, name
+        assert got[name].shape == array.shape, name
+        assert got[name].tobytes() == np.ascontiguousarray(array).tobytes(), name
+    # what Burn has no field for, and ignores as unused, is all that is left over
+    extra = set(got) - set(want) - unused
+    assert {n.rpartition(".")[2] for n in extra} <= {"num_batches_tracked"}
+
+
+def to_burn(case: str, out: Path, **options: object) -> object:
+    opts = ConvertOptions(adapters=TO_BURN, target=str(FIXTURES / f"{case}_target.bpk"),
+                          **options)  # type: ignore[arg-type]  # fmt: skip
+    return convert(FIXTURES / f"{case}.safetensors", out, opts)
+
+
+@pytest.mark.parametrize("case", EXACT)
+def test_target_alone_writes_the_ports_record(case: str, tmp_path: Path) -> None:
+    report = to_burn(case, tmp_path / "o.bpk")
+    assert report.ok, report.summary  # type: ignore[attr-defined]
+    want = load_file(str(FIXTURES / f"{case}_expected.safetensors"))
+    assert sorted(want) == sorted(target_names(case))  # the port fills every field
+    assert_port_record(read(tmp_path / "o.bpk"), want)
+
+
+@pytest.mark.parametrize("case", EXACT)
+def test_write_rules_then_remap_file_reproduces_it_without_the_target(
+    case: str, tmp_path: Path
+) -> None:
+    rules = tmp_path / "rules.txt"
+    to_burn(case, tmp_path / "a.bpk", write_rules=str(rules))
+    listed = read_rules_file(str(rules))
+    assert listed
+    assert all(rule.startswith("^") and comment for rule, comment in listed)  # anchored, explained
+    report = convert(FIXTURES / f"{case}.safetensors", tmp_path / "b.bpk",
+                     ConvertOptions(adapters=TO_BURN, remap_file=str(rules)))  # fmt: skip
+    assert report.written
+    assert_port_record(read(tmp_path / "b.bpk"),
+                       load_file(str(FIXTURES / f"{case}_expected.safetensors")))  # fmt: skip
+
+
+def test_rules_as_rust_source(tmp_path: Path) -> None:
+    to_burn("bert", tmp_path / "a.bpk", write_rules=str(tmp_path / "rules.rs"))
+    text = (tmp_path / "rules.rs").read_text()
+    assert text.startswith("KeyRemapper::from_patterns(vec![")
+    assert r'(r#"^pooler\.dense\.(bias|weight)$"#, r#"pooler.output.$1"#),' in text
+
+
+def test_llama_names_and_layouts_are_the_ports_but_for_the_rope_permutation(
+    tmp_path: Path,
+) -> None:
+    # llama-burn's "tiny" path permutes wq/wk after loading (Hugging Face's half-split RoPE
+    # layout); every other tensor, square wq/wo included, must be the port's
+    report = to_burn("llama", tmp_path / "o.bpk")
+    assert report.ok  # type: ignore[attr-defined]
+    got, want = read(tmp_path / "o.bpk"), load_file(str(FIXTURES / "llama_expected.safetensors"))
+    assert sorted(got) == sorted(want)
+    for name, array in want.items():
+        assert got[name].shape == array.shape, name
+        if name.endswith((".wq.weight", ".wk.weight")):
+            assert got[name].tobytes() != array.tobytes(), name  # the permutation is not applied
+        else:
+            assert got[name].tobytes() == array.tobytes(), name
+    sd = load_file(str(FIXTURES / "llama.safetensors"))
+    # square wq/wo (8x8): transposed as Linear by name, never left in PyTorch layout
+    np.testing.assert_array_equal(got["layers.0.attention.wo.weight"],
+                                  sd["model.layers.0.self_attn.o_proj.weight"].T)  # fmt: skip
+    np.testing.assert_array_equal(got["layers.0.attention.wq.weight"],
+                                  sd["model.layers.0.self_attn.q_proj.weight"].T)  # fmt: skip
+    # the LM head is the output Linear, never the token embeddings (same shape)
+    np.testing.assert_array_equal(got["output.weight"], sd["lm_head.weight"].T)
+    np.testing.assert_array_equal(got["tok_embeddings.weight"], sd["model.embed_tokens.weight"])
+
+
+@pytest.mark.parametrize(
+    ("case", "refused"),
+    [
+        # Hugging Face drops the tied decoder on save: the port ties it in code
+        ("roberta", {"lm_head.decoder.weight", "lm_head.decoder.bias"}),
+        # the port loads predictions.decoder.bias, which save_pretrained drops (tied to
+        # predictions.bias): Burn's Param has no module to match a source module against
+        ("albert", {"mlm_decoder_bias"}),
+    ],
+)
+def test_what_the_names_cannot_prove_is_refused_by_name_and_the_rest_is_right(
+    case: str, refused: set[str], tmp_path: Path
+) -> None:
+    report = to_burn(case, tmp_path / "o.bpk")
+    assert not report.ok  # type: ignore[attr-defined]
+    summary = report.summary  # type: ignore[attr-defined]
+    assert {m.name for m in summary.missing} == refused
+    assert all(
+        m.suggestion is None or m.suggestion.rpartition(".")[2] == m.name.rpartition(".")[2]
+        for m in summary.missing
+    )  # no bias for a weight
+    report = to_burn(case, tmp_path / "p.bpk", allow_partial=True)
+    want = load_file(str(FIXTURES / f"{case}_expected.safetensors"))
+    got = read(tmp_path / "p.bpk")
+    unused = frozenset(summary.unused)  # left as they are: lm_head.bias, predictions.bias
+    assert len(unused) == 1
+    assert_port_record(got, {k: v for k, v in want.items() if k not in refused}, unused)
+
+
+@pytest.mark.parametrize("case", [*EXACT, "llama", "roberta", "albert"])
+def test_no_tensor_lands_in_a_wrong_role_target(case: str, tmp_path: Path) -> None:
+    """Every tensor the inferred rules place is where the port's own rules place it."""
+    report = to_burn(case, tmp_path / "o.bpk", dry_run=True)
+    want = load_file(str(FIXTURES / f"{case}_expected.safetensors"))
+    sd = load_file(str(FIXTURES / f"{case}.safetensors"))
+    by_value: dict[str, set[str]] = {}
+    for name, array in want.items():
+        for src, value in sd.items():
+            if value.shape in (array.shape, array.T.shape) and (
+                np.array_equal(value, array) or np.array_equal(value.T, array)
+            ):
+                by_value.setdefault(name, set()).add(src)
+    for row in report.plan:  # type: ignore[attr-defined]
+        if row.target in want and row.target in by_value:
+            assert row.source in by_value[row.target], (row.source, row.target)
+
+
+def test_the_wrong_suggestions_of_the_issue_are_gone(tmp_path: Path) -> None:
+    wrong = [r"^lm_head\.=embeddings.", r"^lm_head\.=tok_embeddings.", r"\.1\.=.linear.",
+             r"^predictions\.=mlm_dense.", r"\.out_proj\.=.key."]  # fmt: skip
+    for case in ("roberta", "llama", "albert", "mobilenetv2"):
+        for options in ({}, {"infer": False}):
+            report = to_burn(case, tmp_path / f"{case}.bpk", dry_run=True, **options)
+            values = [f.value or "" for f in report.fixes]  # type: ignore[attr-defined]
+            assert not [v for v in values if v in wrong], (case, values)
+            # the adapter the command line has is never suggested again
+            assert "pytorch-to-burn" not in values, (case, values)
+            assert all(v.startswith("^") for f, v in zip(report.fixes, values, strict=True)  # type: ignore[attr-defined]
+                       if f.name == "remap")  # fmt: skip
+
+
+def test_two_sources_with_nothing_to_decide_are_ambiguous_not_guessed() -> None:
+    from ckptctl.ops._structure import infer_rules
+
+    source = {"blk.a.weight": (4, 4), "blk.b.weight": (4, 4), "blk.c.weight": (4, 6)}
+    target = {"blk.x.weight": (4, 4), "blk.y.weight": (4, 4), "blk.z.weight": (4, 6)}
+    found = infer_rules(source, target)
+    assert [(m.source, m.target) for m in found.matches] == [("blk.c", "blk.z")]
+    assert {(a.target, a.candidates) for a in found.ambiguous} == {
+        ("blk.x", ("blk.a", "blk.b")), ("blk.y", ("blk.a", "blk.b"))}  # fmt: skip
+    assert [r[:2] for r in found.rules] == [(r"^blk\.c\.(weight)$", "blk.z.$1")]
+
+
+def test_a_linear_never_fills_an_embedding_of_the_same_shape() -> None:
+    from ckptctl.ops._structure import infer_rules
+
+    source = {"lm_head.weight": (24, 8), "model.embed_tokens.weight": (24, 8)}
+    target = {"output.weight": (8, 24), "tok_embeddings.weight": (24, 8)}
+    pairs = {(m.source, m.target) for m in infer_rules(source, target).matches}
+    assert pairs == {("lm_head", "output"), ("model.embed_tokens", "tok_embeddings")}
+
+
+def test_a_rules_file_with_a_bad_rule_is_refused_by_line(tmp_path: Path) -> None:
+    from ckptctl.errors import SelectionError
+
+    path = tmp_path / "rules.txt"
+    path.write_text("# header\n^a\\.=b.  # why\n\n(=x\n")
+    with pytest.raises(SelectionError, match="line 4"):
+        read_rules_file(str(path))
+    path.write_text("# header\n^a\\.=b.  # why\n")
+    assert read_rules_file(str(path)) == [("^a\\.=b.", "why")]
