@@ -245,6 +245,15 @@ def _verify_no_nan(src: Path, dst: Path) -> list[str]:
     return [*CKPTCTL, "verify", "--no-nan", str(src)]
 
 
+def _hash(src: Path, dst: Path) -> list[str]:
+    return [*CKPTCTL, "hash", str(src), "-o", str(dst), "--force", "-j", "1"]
+
+
+def _sha256sum(src: Path, dst: Path) -> list[str]:
+    del dst
+    return ["sha256sum", str(src)]
+
+
 def _cat(src: Path, dst: Path) -> list[str]:
     del dst
     return ["sh", "-c", 'cat "$1" > /dev/null', "cat", str(src)]
@@ -327,6 +336,8 @@ CASES = [
          _st_with_bpk_input, _diff, "cat x2", _cat_twice, ".none"),
     Case("verify-nonan", "verify --no-nan (every float scanned)", _st_input, _verify_no_nan,
          "cat", _cat, ".none"),
+    Case("hash", "hash: sha256 of every tensor, one core (-j 1)", _st_input, _hash, "sha256sum",
+         _sha256sum, ".none"),
 ]  # fmt: skip
 
 

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "remap": ("ckptctl.cli.remap", "Rename tensors by ordered regex rules."),
     "diff": ("ckptctl.cli.diff", "Compare two checkpoints, across formats."),
     "verify": ("ckptctl.cli.verify", "Check checkpoints for CI: readable, safe, loadable."),
+    "hash": ("ckptctl.cli.hash", "Write a format-independent digest of every tensor."),
     "man": ("ckptctl.cli.man", "Show the manual page of ckptctl or of a command."),
 }
 
@@ -43,6 +44,9 @@ ALIASES: dict[str, str] = {
     "rename": "remap",
     "compare": "diff",
     "check": "verify",
+    "digest": "hash",
+    "checksum": "hash",
+    "sha256sum": "hash",
     "validate": "verify",
 }
 

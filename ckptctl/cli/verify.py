@@ -48,6 +48,13 @@ from ckptctl.report.verify import CHECKS
     "ParamIds (prints the Optimizer State Check).",
 )
 @click.option(
+    "--hashes",
+    metavar="MANIFEST",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Fail unless every tensor's name, dtype, shape and digest match MANIFEST (written by "
+    "ckptctl hash; reads every tensor byte).",
+)
+@click.option(
     "--check",
     "checks",
     metavar="NAME",
@@ -88,6 +95,7 @@ def command(
     expect: str | None,
     min_tensors: int | None,
     optimizer: str | None,
+    hashes: str | None,
     checks: tuple[str, ...],
     skip: tuple[str, ...],
     allow_globals: tuple[str, ...],
@@ -105,8 +113,8 @@ def command(
     flat-reader (a reader expecting a top-level name -> tensor map, such as candle's from_pth,
     would find tensors: nested checkpoints, whole pickled models, TorchScript archives and empty
     files fail, with the fix). Unreadable, corrupt or unsafe files are reported as failures,
-    not errors, and never stop the other files. --no-nan, --expect, --min-tensors and
-    --optimizer add checks; --check and --skip choose which are reported.
+    not errors, and never stop the other files. --no-nan, --expect, --min-tensors,
+    --optimizer and --hashes add checks; --check and --skip choose which are reported.
 
     \b
     Examples:
@@ -115,6 +123,7 @@ def command(
       ckptctl verify checkpoint.pt --state-key model --no-nan
       ckptctl verify trained.bpk --optimizer optim.bpk
       ckptctl verify whole_model.pt --check safe-pickle --trust
+      ckptctl verify model.safetensors --hashes model.manifest
     """
     from ckptctl.ops.verify import verify
 
@@ -130,6 +139,7 @@ def command(
         allow_globals=allow_globals,
         trust=trust,
         jobs=jobs,
+        hashes=hashes,
     )
     code = ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
     return emit_verdict(report, fmt, code, quiet=quiet)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ckptctl.fix import spell
 from ckptctl.report.diff import DiffReport, OnlyIn, TensorDiff
+from ckptctl.report.manifest import HashCheck, HashReport, TensorHash
 from ckptctl.report.model import SCHEMA_VERSION, ConvertReport, HeaderReport, LsReport
 from ckptctl.report.optimizer import OptimizerCheck, Orphan
 from ckptctl.report.render_summary import error_message
@@ -223,6 +224,8 @@ def _details(finding: Finding) -> JSONValue:
         return to_json(finding.optimizer)
     if finding.safety is not None:
         return to_json(finding.safety)
+    if finding.hashes is not None:
+        return to_json(finding.hashes)
     return dict(finding.details)
 
 
@@ -359,4 +362,42 @@ def _safety(safety: PickleSafety) -> dict[str, JSONValue]:
         ],
         "unreached_verdict": None if unreached is None else unreached.value,
         "torch_refuses": safety.torch_refusal,
+    }
+
+
+# --- hash ---------------------------------------------------------------------------------------
+
+
+def _hash_item(row: TensorHash) -> dict[str, JSONValue]:
+    return {"name": row.name, "dtype": row.dtype, "shape": list(row.shape), "digest": row.digest}
+
+
+def manifest_line(row: TensorHash) -> str:
+    """One line of a ``ckptctl hash`` manifest (no newline): ``name``, ``dtype``, ``shape``,
+    ``digest`` in this order, ASCII only."""
+    return json.dumps(_hash_item(row), ensure_ascii=True)
+
+
+@to_json.register(HashReport)
+def _hash(report: HashReport) -> dict[str, JSONValue]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "path": report.path,
+        "format": report.format,
+        "algorithm": report.algorithm,
+        "tensors": [_hash_item(t) for t in report.tensors],
+    }
+
+
+@to_json.register(HashCheck)
+def _hash_check(check: HashCheck) -> dict[str, JSONValue]:
+    return {
+        "manifest": check.manifest,
+        "checked": check.checked,
+        "mismatched": [
+            {"name": m.name, "field": m.field, "expected": m.expected, "found": m.found}
+            for m in check.mismatched
+        ],
+        "missing": list(check.missing),
+        "extra": list(check.extra),
     }

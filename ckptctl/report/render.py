@@ -11,10 +11,12 @@ from functools import singledispatch
 from typing import TYPE_CHECKING
 
 from ckptctl.report.diff import DiffReport
+from ckptctl.report.json import manifest_line
+from ckptctl.report.manifest import HashReport
 from ckptctl.report.model import ConvertReport, HeaderReport, LsReport
 from ckptctl.report.render_diff import render_diff
 from ckptctl.report.render_verify import render_verify
-from ckptctl.report.text import render_convert, render_header, render_ls
+from ckptctl.report.text import print_lines, render_convert, render_header, render_ls
 from ckptctl.report.verify import VerifyReport
 
 if TYPE_CHECKING:
@@ -56,3 +58,9 @@ def _diff(report: DiffReport, console: Console, **options: bool) -> None:
 @render.register(VerifyReport)
 def _verify(report: VerifyReport, console: Console, **options: bool) -> None:
     render_verify(report, console, quiet=options.get("quiet", False))
+
+
+@render.register(HashReport)
+def _hash(report: HashReport, console: Console, **options: bool) -> None:
+    # the manifest itself: JSON lines, escaped to ASCII, so they are safe on a terminal too
+    print_lines(console, [manifest_line(row) for row in report.tensors])

@@ -36,6 +36,8 @@ CASES = {
     "diff": (["diff", "--all", "a.safetensors", "b.safetensors"], 1),
     "verify": (["verify", "a.safetensors", "nope.pt"], 1),
     "man": (["man", "nope"], 2),
+    "hash": (["hash", "nope.pt"], 3),
+    "hash-lines": (["hash", "a.safetensors"], 0),
     "man-page": (["man", "verify", "--roff"], 0),
     "usage": (["verify", "a.safetensors", "--min-tensors", "-1"], 2),
     "missing": (["diff", "a.safetensors", "nope.pt"], 3),

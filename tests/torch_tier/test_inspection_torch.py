@@ -1,0 +1,78 @@
+"""Issue 27 against torch: hashes of one checkpoint in three formats, values and statistics.
+
+Each checkpoint here is built with torch and saved by torch itself (``torch.save``), by
+``safetensors.torch.save_file`` and by ckptctl's burnpack writer; ground truth is what torch
+says about its own tensors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+pytestmark = pytest.mark.torch
+
+
+def _state() -> dict[str, Any]:
+    g = torch.Generator().manual_seed(27)
+    base = torch.randn(6, 4, generator=g)
+    return {
+        "model.embed.weight": torch.randn(10, 4, generator=g),
+        "model.layers.0.attn.weight": torch.randn(4, 4, generator=g).to(torch.bfloat16),
+        "model.layers.1.attn.weight": torch.randn(4, 4, generator=g).to(torch.float16),
+        "model.layers.0.fp8": (torch.randn(8, generator=g) * 3).to(torch.float8_e4m3fn),
+        "model.layers.1.fp8": (torch.randn(8, generator=g) * 3).to(torch.float8_e5m2),
+        "model.mask": torch.rand(5, generator=g) > 0.5,
+        "model.steps": torch.arange(-3, 9, dtype=torch.int64).reshape(3, 4),
+        "model.codes": torch.randint(0, 255, (7,), dtype=torch.uint8, generator=g),
+        "model.small": torch.randint(-100, 100, (2, 2), dtype=torch.int8, generator=g),
+        "model.transposed": base.t(),  # a non-contiguous view in the .pt
+        "model.f64": torch.randn(3, dtype=torch.float64, generator=g),
+    }
+
+
+def _torch_digest(t) -> str:
+    raw = t.contiguous().view(-1).view(torch.uint8) if t.numel() else torch.empty(0)
+    return "sha256:" + hashlib.sha256(raw.numpy().tobytes()).hexdigest()
+
+
+@pytest.fixture
+def three_formats(tmp_path):
+    from ckptctl.formats import open_checkpoint, save_checkpoint
+
+    state = _state()
+    torch.save(state, tmp_path / "model.pt")
+    safetensors_torch.save_file({k: v.contiguous() for k, v in state.items()},
+                                str(tmp_path / "model.safetensors"))  # fmt: skip
+    with open_checkpoint(tmp_path / "model.pt") as ckpt:  # burnpack has no FP8 dtypes
+        save_checkpoint(tmp_path / "model.bpk", [e for e in ckpt.entries() if "fp8" not in e.name])
+    return state, tmp_path
+
+
+def test_hashes_agree_across_pt_safetensors_bpk_and_torch(three_formats, run_cli):
+    state, root = three_formats
+    manifests = {}
+    for ext in ("pt", "safetensors", "bpk"):
+        result = run_cli("hash", root / f"model.{ext}")
+        assert result.code == 0, result.stderr
+        manifests[ext] = {json.loads(line)["name"]: json.loads(line)
+                          for line in result.stdout.splitlines()}  # fmt: skip
+    assert manifests["pt"] == manifests["safetensors"]
+    assert manifests["bpk"] == {k: v for k, v in manifests["pt"].items() if "fp8" not in k}
+    for name, t in state.items():
+        assert manifests["pt"][name]["digest"] == _torch_digest(t), name
+        assert manifests["pt"][name]["shape"] == list(t.shape)
+    (root / "m.jsonl").write_text(run_cli("hash", root / "model.pt").stdout)
+    verdict = run_cli("verify", root / "model.safetensors", "--hashes", root / "m.jsonl")
+    assert verdict.code == 0, verdict.stdout
+    partial = run_cli("verify", root / "model.bpk", "--hashes", root / "m.jsonl", "--json")
+    assert partial.code == 1  # the FP8 tensors are missing from the .bpk, and named
+    (finding,) = [f for f in json.loads(partial.stdout)["files"][0]["findings"]
+                  if f["check"] == "hashes"]  # fmt: skip
+    assert sorted(finding["details"]["missing"]) == ["model.layers.0.fp8", "model.layers.1.fp8"]
