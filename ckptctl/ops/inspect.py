@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ckptctl.model import Checkpoint, TensorEntry
+    from ckptctl.report.tree import TreeNode
 
 #: Orders ``ls --sort`` accepts.
 SORT_KEYS = ("file", "name", "size", "dtype", "shape")
@@ -130,6 +131,9 @@ def list_tensors(
     state_key: str | None = None,
     pattern: str | None = None,
     sort: str = "file",
+    tree: bool = False,
+    depth: int | None = None,
+    expand: bool = False,
 ) -> LsReport:
     """List a checkpoint's tensors from its header alone.
 
@@ -138,6 +142,10 @@ def list_tensors(
         state_key: descend into this dotted key and strip it from names.
         pattern: keep only tensors whose name matches this regex (Rust dialect, searched).
         sort: one of :data:`SORT_KEYS`.
+        tree: also build the module tree (:attr:`LsReport.tree`): parameters and bytes per
+            module, runs of identical numbered blocks collapsed, tied tensors counted once.
+        depth: the tree's levels shown (None: all).
+        expand: list every block of the tree instead of collapsing identical ones.
 
     Returns:
         An :class:`~ckptctl.report.model.LsReport`.
@@ -150,6 +158,8 @@ def list_tensors(
         raise SelectionError(
             f"unknown sort key {sort!r}", hint="use one of " + ", ".join(SORT_KEYS)
         )
+    if depth is not None and depth < 1:
+        raise SelectionError(f"tree depth {depth} is not positive", hint="use a depth of 1 or more")
     regex = compile_regex(pattern, "pattern") if pattern is not None else None
     with open_checkpoint(path) as ckpt:
         everything = ckpt.entries()
@@ -182,7 +192,17 @@ def list_tensors(
             safety=ckpt.safety,
             objects=dict(ckpt.objects),
             stored=_stored(entries),
+            tree=_tree(entries, rows, depth, expand) if tree else None,
         )
+
+
+def _tree(
+    entries: Sequence[TensorEntry], rows: Sequence[TensorRow], depth: int | None, expand: bool
+) -> TreeNode:
+    from ckptctl.ops._tree import build_tree
+
+    tied = {e.name: group[0].name for group in tied_groups(entries) for e in group[1:]}
+    return build_tree(rows, tied_to=tied, depth=depth, expand=expand)
 
 
 def _stored(entries: Sequence[TensorEntry]) -> tuple[int, int] | None:

@@ -18,6 +18,7 @@ from ckptctl.report.model import SCHEMA_VERSION, ConvertReport, HeaderReport, Ls
 from ckptctl.report.optimizer import OptimizerCheck, Orphan
 from ckptctl.report.render_summary import error_message
 from ckptctl.report.summary import LoadingSummary
+from ckptctl.report.tree import TreeNode
 from ckptctl.report.verify import FileResult, Finding, VerifyReport
 from ckptctl.safety import PickleSafety
 
@@ -84,6 +85,32 @@ def _ls(report: LsReport) -> dict[str, JSONValue]:
         out["objects"] = dict(report.objects)
     if report.stored is not None:
         out["stored"] = {"parameters": report.stored[0], "nbytes": report.stored[1]}
+    if report.tree is not None:
+        out["tree"] = to_json(report.tree)
+    return out
+
+
+@to_json.register(TreeNode)
+def _tree(node: TreeNode) -> dict[str, JSONValue]:
+    out: dict[str, JSONValue] = {
+        "name": node.name,
+        "path": node.path,
+        "tensors": node.tensors,
+        "parameters": node.parameters,
+        "nbytes": node.nbytes,
+    }
+    if node.is_tensor:
+        out["dtype"] = node.dtype
+        out["shape"] = list(node.shape or ())
+        if node.tied_to is not None:
+            out["tied_to"] = node.tied_to
+        return out
+    if node.indices:
+        out["repeat"] = len(node.indices)
+        out["indices"] = list(node.indices)
+    if node.hidden:
+        out["hidden"] = node.hidden
+    out["children"] = [_tree(c) for c in node.children]
     return out
 
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ckptctl.fix import Note, Option
     from ckptctl.model import HeaderLayout, JSONValue
     from ckptctl.report.summary import LoadingSummary
+    from ckptctl.report.tree import TreeNode
     from ckptctl.safety import PickleSafety
 
 SCHEMA_VERSION = 1
@@ -68,6 +69,8 @@ class LsReport:
     objects: Mapping[str, JSONValue] = field(default_factory=dict)
     #: ``(parameters, bytes)`` really stored when tied weights or views share storage, else None
     stored: tuple[int, int] | None = None
+    #: the module tree (``ls --tree``), else None
+    tree: TreeNode | None = None
 
     @property
     def totals(self) -> tuple[DTypeTotal, ...]:

@@ -76,3 +76,61 @@ def test_hashes_agree_across_pt_safetensors_bpk_and_torch(three_formats, run_cli
     (finding,) = [f for f in json.loads(partial.stdout)["files"][0]["findings"]
                   if f["check"] == "hashes"]  # fmt: skip
     assert sorted(finding["details"]["missing"]) == ["model.layers.0.fp8", "model.layers.1.fp8"]
+
+
+def _tree_model():
+    from torch import nn
+
+    class Block(nn.Module):  # type: ignore[misc]  # torch is untyped to mypy here
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = nn.Linear(8, 8)
+            self.norm = nn.BatchNorm1d(8)  # buffers too: running stats, num_batches_tracked
+
+    class Net(nn.Module):  # type: ignore[misc]  # torch is untyped to mypy here
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(20, 8)
+            self.layers = nn.ModuleList(Block() for _ in range(12))
+            self.head = nn.Linear(8, 20, bias=False)
+            self.head.weight = self.embed.weight  # tied
+
+    return Net()
+
+
+def test_tree_totals_are_torchs_own_counts_per_module(tmp_path, run_cli):
+    net = _tree_model()
+    torch.save(net.state_dict(), tmp_path / "net.pt")
+    tree = json.loads(run_cli("ls", tmp_path / "net.pt", "--tree", "--expand", "--json").stdout)
+    nodes = {}
+
+    def walk(node):
+        nodes[node["path"]] = node
+        for child in node.get("children", []):
+            walk(child)
+
+    walk(tree["tree"])
+    seen: set[int] = set()
+    first_owner = {}
+    for name, t in net.state_dict(keep_vars=False).items():  # torch's order: first owner counts
+        ptr = t.untyped_storage().data_ptr()
+        first_owner[name] = ptr not in seen
+        seen.add(ptr)
+    for prefix, module in net.named_modules():
+        if not prefix:
+            continue
+        state = module.state_dict()
+        params = sum(t.numel() for k, t in state.items() if first_owner[f"{prefix}.{k}"])
+        nbytes = sum(t.numel() * t.element_size() for k, t in state.items()
+                     if first_owner[f"{prefix}.{k}"])  # fmt: skip
+        assert (nodes[prefix]["tensors"], nodes[prefix]["parameters"], nodes[prefix]["nbytes"]) == (
+            len(state),
+            params,
+            nbytes,
+        ), prefix
+    assert nodes["head.weight"]["tied_to"] == "embed.weight"
+    total = sum(p.numel() for p in net.parameters()) + sum(b.numel() for b in net.buffers())
+    assert tree["tree"]["parameters"] == total  # torch's parameters() counts a tied one once
+    collapsed = json.loads(run_cli("ls", tmp_path / "net.pt", "--tree", "--json").stdout)["tree"]
+    (layers,) = [c for c in collapsed["children"] if c["path"].startswith("layers")]
+    assert (layers["name"], layers["repeat"]) == ("layers.{0..11}", 12)
