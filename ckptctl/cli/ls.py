@@ -50,6 +50,12 @@ from ckptctl.cli._options import (
     help="With --tree: list every block instead of collapsing identical ones.",
 )
 @click.option(
+    "--stats",
+    is_flag=True,
+    help="Add the statistics of every tensor's values (min, max, mean, std, absmax, share of "
+    "zeros, NaN, Inf); reads every tensor, one at a time, in blocks.",
+)
+@click.option(
     "--bytes", "exact_bytes", is_flag=True, help="Sizes as exact byte counts, not KiB/MiB/GiB."
 )
 @remote_options
@@ -62,6 +68,7 @@ def command(
     tree: bool,
     depth: int | None,
     expand: bool,
+    stats: bool,
     exact_bytes: bool,
     fmt: OutputFormat,
 ) -> int:
@@ -81,6 +88,7 @@ def command(
       ckptctl ls checkpoint.pt --state-key model --filter weight --sort size
       ckptctl ls model.bpk --json
       ckptctl ls checkpoint.pt --tree --depth 2
+      ckptctl ls model.safetensors --stats
     """
     from ckptctl.ops.inspect import list_tensors
 
@@ -93,6 +101,7 @@ def command(
             tree=tree or depth is not None or expand,
             depth=depth,
             expand=expand,
+            stats=stats,
         )
 
     return emit_each(files, fmt, produce, exact_bytes=exact_bytes)

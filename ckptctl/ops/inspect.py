@@ -134,6 +134,7 @@ def list_tensors(
     tree: bool = False,
     depth: int | None = None,
     expand: bool = False,
+    stats: bool = False,
 ) -> LsReport:
     """List a checkpoint's tensors from its header alone.
 
@@ -146,6 +147,8 @@ def list_tensors(
             module, runs of identical numbered blocks collapsed, tied tensors counted once.
         depth: the tree's levels shown (None: all).
         expand: list every block of the tree instead of collapsing identical ones.
+        stats: read every tensor (one at a time, in blocks) for its statistics
+            (:attr:`TensorRow.stats`: min, max, mean, std, absmax, zeros, NaN, Inf).
 
     Returns:
         An :class:`~ckptctl.report.model.LsReport`.
@@ -169,6 +172,12 @@ def list_tensors(
         if regex is not None:
             entries = [e for e in entries if regex.search(e.name)]
         rows = [_row(e) for e in entries]
+        if stats:
+            from dataclasses import replace
+
+            from ckptctl.ops.values import tensor_stats
+
+            rows = [replace(r, stats=tensor_stats(e)) for r, e in zip(rows, entries, strict=True)]
         if sort == "name":
             rows.sort(key=lambda r: r.name)
         elif sort == "size":
@@ -193,6 +202,7 @@ def list_tensors(
             objects=dict(ckpt.objects),
             stored=_stored(entries),
             tree=_tree(entries, rows, depth, expand) if tree else None,
+            with_stats=stats,
         )
 
 

@@ -19,6 +19,7 @@ from ckptctl.report.optimizer import OptimizerCheck, Orphan
 from ckptctl.report.render_summary import error_message
 from ckptctl.report.summary import LoadingSummary
 from ckptctl.report.tree import TreeNode
+from ckptctl.report.values import ShowReport, TensorStats
 from ckptctl.report.verify import FileResult, Finding, VerifyReport
 from ckptctl.safety import PickleSafety
 
@@ -59,6 +60,8 @@ def _ls(report: LsReport) -> dict[str, JSONValue]:
             item["param_id"] = row.param_id
         if row.module_type is not None:
             item["module_type"] = row.module_type
+        if row.stats is not None or report.with_stats:
+            item["stats"] = None if row.stats is None else to_json(row.stats)
         tensors.append(item)
     out: dict[str, JSONValue] = {
         "schema_version": SCHEMA_VERSION,
@@ -427,4 +430,53 @@ def _hash_check(check: HashCheck) -> dict[str, JSONValue]:
         ],
         "missing": list(check.missing),
         "extra": list(check.extra),
+    }
+
+
+# --- show, ls --stats ---------------------------------------------------------------------------
+
+
+def _finite(value: float | None) -> JSONValue:
+    return None if value is None or not math.isfinite(value) else value
+
+
+@to_json.register(TensorStats)
+def _stats(stats: TensorStats) -> dict[str, JSONValue]:
+    out: dict[str, JSONValue] = {
+        "count": stats.count,
+        "min": _finite(stats.min),
+        "max": _finite(stats.max),
+        "mean": _finite(stats.mean),
+        "std": _finite(stats.std),
+        "absmax": _finite(stats.absmax),
+        "zeros": stats.zeros,
+        "zero_share": stats.zero_share,
+        "nan": stats.nan,
+        "inf": stats.inf,
+    }
+    if stats.histogram is not None:
+        out["histogram"] = {
+            "low": stats.histogram.low,
+            "high": stats.histogram.high,
+            "counts": list(stats.histogram.counts),
+        }
+    return out
+
+
+@to_json.register(ShowReport)
+def _show(report: ShowReport) -> dict[str, JSONValue]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "path": report.path,
+        "format": report.format,
+        "tensors": [
+            {
+                "name": t.name,
+                "dtype": t.dtype,
+                "shape": list(t.shape),
+                "preview": t.preview,
+                "stats": None if t.stats is None else to_json(t.stats),
+            }
+            for t in report.tensors
+        ],
     }

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ckptctl.model import HeaderLayout, JSONValue
     from ckptctl.report.summary import LoadingSummary
     from ckptctl.report.tree import TreeNode
+    from ckptctl.report.values import TensorStats
     from ckptctl.safety import PickleSafety
 
 SCHEMA_VERSION = 1
@@ -35,6 +36,8 @@ class TensorRow:
     param_id: int | None = None
     module_type: str | None = None
     offset: int | None = None
+    #: ``ls --stats``: the values' statistics (None for complex tensors or without --stats)
+    stats: TensorStats | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ class LsReport:
     stored: tuple[int, int] | None = None
     #: the module tree (``ls --tree``), else None
     tree: TreeNode | None = None
+    #: ``ls --stats``: every row carries its statistics
+    with_stats: bool = False
 
     @property
     def totals(self) -> tuple[DTypeTotal, ...]:

@@ -15,8 +15,10 @@ from ckptctl.report.json import manifest_line
 from ckptctl.report.manifest import HashReport
 from ckptctl.report.model import ConvertReport, HeaderReport, LsReport
 from ckptctl.report.render_diff import render_diff
+from ckptctl.report.render_values import render_show
 from ckptctl.report.render_verify import render_verify
 from ckptctl.report.text import print_lines, render_convert, render_header, render_ls
+from ckptctl.report.values import ShowReport
 from ckptctl.report.verify import VerifyReport
 
 if TYPE_CHECKING:
@@ -64,3 +66,8 @@ def _verify(report: VerifyReport, console: Console, **options: bool) -> None:
 def _hash(report: HashReport, console: Console, **options: bool) -> None:
     # the manifest itself: JSON lines, escaped to ASCII, so they are safe on a terminal too
     print_lines(console, [manifest_line(row) for row in report.tensors])
+
+
+@render.register(ShowReport)
+def _show(report: ShowReport, console: Console, **options: bool) -> None:
+    render_show(report, console, ascii_only=options.get("ascii_only", False))

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from ckptctl.model import JSONValue
-    from ckptctl.report.model import ConvertReport, HeaderReport, LsReport
+    from ckptctl.report.model import ConvertReport, HeaderReport, LsReport, TensorRow
     from ckptctl.report.tree import TreeNode
 
 #: Regions of one kind beyond this many are summarised in the byte table (``--all`` shows them).
@@ -201,6 +201,15 @@ def format_shape(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
+def format_number(value: float | None) -> str:
+    """A statistic as tables show it: four significant digits, ``-`` when there is none."""
+    if value is None:
+        return "-"
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.4g}"
+
+
 def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) -> None:
     """Print an ``ls`` report: a classification line, the tensor table and totals by dtype.
 
@@ -238,6 +247,9 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
         table.add_column("module")
     if show_ids:
         table.add_column("param_id", justify="right")
+    if report.with_stats:
+        for column in ("min", "max", "mean", "std", "absmax", "zeros", "NaN", "Inf"):
+            table.add_column(column, justify="right")
     for row in report.tensors:
         cells = [
             sanitize(row.name),
@@ -250,6 +262,8 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
             cells.append(sanitize(row.module_type or ""))
         if show_ids:
             cells.append("" if row.param_id is None else str(row.param_id))
+        if report.with_stats:
+            cells += _stat_cells(row)
         table.add_row(*cells)
     if report.tree is not None:
         if report.tensors:
@@ -303,6 +317,18 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
         for key, value in report.scalars.items():
             sc.add_row(sanitize(key), sanitize(json.dumps(value)))
         print_table(console, sc)
+
+
+def _stat_cells(row: TensorRow) -> list[str]:
+    """``ls --stats``' columns of one row (``-`` where a statistic does not exist)."""
+    st = row.stats
+    if st is None:
+        return ["-"] * 8
+    return [
+        format_number(st.min), format_number(st.max), format_number(st.mean),
+        format_number(st.std), format_number(st.absmax), f"{100 * st.zero_share:.1f}%",
+        f"{st.nan:,}", f"{st.inf:,}",
+    ]  # fmt: skip
 
 
 def _is_utf8(console: Console) -> bool:

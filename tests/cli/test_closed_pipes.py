@@ -37,6 +37,8 @@ CASES = {
     "verify": (["verify", "a.safetensors", "nope.pt"], 1),
     "man": (["man", "nope"], 2),
     "hash": (["hash", "nope.pt"], 3),
+    "show": (["show", "a.safetensors", "nope"], 2),
+    "show-values": (["show", "a.safetensors", "layers.0.weight"], 0),
     "hash-lines": (["hash", "a.safetensors"], 0),
     "man-page": (["man", "verify", "--roff"], 0),
     "usage": (["verify", "a.safetensors", "--min-tensors", "-1"], 2),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 import pytest
@@ -134,3 +135,47 @@ def test_tree_totals_are_torchs_own_counts_per_module(tmp_path, run_cli):
     collapsed = json.loads(run_cli("ls", tmp_path / "net.pt", "--tree", "--json").stdout)["tree"]
     (layers,) = [c for c in collapsed["children"] if c["path"].startswith("layers")]
     assert (layers["name"], layers["repeat"]) == ("layers.{0..11}", 12)
+
+
+def test_show_decodes_every_dtype_as_torch_does(three_formats, run_cli):
+    state, root = three_formats
+    for ext in ("pt", "safetensors"):
+        result = run_cli("show", root / f"model.{ext}", "--filter", ".", "--json")
+        assert result.code == 0, result.stderr
+        shown = {t["name"]: t for t in json.loads(result.stdout)["tensors"]}
+        for name, t in state.items():
+            narrow = t.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
+            values = (t.float() if narrow else t).contiguous().numpy()
+            assert shown[name]["preview"] == str(values), (ext, name)  # torch's decoding
+            stats = shown[name]["stats"]
+            wide = t.double()
+            finite = wide[torch.isfinite(wide)]
+            assert stats["min"] == finite.min().item(), name
+            assert stats["max"] == finite.max().item(), name
+            assert stats["absmax"] == finite.abs().max().item(), name
+            assert math.isclose(stats["mean"], finite.mean().item(), rel_tol=1e-12), name
+            assert math.isclose(stats["std"], finite.std().item(), rel_tol=1e-9), name  # corr. 1
+            assert stats["zeros"] == int((wide == 0).sum()), name
+            assert stats["nan"] == int(torch.isnan(wide).sum()), name
+            assert stats["inf"] == int(torch.isinf(wide).sum()), name
+
+
+def test_statistics_match_torch_on_a_large_bf16_tensor_with_nan(tmp_path, run_cli):
+    g = torch.Generator().manual_seed(3)
+    t = (torch.randn(3000, 1500, generator=g) * 7 - 2).to(torch.bfloat16)  # 9 MB: two chunks
+    t[5, 5] = float("nan")
+    t[7, 1] = float("-inf")
+    t[100:200] = 0
+    torch.save({"w": t}, tmp_path / "w.pt")
+    stats = json.loads(run_cli("show", tmp_path / "w.pt", "w", "--json").stdout)["tensors"][0]
+    stats = stats["stats"]
+    wide = t.double()
+    finite = wide[torch.isfinite(wide)]
+    assert (stats["min"], stats["max"]) == (finite.min().item(), finite.max().item())
+    assert math.isclose(stats["mean"], finite.mean().item(), rel_tol=1e-12)
+    assert math.isclose(stats["std"], finite.std().item(), rel_tol=1e-9)
+    assert (stats["nan"], stats["inf"], stats["zeros"]) == (1, 1, int((wide == 0).sum()))
+    hist, _ = torch.histogram(
+        finite.float(), bins=32, range=(finite.min().item(), finite.max().item())
+    )
+    assert stats["histogram"]["counts"] == [int(c) for c in hist]
