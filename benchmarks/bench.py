@@ -137,6 +137,31 @@ def write_safetensors(path: Path, size_mib: int, *, seed: int = 0) -> int:
     return largest
 
 
+#: Tensors per block of the 20,000-tensor listing input (``ls --tree`` against ``ls``).
+_BLOCK_TENSORS = ("q", "k", "v", "o", "gate", "up", "down", "ln1", "ln2", "ln3")
+
+
+def write_many(path: Path, count: int = 20_000) -> None:
+    """A safetensors file of ``count`` small F32 tensors named like a transformer's layers
+    (``model.layers.N.q.weight`` ...): a header-bound listing, as for a 70B model's index."""
+    per_block = 2 * len(_BLOCK_TENSORS)
+    header: dict[str, object] = {}
+    offset = 0
+    for i in range(count):
+        block, k = divmod(i, per_block)
+        part = "weight" if k % 2 == 0 else "bias"
+        shape = [8, 8] if part == "weight" else [8]
+        nbytes = 4 * (64 if part == "weight" else 8)
+        header[f"model.layers.{block}.{_BLOCK_TENSORS[k // 2]}.{part}"] = {
+            "dtype": "F32", "shape": shape, "data_offsets": [offset, offset + nbytes],
+        }  # fmt: skip
+        offset += nbytes
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-(8 + len(blob)) % 8)
+    with open(path, "wb") as out:
+        out.write(struct.pack("<Q", len(blob)) + blob + bytes(offset))
+
+
 def write_fused(path: Path, size_mib: int, *, seed: int = 0, d: int = 1024) -> int:
     """About ``size_mib`` MiB of F32 PyTorch ``MultiheadAttention`` and ``LSTM`` tensors
     (``blocks.N.attn.in_proj_weight [3d, d]`` ..., ``blocks.N.lstm.weight_ih_l0 [4d, d]`` ...),
@@ -230,6 +255,15 @@ def _st_with_bpk_input(size_mib: int) -> Path:
     return _st_input(size_mib)
 
 
+def _many_input(size_mib: int) -> Path:
+    del size_mib  # the listing's cost is its 20,000 names, not its bytes
+    path = WORK / "many-20000.safetensors"
+    if not path.exists():
+        WORK.mkdir(parents=True, exist_ok=True)
+        write_many(path)
+    return path
+
+
 def _largest_of(src: Path) -> int:
     meta = WORK / (src.name.split(".", 1)[0] + ".largest")
     return int(meta.read_text()) if meta.exists() else 0
@@ -243,6 +277,28 @@ def _diff(src: Path, dst: Path) -> list[str]:
 def _verify_no_nan(src: Path, dst: Path) -> list[str]:
     del dst
     return [*CKPTCTL, "verify", "--no-nan", str(src)]
+
+
+def _hash(src: Path, dst: Path) -> list[str]:
+    return [*CKPTCTL, "hash", str(src), "-o", str(dst), "--force", "-j", "1"]
+
+
+def _sha256sum(src: Path, dst: Path) -> list[str]:
+    del dst
+    return ["sha256sum", str(src)]
+
+
+def _ls(src: Path, dst: Path) -> list[str]:
+    del dst
+    return [*CKPTCTL, "ls", str(src)]
+
+
+def _ls_tree(src: Path, dst: Path) -> list[str]:
+    return [*_ls(src, dst), "--tree"]
+
+
+def _ls_stats(src: Path, dst: Path) -> list[str]:
+    return [*_ls(src, dst), "--stats"]
 
 
 def _cat(src: Path, dst: Path) -> list[str]:
@@ -327,6 +383,12 @@ CASES = [
          _st_with_bpk_input, _diff, "cat x2", _cat_twice, ".none"),
     Case("verify-nonan", "verify --no-nan (every float scanned)", _st_input, _verify_no_nan,
          "cat", _cat, ".none"),
+    Case("ls-tree", "ls --tree of 20,000 tensors against ls (target: within 1.5x)", _many_input,
+         _ls_tree, "ls", _ls, ".none"),
+    Case("ls-stats", "ls --stats: statistics of every F32 tensor, one core", _st_input,
+         _ls_stats, "cat", _cat, ".none"),
+    Case("hash", "hash: sha256 of every tensor, one core (-j 1)", _st_input, _hash, "sha256sum",
+         _sha256sum, ".none"),
 ]  # fmt: skip
 
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ckptctl.model import Checkpoint, TensorEntry
     from ckptctl.ops.convert import ConvertOptions, convert
     from ckptctl.ops.diff import diff_checkpoints
+    from ckptctl.ops.hash import hash_tensors
     from ckptctl.ops.inspect import describe_header, list_tensors
     from ckptctl.ops.verify import verify
     from ckptctl.report.diff import DiffOptions
@@ -53,6 +54,7 @@ _LAZY = {
     "diff_checkpoints": "ckptctl.ops.diff",
     "describe_header": "ckptctl.ops.inspect",
     "list_tensors": "ckptctl.ops.inspect",
+    "hash_tensors": "ckptctl.ops.hash",
     "verify": "ckptctl.ops.verify",
 }
 
@@ -86,6 +88,7 @@ __all__ = [
     "convert",
     "describe_header",
     "diff_checkpoints",
+    "hash_tensors",
     "list_tensors",
     "open_checkpoint",
     "read_layout",

@@ -38,6 +38,13 @@ def atomic_write(
     dest = os.fspath(path)
     if os.path.isdir(dest):
         raise OutputError("is a directory", path=dest)
+    if os.path.exists(dest) and not stat.S_ISREG(os.stat(dest).st_mode):
+        # os.replace would swap a device or FIFO (/dev/null, as root) for a regular file
+        raise OutputError(
+            "is not a regular file; ckptctl writes files by replacing them",
+            path=dest,
+            hint="write to a regular file",
+        )
     if os.path.lexists(dest) and not force:
         raise OutputError(
             "already exists",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import struct
 
 import numpy as np
@@ -150,6 +151,16 @@ def test_atomic_write_keeps_destination_on_interrupt(tmp_path):
         raise KeyboardInterrupt
     assert not dest.exists()
     assert os.listdir(tmp_path) == []
+
+
+def test_atomic_write_never_replaces_a_fifo_or_device(tmp_path):
+    # as root, --force onto /dev/null used to swap the device for a regular file (issue 27)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(OutputError, match="not a regular file"), atomic_write(fifo, force=True):
+        pass
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert os.listdir(tmp_path) == ["pipe"]
 
 
 def test_atomic_write_disk_full_is_output_error(tmp_path):

@@ -108,6 +108,7 @@ def _examples() -> list[tuple[str, str, int]]:
 #: The file names --help examples use (what a user has), and the fixture each one stands for.
 EXAMPLE_FILES = {
     "model.safetensors": "valid/safetensors/tiny.safetensors",
+    "model.manifest": "valid/safetensors/tiny.manifest",
     "encoder.pt": "valid/burn_modules/encoder_pre.pt",
     "checkpoint.pt": "valid/pytorch/nested.pt",
     "whole_model.pt": "valid/pytorch/module.pt",

@@ -344,3 +344,16 @@ def test_a_failed_remote_command_leaves_no_count_for_the_next(run_cli) -> None:
     local = run_cli("ls", "--json", VALID / "safetensors" / "tiny.safetensors")
     assert local.code == 0
     assert "remote" not in json.loads(local.stdout)
+
+
+@pytest.mark.parametrize(
+    "name", ["safetensors/tiny.safetensors", "burnpack/net.bpk", "pytorch/nested.pt"]
+)
+def test_remote_tree_is_header_only(name: str, server: LoopbackServer, run_cli) -> None:
+    # ls --tree needs the names only: as many requests as plain ls, the same tree as locally
+    plain = json.loads(run_cli("ls", "--json", f"{server.url}/{name}").stdout)
+    remote = json.loads(run_cli("ls", "--tree", "--json", f"{server.url}/{name}").stdout)
+    local = json.loads(run_cli("ls", "--tree", "--json", VALID / name).stdout)
+    assert remote["tree"] == local["tree"]
+    assert remote["remote"]["requests"] == plain["remote"]["requests"]
+    assert remote["remote"]["bytes_fetched"] == plain["remote"]["bytes_fetched"]

@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "remap": ("ckptctl.cli.remap", "Rename tensors by ordered regex rules."),
     "diff": ("ckptctl.cli.diff", "Compare two checkpoints, across formats."),
     "verify": ("ckptctl.cli.verify", "Check checkpoints for CI: readable, safe, loadable."),
+    "show": ("ckptctl.cli.show", "Show tensor values, statistics and a histogram."),
+    "hash": ("ckptctl.cli.hash", "Write a format-independent digest of every tensor."),
     "man": ("ckptctl.cli.man", "Show the manual page of ckptctl or of a command."),
 }
 
@@ -37,13 +39,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
 ALIASES: dict[str, str] = {
     "inspect": "ls",
     "info": "ls",
-    "show": "ls",
+    "values": "show",
+    "stats": "show",
     "list": "ls",
     "dump": "header",
     "export": "convert",
     "rename": "remap",
     "compare": "diff",
     "check": "verify",
+    "digest": "hash",
+    "checksum": "hash",
+    "sha256sum": "hash",
     "validate": "verify",
 }
 

@@ -32,6 +32,30 @@ from ckptctl.cli._options import (
     help="Order of the rows (file: as stored).",
 )
 @click.option(
+    "--tree",
+    is_flag=True,
+    help="Show the module hierarchy instead of the flat table: tensors, parameters and bytes "
+    "per module, identical numbered blocks collapsed (layers.{0..31} x32), tied tensors "
+    "counted once; names in natural order.",
+)
+@click.option(
+    "--depth",
+    metavar="N",
+    type=click.IntRange(min=1),
+    help="With --tree: show N levels of the hierarchy, the deeper ones as totals.",
+)
+@click.option(
+    "--expand",
+    is_flag=True,
+    help="With --tree: list every block instead of collapsing identical ones.",
+)
+@click.option(
+    "--stats",
+    is_flag=True,
+    help="Add the statistics of every tensor's values (min, max, mean, std, absmax, share of "
+    "zeros, NaN, Inf); reads every tensor, one at a time, in blocks.",
+)
+@click.option(
     "--bytes", "exact_bytes", is_flag=True, help="Sizes as exact byte counts, not KiB/MiB/GiB."
 )
 @remote_options
@@ -41,6 +65,10 @@ def command(
     state_key: str | None,
     pattern: str | None,
     sort: str,
+    tree: bool,
+    depth: int | None,
+    expand: bool,
+    stats: bool,
     exact_bytes: bool,
     fmt: OutputFormat,
 ) -> int:
@@ -59,10 +87,21 @@ def command(
       ckptctl ls model.safetensors
       ckptctl ls checkpoint.pt --state-key model --filter weight --sort size
       ckptctl ls model.bpk --json
+      ckptctl ls checkpoint.pt --tree --depth 2
+      ckptctl ls model.safetensors --stats
     """
     from ckptctl.ops.inspect import list_tensors
 
     def produce(file: str) -> object:
-        return list_tensors(file, state_key=state_key, pattern=pattern, sort=sort)
+        return list_tensors(
+            file,
+            state_key=state_key,
+            pattern=pattern,
+            sort=sort,
+            tree=tree or depth is not None or expand,
+            depth=depth,
+            expand=expand,
+            stats=stats,
+        )
 
     return emit_each(files, fmt, produce, exact_bytes=exact_bytes)

@@ -61,6 +61,13 @@ _PARAMS = {
     "ParamIds (prints the Optimizer State Check).",
 )
 @click.option(
+    "--hashes",
+    metavar="MANIFEST",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Fail unless every tensor's name, dtype, shape and digest match MANIFEST (written by "
+    "ckptctl hash; reads every tensor byte).",
+)
+@click.option(
     "--check",
     "checks",
     metavar="NAME",
@@ -123,6 +130,7 @@ def command(
     expect: str | None,
     min_tensors: int | None,
     optimizer: str | None,
+    hashes: str | None,
     checks: tuple[str, ...],
     skip: tuple[str, ...],
     allow_globals: tuple[str, ...],
@@ -145,8 +153,8 @@ def command(
     files fail, with the fix). Unreadable, corrupt or unsafe files are reported as failures,
     not errors, and never stop the other files; a file that is no checkpoint but holds pickles
     (a NumPy object array, a zip with a pickle under another name) still gets a safe-pickle
-    verdict. --no-nan, --expect, --min-tensors and --optimizer add checks; --check and --skip
-    choose which are reported.
+    verdict. --no-nan, --expect, --min-tensors, --optimizer and --hashes add checks; --check
+    and --skip choose which are reported.
 
     A directory is walked (sorted, hidden directories left out): files that are no checkpoint
     and hold no pickle are skipped and counted; a directory with one *.index.json stays one
@@ -169,6 +177,7 @@ def command(
       ckptctl verify models/ --format sarif
       ckptctl verify args.pt --print-safe-globals
       ckptctl verify --show-config
+      ckptctl verify model.safetensors --hashes model.manifest
     """
     from ckptctl.ops.config import VerifyConfig, load_verify_config, settings_in_force
     from ckptctl.ops.verify import verify
@@ -213,6 +222,7 @@ def command(
         globs_root=config.root,
         trust=trust,
         jobs=jobs,
+        hashes=hashes,
     )
     code = ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
     return emit_verdict(report, fmt, code, quiet=quiet)

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ckptctl.adapters.rename import compile_pattern
 from ckptctl.errors import SelectionError
 from ckptctl.fix import Note, Option
 from ckptctl.model import describe_groups
 
 if TYPE_CHECKING:
+    import re
     from collections.abc import Sequence
 
     from ckptctl.model import Checkpoint, TensorEntry
@@ -104,3 +106,18 @@ def top_level_groups(ckpt: Checkpoint) -> dict[str, int]:
     """Tensors per top-level key of a nested checkpoint (``{"model": 4, "optimizer": 12}``),
     from its structure; empty for formats without containers."""
     return ckpt.structure.groups if ckpt.structure is not None else {}
+
+
+def compile_regex(pattern: str, option: str) -> re.Pattern[str]:
+    """Compile a user regex in the one dialect every pattern option takes (Rust regex, as
+    Burn's ``KeyRemapper``: :func:`~ckptctl.adapters.rename.compile_pattern`), turning errors
+    into a ``SelectionError`` naming the option.
+
+    ``option`` is the API parameter the pattern came from (``pattern``).
+    """
+    try:
+        return compile_pattern(pattern, "filter")
+    except SelectionError as exc:
+        if exc.hint is None:
+            exc.hint = Note("check {fix0}", (Option(option),))
+        raise

@@ -4,25 +4,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ckptctl.adapters.rename import compile_pattern
 from ckptctl.errors import SelectionError, TruncatedError
-from ckptctl.fix import Note, Option
 from ckptctl.formats import open_checkpoint, read_layout, resolve_path
 from ckptctl.model import damaged_layout
 from ckptctl.ops._select import (
     OUTSIDE_NAMES_SHOWN,
+    compile_regex,
     outside_state_key,
     select_state_key,
     stored_size,
+    tied_groups,
 )
 from ckptctl.report.model import HeaderReport, LsReport, TensorRow
 
 if TYPE_CHECKING:
     import os
-    import re
     from collections.abc import Sequence
 
     from ckptctl.model import TensorEntry
+    from ckptctl.report.tree import TreeNode
 
 #: Orders ``ls --sort`` accepts.
 SORT_KEYS = ("file", "name", "size", "dtype", "shape")
@@ -47,6 +47,10 @@ def list_tensors(
     state_key: str | None = None,
     pattern: str | None = None,
     sort: str = "file",
+    tree: bool = False,
+    depth: int | None = None,
+    expand: bool = False,
+    stats: bool = False,
 ) -> LsReport:
     """List a checkpoint's tensors from its header alone.
 
@@ -55,6 +59,12 @@ def list_tensors(
         state_key: descend into this dotted key and strip it from names.
         pattern: keep only tensors whose name matches this regex (Rust dialect, searched).
         sort: one of :data:`SORT_KEYS`.
+        tree: also build the module tree (:attr:`LsReport.tree`): parameters and bytes per
+            module, runs of identical numbered blocks collapsed, tied tensors counted once.
+        depth: the tree's levels shown (None: all).
+        expand: list every block of the tree instead of collapsing identical ones.
+        stats: read every tensor (one at a time, in blocks) for its statistics
+            (:attr:`TensorRow.stats`: min, max, mean, std, absmax, zeros, NaN, Inf).
 
     Returns:
         An :class:`~ckptctl.report.model.LsReport`.
@@ -67,6 +77,8 @@ def list_tensors(
         raise SelectionError(
             f"unknown sort key {sort!r}", hint="use one of " + ", ".join(SORT_KEYS)
         )
+    if depth is not None and depth < 1:
+        raise SelectionError(f"tree depth {depth} is not positive", hint="use a depth of 1 or more")
     regex = compile_regex(pattern, "pattern") if pattern is not None else None
     with open_checkpoint(path) as ckpt:
         everything = ckpt.entries()
@@ -76,6 +88,12 @@ def list_tensors(
         if regex is not None:
             entries = [e for e in entries if regex.search(e.name)]
         rows = [_row(e) for e in entries]
+        if stats:
+            from dataclasses import replace
+
+            from ckptctl.ops.values import tensor_stats
+
+            rows = [replace(r, stats=tensor_stats(e)) for r, e in zip(rows, entries, strict=True)]
         if sort == "name":
             rows.sort(key=lambda r: r.name)
         elif sort == "size":
@@ -99,7 +117,18 @@ def list_tensors(
             safety=ckpt.safety,
             objects=dict(ckpt.objects),
             stored=_stored(entries),
+            tree=_tree(entries, rows, depth, expand) if tree else None,
+            with_stats=stats,
         )
+
+
+def _tree(
+    entries: Sequence[TensorEntry], rows: Sequence[TensorRow], depth: int | None, expand: bool
+) -> TreeNode:
+    from ckptctl.ops._tree import build_tree
+
+    tied = {e.name: group[0].name for group in tied_groups(entries) for e in group[1:]}
+    return build_tree(rows, tied_to=tied, depth=depth, expand=expand)
 
 
 def _stored(entries: Sequence[TensorEntry]) -> tuple[int, int] | None:
@@ -124,18 +153,3 @@ def describe_header(path: str | os.PathLike[str]) -> HeaderReport:
         if layout is None:
             raise
         return HeaderReport(path=resolve_path(path), layout=layout, damage=exc)
-
-
-def compile_regex(pattern: str, option: str) -> re.Pattern[str]:
-    """Compile a user regex in the one dialect every pattern option takes (Rust regex, as
-    Burn's ``KeyRemapper``: :func:`~ckptctl.adapters.rename.compile_pattern`), turning errors
-    into a ``SelectionError`` naming the option.
-
-    ``option`` is the API parameter the pattern came from (``pattern``).
-    """
-    try:
-        return compile_pattern(pattern, "filter")
-    except SelectionError as exc:
-        if exc.hint is None:
-            exc.hint = Note("check {fix0}", (Option(option),))
-        raise

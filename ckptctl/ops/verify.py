@@ -42,6 +42,7 @@ from ckptctl.ops._optimizer import OptimizerRecord, check_optimizer, load_record
 from ckptctl.ops._pickle_check import safe_pickle_finding
 from ckptctl.ops._select import select_state_key, top_level_groups
 from ckptctl.ops._walk import Target, expand, glob_matches
+from ckptctl.ops.manifest import check_hashes, read_manifest
 from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.optimizer import OptimizerCheck, Orphan
 from ckptctl.report.verify import (
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
     from ckptctl.model import Checkpoint, JSONValue, TensorEntry
+    from ckptctl.report.manifest import TensorHash
 
     Shape = tuple[int, ...]
     Specs = Mapping[str, tuple[DType, Shape]]
@@ -117,6 +119,9 @@ class _Options:
         extra = [names for glob, names in self.allow_for if glob_matches(glob, relative)]
         return self.allow_globals.union(*extra)
 
+    hashes: str | None = None
+    manifest: tuple[TensorHash, ...] | CkptError | None = None
+
 
 def verify(
     paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
@@ -133,6 +138,7 @@ def verify(
     jobs: int = 1,
     allow_globals_for: Mapping[str, Iterable[str]] | None = None,
     globs_root: str | os.PathLike[str] | None = None,
+    hashes: str | os.PathLike[str] | None = None,
 ) -> VerifyReport:
     """Check checkpoint files for CI; bad files become failed findings, never exceptions.
 
@@ -154,6 +160,8 @@ def verify(
         globs_root: the directory those globs are relative to (default: the current one).
         jobs: files checked at once (in worker processes) and tensors scanned at once for
             ``no_nan``; the report does not depend on it.
+        hashes: a manifest written by ``ckptctl hash``: every tensor's name, dtype, shape and
+            digest must match it (no tensor missing, none extra).
 
     Returns:
         A :class:`VerifyReport`; ``report.ok`` is true when every file passed every check.
@@ -189,6 +197,8 @@ def verify(
             (glob, frozenset(names)) for glob, names in (allow_globals_for or {}).items()
         ),
         glob_root=os.path.abspath(os.fspath(globs_root) if globs_root is not None else os.curdir),
+        hashes=None if hashes is None else os.fspath(hashes),
+        manifest=None if hashes is None else _load_manifest(hashes),
     )
     targets = expand([os.fspath(p) for p in paths])
     results = _check_all(targets, options)
@@ -288,6 +298,13 @@ def _load_specs(path: str | os.PathLike[str]) -> Specs | CkptError:
         return exc
 
 
+def _load_manifest(path: str | os.PathLike[str]) -> tuple[TensorHash, ...] | CkptError:
+    try:
+        return read_manifest(path)
+    except CkptError as exc:
+        return exc
+
+
 def _fail_from(check: str, exc: CkptError, prefix: str = "") -> Finding:
     return Finding(check, Status.FAIL, prefix + exc.message, hint_of(exc))
 
@@ -379,6 +396,9 @@ def _verify_file(path: str, opts: _Options, walked: bool = False) -> FileResult 
                     lambda: _optimizer(path, ckpt.format, entries, optim, record, opts.state_key),
                 )
             )
+        if opts.hashes is not None:
+            manifest, where = opts.manifest, opts.hashes
+            findings.append(_guard("hashes", lambda: _hashes(entries, manifest, where)))
         return FileResult(path, ckpt.format, ckpt.kind, len(entries), tuple(findings))
 
 
@@ -737,6 +757,47 @@ def _no_nan(entries: list[TensorEntry], jobs: int = 1) -> Finding:
         "the training run diverged or the file was written from a broken state; "
         "use an earlier checkpoint",
         details=details,
+    )
+
+
+# --- hashes -------------------------------------------------------------------------------------
+
+
+def _hashes(
+    entries: list[TensorEntry], manifest: tuple[TensorHash, ...] | CkptError | None, where: str
+) -> Finding:
+    if isinstance(manifest, CkptError):
+        return _fail_from("hashes", manifest, f"manifest {where!r}: ")
+    if manifest is None:  # only called with --hashes, whose manifest has been read
+        raise AssertionError("no manifest")
+    check = check_hashes(entries, manifest, where)
+    if check.ok:
+        return Finding(
+            "hashes",
+            Status.OK,
+            f"all {_plural(check.checked, 'tensor')} match the manifest {where!r}",
+            hashes=check,
+        )
+    parts = []
+    if check.mismatched:
+        listed = ", ".join(
+            f"{m.name!r} ({m.field})" for m in check.mismatched[:MESSAGE_LIMIT]
+        ) + _more(len(check.mismatched))
+        parts.append(f"{_plural(len(check.mismatched), 'tensor')} differ: {listed}")
+    for names, what in (
+        (check.missing, "missing from the file"),
+        (check.extra, "not in the manifest"),
+    ):
+        if names:
+            listed = ", ".join(repr(n) for n in names[:MESSAGE_LIMIT]) + _more(len(names))
+            parts.append(f"{_plural(len(names), 'tensor')} {what}: {listed}")
+    return Finding(
+        "hashes",
+        Status.FAIL,
+        f"does not match the manifest {where!r}: " + "; ".join(parts),
+        "the file is not the checkpoint the manifest was written from (or it was damaged on "
+        "the way); compare it with the original, or re-download it",
+        hashes=check,
     )
 
 

@@ -14,11 +14,14 @@ from typing import TYPE_CHECKING
 from ckptctl.fix import spell
 from ckptctl.report.config import ConfigReport
 from ckptctl.report.diff import DiffReport, OnlyIn, TensorDiff
+from ckptctl.report.manifest import HashCheck, HashReport, TensorHash
 from ckptctl.report.model import SCHEMA_VERSION, ConvertReport, HeaderReport, LsReport
 from ckptctl.report.optimizer import OptimizerCheck, Orphan
 from ckptctl.report.render_summary import error_message
 from ckptctl.report.safe_globals import SafeGlobalsReport
 from ckptctl.report.summary import LoadingSummary
+from ckptctl.report.tree import TreeNode
+from ckptctl.report.values import ShowReport, TensorStats
 from ckptctl.report.verify import FileResult, Finding, VerifyReport
 from ckptctl.safety import PickleSafety
 
@@ -59,6 +62,8 @@ def _ls(report: LsReport) -> dict[str, JSONValue]:
             item["param_id"] = row.param_id
         if row.module_type is not None:
             item["module_type"] = row.module_type
+        if row.stats is not None or report.with_stats:
+            item["stats"] = None if row.stats is None else to_json(row.stats)
         tensors.append(item)
     out: dict[str, JSONValue] = {
         "schema_version": SCHEMA_VERSION,
@@ -85,6 +90,32 @@ def _ls(report: LsReport) -> dict[str, JSONValue]:
         out["objects"] = dict(report.objects)
     if report.stored is not None:
         out["stored"] = {"parameters": report.stored[0], "nbytes": report.stored[1]}
+    if report.tree is not None:
+        out["tree"] = to_json(report.tree)
+    return out
+
+
+@to_json.register(TreeNode)
+def _tree(node: TreeNode) -> dict[str, JSONValue]:
+    out: dict[str, JSONValue] = {
+        "name": node.name,
+        "path": node.path,
+        "tensors": node.tensors,
+        "parameters": node.parameters,
+        "nbytes": node.nbytes,
+    }
+    if node.is_tensor:
+        out["dtype"] = node.dtype
+        out["shape"] = list(node.shape or ())
+        if node.tied_to is not None:
+            out["tied_to"] = node.tied_to
+        return out
+    if node.indices:
+        out["repeat"] = len(node.indices)
+        out["indices"] = list(node.indices)
+    if node.hidden:
+        out["hidden"] = node.hidden
+    out["children"] = [_tree(c) for c in node.children]
     return out
 
 
@@ -228,6 +259,8 @@ def _details(finding: Finding) -> JSONValue:
         return to_json(finding.optimizer)
     if finding.safety is not None:
         return to_json(finding.safety)
+    if finding.hashes is not None:
+        return to_json(finding.hashes)
     return dict(finding.details)
 
 
@@ -395,4 +428,91 @@ def _safe_globals(report: SafeGlobalsReport) -> dict[str, JSONValue]:
         "files": list(report.files),
         "globals": list(report.globals),
         "code": report.code(),
+    }
+
+
+# --- hash ---------------------------------------------------------------------------------------
+
+
+def _hash_item(row: TensorHash) -> dict[str, JSONValue]:
+    return {"name": row.name, "dtype": row.dtype, "shape": list(row.shape), "digest": row.digest}
+
+
+def manifest_line(row: TensorHash) -> str:
+    """One line of a ``ckptctl hash`` manifest (no newline): ``name``, ``dtype``, ``shape``,
+    ``digest`` in this order, ASCII only."""
+    return json.dumps(_hash_item(row), ensure_ascii=True)
+
+
+@to_json.register(HashReport)
+def _hash(report: HashReport) -> dict[str, JSONValue]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "path": report.path,
+        "format": report.format,
+        "algorithm": report.algorithm,
+        "tensors": [_hash_item(t) for t in report.tensors],
+    }
+
+
+@to_json.register(HashCheck)
+def _hash_check(check: HashCheck) -> dict[str, JSONValue]:
+    return {
+        "manifest": check.manifest,
+        "checked": check.checked,
+        "mismatched": [
+            {"name": m.name, "field": m.field, "expected": m.expected, "found": m.found}
+            for m in check.mismatched
+        ],
+        "missing": list(check.missing),
+        "extra": list(check.extra),
+    }
+
+
+# --- show, ls --stats ---------------------------------------------------------------------------
+
+
+def _finite(value: float | None) -> JSONValue:
+    return None if value is None or not math.isfinite(value) else value
+
+
+@to_json.register(TensorStats)
+def _stats(stats: TensorStats) -> dict[str, JSONValue]:
+    out: dict[str, JSONValue] = {
+        "count": stats.count,
+        "min": _finite(stats.min),
+        "max": _finite(stats.max),
+        "mean": _finite(stats.mean),
+        "std": _finite(stats.std),
+        "absmax": _finite(stats.absmax),
+        "zeros": stats.zeros,
+        "zero_share": stats.zero_share,
+        "nan": stats.nan,
+        "inf": stats.inf,
+    }
+    if stats.histogram is not None:
+        out["histogram"] = {
+            "low": stats.histogram.low,
+            "high": stats.histogram.high,
+            "counts": list(stats.histogram.counts),
+        }
+    return out
+
+
+@to_json.register(ShowReport)
+def _show(report: ShowReport) -> dict[str, JSONValue]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "path": report.path,
+        "format": report.format,
+        "tensors": [
+            {
+                "name": t.name,
+                "dtype": t.dtype,
+                "shape": list(t.shape),
+                "preview": t.preview,
+                "stats": None if t.stats is None else to_json(t.stats),
+            }
+            for t in report.tensors
+        ],
     }

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from ckptctl.fix import Note, Option
     from ckptctl.model import HeaderLayout, JSONValue
     from ckptctl.report.summary import LoadingSummary
+    from ckptctl.report.tree import TreeNode
+    from ckptctl.report.values import TensorStats
     from ckptctl.safety import PickleSafety
 
 SCHEMA_VERSION = 1
@@ -34,6 +36,8 @@ class TensorRow:
     param_id: int | None = None
     module_type: str | None = None
     offset: int | None = None
+    #: ``ls --stats``: the values' statistics (None for complex tensors or without --stats)
+    stats: TensorStats | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,10 @@ class LsReport:
     objects: Mapping[str, JSONValue] = field(default_factory=dict)
     #: ``(parameters, bytes)`` really stored when tied weights or views share storage, else None
     stored: tuple[int, int] | None = None
+    #: the module tree (``ls --tree``), else None
+    tree: TreeNode | None = None
+    #: ``ls --stats``: every row carries its statistics
+    with_stats: bool = False
 
     @property
     def totals(self) -> tuple[DTypeTotal, ...]:

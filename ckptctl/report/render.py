@@ -14,12 +14,16 @@ from rich.text import Text
 
 from ckptctl.report.config import ConfigReport
 from ckptctl.report.diff import DiffReport
+from ckptctl.report.json import manifest_line
+from ckptctl.report.manifest import HashReport
 from ckptctl.report.model import ConvertReport, HeaderReport, LsReport
 from ckptctl.report.render_config import render_config
 from ckptctl.report.render_diff import render_diff
+from ckptctl.report.render_values import render_show
 from ckptctl.report.render_verify import render_verify
 from ckptctl.report.safe_globals import SafeGlobalsReport
-from ckptctl.report.text import render_convert, render_header, render_ls
+from ckptctl.report.text import print_lines, render_convert, render_header, render_ls
+from ckptctl.report.values import ShowReport
 from ckptctl.report.verify import VerifyReport
 
 if TYPE_CHECKING:
@@ -73,3 +77,14 @@ def _safe_globals(report: SafeGlobalsReport, console: Console, **options: bool) 
     # code to paste: printed as it is, never wrapped or cropped
     for line in report.code().splitlines():
         console.print(Text(line), no_wrap=True, overflow="ignore", crop=False)
+
+
+@render.register(HashReport)
+def _hash(report: HashReport, console: Console, **options: bool) -> None:
+    # the manifest itself: JSON lines, escaped to ASCII, so they are safe on a terminal too
+    print_lines(console, [manifest_line(row) for row in report.tensors])
+
+
+@render.register(ShowReport)
+def _show(report: ShowReport, console: Console, **options: bool) -> None:
+    render_show(report, console, ascii_only=options.get("ascii_only", False))

@@ -76,6 +76,11 @@ RULES: dict[str, tuple[str, str]] = {
         "The Burn optimizer record attaches to the model's ParamIds",
         "Optimizer states whose ParamId is not in the model start from scratch on resume.",
     ),
+    "hashes": (
+        "Every tensor matches the --hashes manifest",
+        "Each tensor's digest of its canonical bytes, dtype and shape equal the manifest's line "
+        "for it (ckptctl hash), with no tensor missing or extra.",
+    ),
 }
 assert set(RULES) == set(CHECKS)
 

@@ -14,13 +14,14 @@ from ckptctl.report.render_summary import render_summary
 from ckptctl.report.sanitize import sanitize
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from rich.console import Console
     from rich.table import Table
 
     from ckptctl.model import JSONValue
-    from ckptctl.report.model import ConvertReport, HeaderReport, LsReport
+    from ckptctl.report.model import ConvertReport, HeaderReport, LsReport, TensorRow
+    from ckptctl.report.tree import TreeNode
 
 #: Regions of one kind beyond this many are summarised in the byte table (``--all`` shows them).
 MAX_REGION_ROWS = 200
@@ -200,6 +201,15 @@ def format_shape(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
+def format_number(value: float | None) -> str:
+    """A statistic as tables show it: four significant digits, ``-`` when there is none."""
+    if value is None:
+        return "-"
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.4g}"
+
+
 def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) -> None:
     """Print an ``ls`` report: a classification line, the tensor table and totals by dtype.
 
@@ -237,6 +247,9 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
         table.add_column("module")
     if show_ids:
         table.add_column("param_id", justify="right")
+    if report.with_stats:
+        for column in ("min", "max", "mean", "std", "absmax", "zeros", "NaN", "Inf"):
+            table.add_column(column, justify="right")
     for row in report.tensors:
         cells = [
             sanitize(row.name),
@@ -249,8 +262,13 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
             cells.append(sanitize(row.module_type or ""))
         if show_ids:
             cells.append("" if row.param_id is None else str(row.param_id))
+        if report.with_stats:
+            cells += _stat_cells(row)
         table.add_row(*cells)
-    if report.tensors:
+    if report.tree is not None:
+        if report.tensors:
+            print_table(console, _tree_table(report.tree, size, unicode=_is_utf8(console)))
+    elif report.tensors:
         print_table(console, table)
     totals = PlainTable()
     totals.add_column("dtype")
@@ -299,6 +317,69 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
         for key, value in report.scalars.items():
             sc.add_row(sanitize(key), sanitize(json.dumps(value)))
         print_table(console, sc)
+
+
+def _stat_cells(row: TensorRow) -> list[str]:
+    """``ls --stats``' columns of one row (``-`` where a statistic does not exist)."""
+    st = row.stats
+    if st is None:
+        return ["-"] * 8
+    return [
+        format_number(st.min), format_number(st.max), format_number(st.mean),
+        format_number(st.std), format_number(st.absmax), f"{100 * st.zero_share:.1f}%",
+        f"{st.nan:,}", f"{st.inf:,}",
+    ]  # fmt: skip
+
+
+def _is_utf8(console: Console) -> bool:
+    """Whether ``console`` takes box-drawing characters (else the tree is drawn in ASCII)."""
+    encoding = getattr(console.file, "encoding", None) or "utf-8"
+    return encoding.lower().replace("-", "") in ("utf8", "utf8sig")
+
+
+_BRANCHES = {True: ("├── ", "└── ", "│   ", "    "), False: ("|-- ", "`-- ", "|   ", "    ")}
+
+
+def _tree_table(root: TreeNode, size: Callable[[int], str], *, unicode: bool) -> PlainTable:
+    """``ls --tree``: one row per module and tensor, drawn as a tree; a collapsed run of
+    blocks is one row (``layers.{0..31} x32``, totals of all blocks) over its first block."""
+    mid, last, down, blank = _BRANCHES[unicode]
+    times = "\u00d7" if unicode else "x"  # the multiplication sign
+    table = PlainTable()
+    table.add_column("module")
+    table.add_column("dtype")
+    table.add_column("shape")
+    table.add_column("tensors", justify="right")
+    table.add_column("parameters", justify="right")
+    table.add_column("bytes", justify="right")
+    table.add_column("")
+
+    def walk(node: TreeNode, lead: str, branch: str) -> None:
+        label = sanitize(node.name) + (f" {times}{node.repeat}" if node.indices else "")
+        note = ""
+        if node.tied_to is not None:
+            note = f"tied to {sanitize(node.tied_to)} (counted there)"
+        elif node.indices and node.children:
+            first = node.children[0].path.rsplit(".", 1)[0]
+            note = f"below: {sanitize(first)}, one of {node.repeat}"
+        elif node.hidden:
+            note = f"{node.hidden:,} {'child' if node.hidden == 1 else 'children'} not shown"
+        table.add_row(
+            lead + branch + label,
+            node.dtype or "",
+            "" if node.shape is None else format_shape(node.shape),
+            "" if node.is_tensor else f"{node.tensors:,}",
+            f"{node.parameters:,}",
+            size(node.nbytes),
+            note,
+        )
+        inner = lead + (blank if branch in ("", last) else down)
+        for i, child in enumerate(node.children):
+            walk(child, inner if branch else lead, last if i == len(node.children) - 1 else mid)
+
+    for child in root.children:
+        walk(child, "", "")
+    return table
 
 
 #: The text table shows lists up to this many items and text up to this many characters

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from ckptctl.fix import Note
     from ckptctl.model import CheckpointKind, JSONValue
+    from ckptctl.report.manifest import HashCheck
     from ckptctl.report.optimizer import OptimizerCheck
     from ckptctl.report.summary import LoadingSummary
     from ckptctl.safety import PickleSafety
@@ -29,6 +30,7 @@ CHECKS = (
     "expect",
     "no-nan",
     "optimizer",
+    "hashes",
 )
 
 
@@ -67,6 +69,7 @@ class Finding:
         summary: the Tensor Loading Summary (``expect``).
         optimizer: the optimizer state check (``optimizer``).
         safety: the pickle safety verdict (``safe-pickle``).
+        hashes: the file against a manifest (``hashes``).
     """
 
     check: str
@@ -77,6 +80,7 @@ class Finding:
     summary: LoadingSummary | None = None
     optimizer: OptimizerCheck | None = None
     safety: PickleSafety | None = None
+    hashes: HashCheck | None = None
 
 
 @dataclass(frozen=True)

@@ -109,7 +109,7 @@ def test_only_square_weights_are_counted_as_square(run_cli, tmp_path):
     ]
 
 
-@pytest.mark.parametrize(("typed", "meant"), [("inspect", "ls"), ("info", "ls"), ("show", "ls")])
+@pytest.mark.parametrize(("typed", "meant"), [("inspect", "ls"), ("info", "ls"), ("stats", "show")])
 def test_commands_other_tools_have_get_did_you_mean(run_cli, typed, meant):
     result = run_cli(typed, "x")
     assert result.code == 2

@@ -1,0 +1,67 @@
+"""One tensor's bytes, a bounded chunk at a time: what ``hash``, ``show`` and ``ls --stats`` read.
+
+File-backed entries are read with ``preadv`` into one reused buffer
+(:func:`ckptctl._io.read_chunks`), never through the memory map, so a pass over a 100 GB file
+keeps one chunk resident. Strided
+views (``.pt`` views, expanded stride-0 views) are gathered whole rows at a time; other computed
+entries (adapters, compressed storages) produce their bytes in memory anyway and are sliced.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ckptctl.errors import CorruptCheckpointError
+from ckptctl.formats._base import ranged_step
+from ckptctl.sources import CHUNK_BYTES, read_chunks
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from ckptctl.model import TensorEntry
+
+
+def iter_bytes(entry: TensorEntry) -> Iterator[bytes | memoryview]:
+    """The canonical bytes of ``entry`` (C order, little-endian), in order, in pieces of at most
+    ``CHUNK_BYTES`` (whole rows for strided views). A piece is valid until the next is taken.
+
+    Raises:
+        CorruptCheckpointError: the bytes are not ``entry.nbytes`` long.
+    """
+    if entry.nbytes == 0:
+        return
+    located = entry.data.file_range()
+    if located is not None:
+        yield from read_chunks(located[0], located[1], entry.nbytes)
+        return
+    data = entry.data
+    if data.is_ranged():
+        step = ranged_step(entry)
+        for start in range(0, entry.nbytes, step):
+            length = min(step, entry.nbytes - start)
+            piece = data.read_range(start, length)
+            if len(piece) != length:
+                raise CorruptCheckpointError(
+                    f"tensor {entry.name!r} has a short range at byte {start}"
+                )
+            yield piece
+        return
+    raw = memoryview(data.read()).cast("B")
+    if len(raw) != entry.nbytes:
+        raise CorruptCheckpointError(
+            f"tensor {entry.name!r} has {len(raw)} bytes, expected {entry.nbytes}"
+        )
+    for start in range(0, entry.nbytes, CHUNK_BYTES):
+        yield raw[start : start + CHUNK_BYTES]
+
+
+def iter_values(entry: TensorEntry) -> Iterator[Any]:
+    """:func:`iter_bytes` as flat numpy arrays of ``entry.dtype.numpy`` (raw bits for BF16/FP8).
+
+    Every piece holds whole elements: ``CHUNK_BYTES`` and whole rows are multiples of every
+    itemsize. An array is valid until the next is taken.
+    """
+    import numpy as np
+
+    for piece in iter_bytes(entry):
+        yield np.frombuffer(piece, dtype=entry.dtype.numpy)
