@@ -21,7 +21,6 @@ from ckptctl.ops._stream import iter_values
 from ckptctl.report.values import Histogram, TensorStats
 
 if TYPE_CHECKING:
-
     from numpy.typing import NDArray
 
     from ckptctl.model import TensorEntry
