@@ -419,10 +419,6 @@ def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
             push(_OTHER)
             return at
 
-        def appended(target: object) -> None:
-            if target is not _LIST and not _untrusted_call(target):
-                walk.problem("APPEND to something that is not a list", Verdict.NEEDS_TRUST)
-
         def append(at: int) -> int:
             if len(stack) < 2 or (marks and len(stack) <= marks[-1]):
                 raise _Malformed(f"stack underflow at byte {here}")

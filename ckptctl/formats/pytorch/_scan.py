@@ -214,11 +214,6 @@ def _scan_ops(data: bytes, start: int, where: str, budget: int | None = None) ->
         del stack[at:]
         return items
 
-    def below() -> int:
-        if not stack:
-            raise fail("stack underflow")
-        return stack.pop()
-
     def put(index: int) -> None:
         if index < 0 or index > memo_cap:
             raise fail(f"memo index {index} out of range")
