@@ -36,6 +36,18 @@ os.environ.setdefault(
 )
 
 
+#: Time bounds in tests (wall clock or CPU) guard against runaway work (a hang, a quadratic
+#: parse), not speed, which benchmarks/ measures. Under mutmut (it sets ``MUTANT_UNDER_TEST``)
+#: every call into a mutated module goes through a trampoline and two workers share the cores,
+#: so the bounds stretch there; a mutant that loops forever still hits mutmut's own timeout.
+TIME_SLACK = 4.0 if os.environ.get("MUTANT_UNDER_TEST") else 1.0
+
+
+def time_bound(bound: float) -> float:
+    """``bound``, stretched by ``TIME_SLACK`` under mutation testing."""
+    return bound * TIME_SLACK
+
+
 TIERS = ("torch", "corpus")
 _tier_counts = pytest.StashKey[dict[str, int]]()
 REQUIRE_TIERS_ENV = "CKPTCTL_REQUIRE_TIERS"

@@ -27,11 +27,12 @@ from hypothesis import strategies as st
 from ckptctl.errors import CkptError, CkptWarning, CorruptCheckpointError, UnsupportedError
 from ckptctl.formats import get_format, open_checkpoint
 from ckptctl.sources import ByteSource
+from tests.conftest import time_bound
 from tests.contract import exercise
 
 VALID = Path(__file__).resolve().parents[1] / "fixtures" / "valid"
 #: Slowest single example allowed (the issue's bound is 5 s; ours is far below it).
-MAX_SECONDS = 5.0
+MAX_SECONDS = time_bound(5.0)
 
 SEEDS: dict[str, list[bytes]] = {
     "safetensors": [p.read_bytes() for p in sorted((VALID / "safetensors").glob("*.safetensors"))],

@@ -26,11 +26,12 @@ import pytest
 
 from ckptctl import open_checkpoint
 from ckptctl.ops.convert import convert
+from tests.conftest import time_bound
 from tests.contract import exercise
 
 LIMITS = Path(__file__).resolve().parents[1] / "fixtures" / "hostile" / "limits"
 FILES = sorted(p for p in LIMITS.iterdir() if p.suffix in (".safetensors", ".bpk", ".pkl", ".pt"))
-MAX_SECONDS = 5.0
+MAX_SECONDS = time_bound(5.0)
 MAX_BYTES = 256 << 20
 #: Files a reader may open cleanly (their declared sizes are consistent and tiny).
 MAY_OPEN = {
@@ -87,8 +88,8 @@ def test_every_limit_file_has_a_readme_line() -> None:
 #: The bound is the command's own CPU time (user + system: its wall clock on an idle core),
 #: which other processes on a shared machine do not inflate the way they do the wall clock;
 #: ``CHILD_WALL_SECONDS`` still catches a command that waits instead of working.
-CHILD_SECONDS = 10.0
-CHILD_WALL_SECONDS = 60.0
+CHILD_SECONDS = time_bound(10.0)
+CHILD_WALL_SECONDS = time_bound(60.0)
 CHILD_BYTES = 256 << 20
 BUDGET = "asks for more than 33554432 bytes of objects and work"
 #: file -> command -> (exit code, text the output or the error must hold). ``{dst}`` is a
