@@ -38,6 +38,7 @@ def safe_pickle_finding(
         readable: ckptctl read the whole file; when not, a ``safe`` verdict covers what was
             read and does not claim torch loads the file.
     """
+    needs_trust = {g.name for g in safety.untrusted()}
     safety = safety.allowing(allow_globals)
     verdict = safety.verdict
     reached = [g for g in safety.globals if g.reached]
@@ -122,6 +123,16 @@ def safe_pickle_finding(
             Status.OK,
             f"safe as far as read ({found}): nothing torch.load(weights_only=True) refuses, but "
             "the file is unreadable, so torch may not load it either",
+            safety=safety,
+        )
+    allowed = sorted(needs_trust - {g.name for g in safety.untrusted()})
+    if allowed:  # torch loads it only once told the same (add_safe_globals)
+        return Finding(
+            "safe-pickle",
+            Status.OK,
+            f"safe with the allowed globals: torch.load(weights_only=True) loads it inside "
+            f"torch.serialization.safe_globals([{_names(allowed)}]) ({count}, "
+            f"{len(allowed):,} of them allowed)",
             safety=safety,
         )
     return Finding(

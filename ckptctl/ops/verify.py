@@ -35,7 +35,7 @@ import numpy as np
 from ckptctl.dtypes import DType, to_float
 from ckptctl.errors import CkptError, SelectionError, UnknownFormatError, UnsafePickleError
 from ckptctl.fix import Command, Note, Option, hint_of
-from ckptctl.formats import detect_format, open_checkpoint
+from ckptctl.formats import detect_format, open_checkpoint, resolve_path
 from ckptctl.formats._base import ranged_step
 from ckptctl.model import CheckpointKind, StridedData, describe_groups
 from ckptctl.ops._optimizer import OptimizerRecord, check_optimizer, load_record
@@ -342,7 +342,7 @@ def _verify_file(path: str, opts: _Options, walked: bool = False) -> FileResult 
             )
         return FileResult(path, None, None, None, tuple(findings), label=label)
     if fmt == "safetensors-index":
-        index = _check_index(path)
+        index = _check_index(resolve_path(path))  # a directory: its index
         if index is not None:
             findings.append(index)
     try:

@@ -71,7 +71,8 @@ def test_a_sharded_directory_given_is_still_one_checkpoint() -> None:
     report = verify(SHARDED)
     assert [f.path for f in report.files] == [str(SHARDED)]
     assert report.files[0].tensors == 4
-    assert [f.check for f in report.files[0].findings] == ["readable", "flat-reader"]
+    checks = ["readable", "sharded-index", "flat-reader"]  # the index checked as when named
+    assert [f.check for f in report.files[0].findings] == checks
     assert report.skipped == 0
 
 

@@ -310,6 +310,18 @@ def test_needs_trust_fails_warns_with_trust_and_passes_when_allowed(tmp_path, st
     assert trusted.message == plain.message
     allowed = finding(one(path, allow_globals=["mypkg.config.Cfg"]), "safe-pickle")
     assert allowed.status is Status.OK
+    # torch loads it only when told the same: the message says how, never plain "safe"
+    assert str(allowed.message) == (
+        "safe with the allowed globals: torch.load(weights_only=True) loads it inside "
+        "torch.serialization.safe_globals([mypkg.config.Cfg]) (4 globals, 1 of them allowed)"
+        if storage
+        else "safe as far as read (4 globals, all on its allowlist): nothing "
+        "torch.load(weights_only=True) refuses, but the file is unreadable, so torch may not "
+        "load it either"
+    )
+    needless = finding(one(MIN_ZIP, allow_globals=["mypkg.config.Cfg"]), "safe-pickle")
+    assert needless.message == finding(one(MIN_ZIP), "safe-pickle").message
+    assert str(needless.message).startswith("safe: torch.load(weights_only=True) loads it")
     readable = finding(one(path), "readable")
     assert readable.status is (Status.OK if storage else Status.FAIL)
 
@@ -394,8 +406,9 @@ def test_readable_message(path, message):
     assert readable == Finding("readable", Status.OK, message)
 
 
-def test_consistent_index_findings_in_order():
-    result = one(SHARDED / "model.safetensors.index.json")
+@pytest.mark.parametrize("name", ["model.safetensors.index.json", "."], ids=["index", "directory"])
+def test_consistent_index_findings_in_order(name):
+    result = one(SHARDED / name)  # the directory stands for its index: the same checks run
     assert result.findings[1] == Finding(
         "sharded-index", Status.OK, "the index and its shards agree on every tensor"
     )
