@@ -41,6 +41,12 @@ os.environ.setdefault(
 #: every call into a mutated module goes through a trampoline and two workers share the cores,
 #: so the bounds stretch there; a mutant that loops forever still hits mutmut's own timeout.
 TIME_SLACK = 4.0 if os.environ.get("MUTANT_UNDER_TEST") else 1.0
+# mutmut's stats run (which tests reach which function) records calls in this process only; a
+# child process (a CLI run by a test) that inherits MUTANT_UNDER_TEST=stats would look for
+# mutmut's configuration in its own working directory and fail. mutmut keeps its own copy of
+# the value for this process, so the children alone lose it (and run the original code).
+if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+    del os.environ["MUTANT_UNDER_TEST"]
 
 
 def time_bound(bound: float) -> float:
