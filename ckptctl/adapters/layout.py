@@ -117,7 +117,13 @@ def _layout(
     if decision is None or decision.module_type is None:
         if rank2_weight:
             why = decision.evidence if decision else "module type unknown"
-            return entry, (Action(ActionKind.KEEP, _fmt(entry.shape), f"{why}; left as is", label),)
+            # a target's shape decides a non-square weight (a wrong guess is a shape error);
+            # a square one is unproven unless a verdict decided it
+            unproven = entry.shape[0] == entry.shape[1] and (
+                decision is None or decision.transpose is None
+            )
+            keep = Action(ActionKind.KEEP, _fmt(entry.shape), f"{why}; left as is", label, unproven)
+            return entry, (keep,)
         return entry, ()
     module_type = decision.module_type
     is_linear = module_type == "Linear"

@@ -94,11 +94,19 @@ class Match:
 
 @dataclass(frozen=True)
 class Ambiguity:
-    """A target module more than one source module could fill, with nothing to decide."""
+    """A target module more than one source module could fill, with nothing to decide.
+
+    Attributes:
+        target: the target module path.
+        candidates: the source module paths that fit it.
+        names: the target tensor names left missing.
+        sources: for each of ``names``, the source tensor names that could fill it.
+    """
 
     target: str
     candidates: tuple[str, ...]
-    names: tuple[str, ...]  # the target tensor names left missing
+    names: tuple[str, ...]
+    sources: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -270,7 +278,8 @@ def match_modules(
             break
     ambiguous = [
         Ambiguity(t, tuple(s.path for s in cands),
-                  tuple(f"{t}.{n}" if t else n for n in dst[t].names.values()))
+                  tuple(_join(t, n) for n in dst[t].names.values()),
+                  tuple(tuple(_join(s.path, s.names[p]) for s in cands) for p in dst[t].names))
         for t, cands in edges.items() if len(cands) > 1
     ]  # fmt: skip
     return matches, ambiguous

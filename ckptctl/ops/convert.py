@@ -32,6 +32,7 @@ from ckptctl.ops._select import (
 from ckptctl.ops._size_limit import check_size
 from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.model import ConvertReport, PlanRow
+from ckptctl.report.summary import AmbiguityKind, AmbiguousTensor
 from ckptctl.safety import Verdict
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ def convert(
         pipeline = opts.pipeline
         items, notes = run_pipeline(entries, pipeline, target_specs, modules)
         inferred: tuple[tuple[str, str, str], ...] = ()
-        ambiguous: list[str | Note] = []
+        ambiguous: list[AmbiguousTensor] = []
         if target_specs is not None and opts.infer and not _fits(items, target_specs):
             inferred, ambiguous = _infer(entries, pipeline, target_specs)
             if inferred:
@@ -178,7 +179,7 @@ def convert(
             given = [(r, "given") for r in pipeline.remap[: len(pipeline.remap) - len(inferred)]]
             made = [(_rule_text(p, r), e) for p, r, e in inferred]
             write_rules_file(opts.write_rules, [*given, *made], force=opts.force)
-        warnings: list[str | Note] = [*notes, *ambiguous]
+        warnings: list[str | Note] = list(notes)
         outside = outside_state_key(everything, opts.state_key)
         if outside and opts.state_key is not None:
             warnings.insert(0, describe_outside(outside, len(everything), opts.state_key))
@@ -191,10 +192,14 @@ def convert(
         ok = True
         refused: str | Note | None = None
         if target_specs is not None:
-            result = summarize(specs_of(outputs), target_specs, given=tuple(opts.adapters))
+            ambiguous += _unproven_layouts(items, target_specs)
+            result = summarize(specs_of(outputs), target_specs, given=tuple(opts.adapters),
+                               ambiguous=ambiguous)  # fmt: skip
             summary, fixes = result, result.fixes
             ok = result.ok
-            if not ok:
+            if result.ambiguous:
+                refused = _refuse_ambiguous(result.ambiguous)
+            elif not ok:
                 refused = Note(
                     "the output does not fit {fix0}; fix the names (see above) or pass {fix1}",
                     (Option("target", takes_value=True), Option("allow_partial")),
@@ -306,9 +311,32 @@ def _rule_text(pattern: str, replacement: str) -> str:
     return pattern.replace("=", "\\=") + "=" + replacement
 
 
+def _unproven_layouts(items: list[PlanItem], target: Specs) -> list[AmbiguousTensor]:
+    """Target tensors filled by a square weight whose layout nothing decided."""
+    return [
+        AmbiguousTensor(i.entry.name, AmbiguityKind.LAYOUT, (i.source,))
+        for i in items
+        if i.entry is not None and i.entry.name in target and any(a.unproven for a in i.actions)
+    ]
+
+
+def _refuse_ambiguous(ambiguous: tuple[AmbiguousTensor, ...]) -> Note:
+    n = len(ambiguous)
+    names = ", ".join(repr(a.name) for a in ambiguous[:NAMES_SHOWN])
+    names += ", ..." if n > NAMES_SHOWN else ""
+    return Note(
+        f"{n} target tensor{'s are' if n != 1 else ' is'} unproven ({names}): nothing decides "
+        "which source or layout fills "
+        f"{'them' if n != 1 else 'it'}; name {'them' if n != 1 else 'it'} with {{fix0}} or "
+        "{fix1}, or pass {fix2}",
+        (Option("remap", takes_value=True), Option("module_types", takes_value=True),
+         Option("allow_partial")),
+    )  # fmt: skip
+
+
 def _infer(
     entries: list[TensorEntry], pipeline: PipelineOptions, target: Specs
-) -> tuple[tuple[tuple[str, str, str], ...], list[str | Note]]:
+) -> tuple[tuple[tuple[str, str, str], ...], list[AmbiguousTensor]]:
     """Rules from the structure of the renamed source (before adapters) and of the target."""
     from ckptctl.ops._structure import infer_rules
 
@@ -316,15 +344,12 @@ def _infer(
     kept = [i.entry for i in renamed if i.entry is not None]
     source = {e.name: e.shape for e in kept if e.name not in _family_owned(kept)}
     found = infer_rules(source, {n: s for n, (_, s) in target.items()})
-    notes: list[str | Note] = []
-    for amb in found.ambiguous:
-        shown = " or ".join(repr(c) for c in amb.candidates[:NAMES_SHOWN])
-        notes.append(Note(
-            f"target module {amb.target!r} could be filled by {shown}: the same parameters "
-            "and shapes, and nothing in the names decides; not guessed, name it with {fix0}",
-            (Option("remap", takes_value=True),),
-        ))  # fmt: skip
-    return found.rules, notes
+    ambiguous = [
+        AmbiguousTensor(name, AmbiguityKind.SOURCE, sources)
+        for amb in found.ambiguous
+        for name, sources in zip(amb.names, amb.sources, strict=True)
+    ]
+    return found.rules, ambiguous
 
 
 def _family_owned(entries: list[TensorEntry]) -> set[str]:

@@ -1,0 +1,145 @@
+"""Unproven mappings are listed and refused, never counted as applied (issue 24, point 2).
+
+Two kinds: two source tensors that could fill one target (same parameters, shapes and kind,
+no deciding name), and a square rank-2 weight whose module type nothing decides (a Linear
+arrives transposed in Burn, anything else as is; the shape cannot tell).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ckptctl import open_checkpoint, save_checkpoint
+from ckptctl.ops.convert import ConvertOptions, convert
+from ckptctl.report.summary import AmbiguityKind, AmbiguousTensor
+from tests.strategies import array_entry
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+TO_BURN = ("pytorch-to-burn",)
+
+
+def write(path: Path, tensors: dict[str, np.ndarray]) -> Path:
+    save_checkpoint(path, [array_entry(n, a) for n, a in tensors.items()], {}, force=True)
+    return path
+
+
+def square_case(tmp_path: Path) -> tuple[Path, Path, np.ndarray]:
+    mix = np.arange(16, dtype="<f4").reshape(4, 4)
+    src = write(tmp_path / "src.safetensors",
+                {"blk.mix.weight": mix, "blk.fc.weight": np.ones((3, 4), "<f4")})  # fmt: skip
+    ref = write(tmp_path / "ref.bpk", {"blk.mix.weight": np.zeros((4, 4), "<f4"),
+                                       "blk.fc.weight": np.zeros((4, 3), "<f4")})  # fmt: skip
+    return src, ref, mix
+
+
+def test_a_square_weight_of_unknown_type_is_not_applied(tmp_path: Path) -> None:
+    src, ref, _ = square_case(tmp_path)
+    report = convert(src, tmp_path / "o.bpk", ConvertOptions(adapters=TO_BURN, target=str(ref)))
+    summary = report.summary
+    assert summary is not None
+    assert summary.applied == ("blk.fc.weight",)  # the non-square one: the shape decided it
+    assert summary.missing == ()
+    assert summary.errors == ()
+    assert summary.ambiguous == (
+        AmbiguousTensor("blk.mix.weight", AmbiguityKind.LAYOUT, ("blk.mix.weight",)),
+    )
+    assert not summary.ok
+    assert not report.ok
+    assert not report.written
+    assert not (tmp_path / "o.bpk").exists()
+
+
+def test_declaring_the_module_type_proves_the_layout(tmp_path: Path) -> None:
+    src, ref, mix = square_case(tmp_path)
+    opts = ConvertOptions(adapters=TO_BURN, target=str(ref), module_types=(r"\.mix\.=Linear",))
+    report = convert(src, tmp_path / "o.bpk", opts)
+    assert report.ok
+    assert report.summary is not None
+    assert report.summary.applied == ("blk.mix.weight", "blk.fc.weight")
+    assert report.summary.ambiguous == ()
+    with open_checkpoint(tmp_path / "o.bpk") as ckpt:
+        np.testing.assert_array_equal(ckpt["blk.mix.weight"].load(), mix.T)
+    opts = ConvertOptions(adapters=TO_BURN, target=str(ref), module_types=(r"\.mix\.=Other",),
+                          force=True)  # fmt: skip
+    assert convert(src, tmp_path / "o.bpk", opts).ok
+    with open_checkpoint(tmp_path / "o.bpk") as ckpt:
+        np.testing.assert_array_equal(ckpt["blk.mix.weight"].load(), mix)
+
+
+def test_the_cli_refuses_naming_the_unproven_tensor(run_cli, tmp_path: Path) -> None:
+    src, ref, _ = square_case(tmp_path)
+    dst = tmp_path / "o.bpk"
+    result = run_cli("convert", src, dst, "-a", "pytorch-to-burn", "--target", ref)
+    assert result.code == 1
+    assert not dst.exists()
+    assert "│ ✓ Successfully applied: 1 tensors" in result.stdout
+    assert "├─ Ambiguous (not applied: nothing decides; name them)" in result.stdout
+    assert "│    • blk.mix.weight\n│        square weight from 'blk.mix.weight'" in result.stdout
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == (
+        f"ckptctl: nothing written to {dst}: 1 target tensor is unproven ('blk.mix.weight'): "
+        "nothing decides which source or layout fills it; name it with --remap or "
+        "--module-type, or pass --allow-partial"
+    )
+    result = run_cli("convert", src, dst, "-a", "pytorch-to-burn", "--target", ref, "--json")
+    assert result.code == 1
+    data = json.loads(result.stdout)["summary"]
+    assert data["ok"] is False
+    assert data["counts"]["applied"] == 1
+    assert data["counts"]["ambiguous"] == 1
+    assert data["ambiguous"] == [
+        {"name": "blk.mix.weight", "kind": "layout", "candidates": ["blk.mix.weight"]}
+    ]
+    result = run_cli("convert", src, dst, "-a", "pytorch-to-burn", "--target", ref,
+                     "--allow-partial")  # fmt: skip
+    assert result.code == 1  # written, but the check still fails
+    assert dst.exists()
+
+
+def two_sources(tmp_path: Path) -> tuple[Path, Path]:
+    rng = np.random.default_rng(0)
+    src = write(tmp_path / "src.safetensors", {
+        "blk.a.weight": rng.standard_normal((4, 4)).astype("<f4"),
+        "blk.b.weight": rng.standard_normal((4, 4)).astype("<f4"),
+        "blk.c.weight": rng.standard_normal((4, 6)).astype("<f4"),
+    })  # fmt: skip
+    ref = write(tmp_path / "ref.bpk", {"blk.x.weight": np.zeros((4, 4), "<f4"),
+                                       "blk.y.weight": np.zeros((4, 4), "<f4"),
+                                       "blk.z.weight": np.zeros((4, 6), "<f4")})  # fmt: skip
+    return src, ref
+
+
+def test_two_sources_for_one_target_are_listed_and_refused(run_cli, tmp_path: Path) -> None:
+    src, ref = two_sources(tmp_path)
+    report = convert(src, tmp_path / "o.bpk", ConvertOptions(target=str(ref)))
+    summary = report.summary
+    assert summary is not None
+    assert summary.applied == ("blk.z.weight",)  # blk.c: the only source that fits
+    assert [m.name for m in summary.missing] == ["blk.x.weight", "blk.y.weight"]
+    pair = ("blk.a.weight", "blk.b.weight")
+    assert summary.ambiguous == (
+        AmbiguousTensor("blk.x.weight", AmbiguityKind.SOURCE, pair),
+        AmbiguousTensor("blk.y.weight", AmbiguityKind.SOURCE, pair),
+    )
+    assert report.inferred == ((r"^blk\.c\.(weight)$", "blk.z.$1",
+                                "the only source module whose parameters fit"),)  # fmt: skip
+    result = run_cli("convert", src, tmp_path / "o.bpk", "--target", ref)
+    assert result.code == 1
+    assert "│        could be 'blk.a.weight' or 'blk.b.weight': same parameters and shapes; " \
+        "add a remap rule" in result.stdout  # fmt: skip
+    assert "2 target tensors are unproven ('blk.x.weight', 'blk.y.weight')" in result.stderr
+
+
+def test_a_rule_that_names_them_resolves_the_ambiguity(tmp_path: Path) -> None:
+    src, ref = two_sources(tmp_path)
+    opts = ConvertOptions(target=str(ref), remap=(r"^blk\.a\.=blk.x.", r"^blk\.b\.=blk.y."))
+    report = convert(src, tmp_path / "o.bpk", opts)
+    assert report.ok
+    assert report.summary is not None
+    assert report.summary.ambiguous == ()
+    assert report.summary.applied == ("blk.x.weight", "blk.y.weight", "blk.z.weight")
