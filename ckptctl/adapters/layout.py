@@ -101,6 +101,18 @@ def _fmt(shape: tuple[int, ...]) -> str:
 _PRELU = {"pytorch-to-burn": {"weight": "alpha"}, "burn-to-pytorch": {"alpha": "weight"}}
 
 
+def will_transpose(entry: TensorEntry, decision: Decision | None) -> bool:
+    """Whether the layout adapters transpose ``entry`` under ``decision``: a rank-2 ``weight``
+    of a Linear, unless the target's shapes gave another verdict; never a family's output."""
+    if decision is None or decision.done or decision.module_type is None:
+        return False
+    if entry.name.rpartition(".")[2] != "weight" or len(entry.shape) != 2:
+        return False
+    return (
+        decision.transpose if decision.transpose is not None else decision.module_type == "Linear"
+    )
+
+
 def _layout(
     entry: TensorEntry,
     decision: Decision | None,
@@ -126,11 +138,7 @@ def _layout(
             return entry, (keep,)
         return entry, ()
     module_type = decision.module_type
-    is_linear = module_type == "Linear"
-    do_transpose = rank2_weight and (
-        decision.transpose if decision.transpose is not None else is_linear
-    )
-    if do_transpose:
+    if will_transpose(entry, decision):
         out = transposed(entry)
         detail = f"{_fmt(entry.shape)} -> {_fmt(out.shape)}"
         return out, (

@@ -16,13 +16,15 @@ from typing import TYPE_CHECKING
 from ckptctl.adapters import PlanItem
 from ckptctl.adapters.pipeline import NAMES_SHOWN, PipelineOptions, run_pipeline
 from ckptctl.adapters.rename import parse_rules, unmatched_rules
-from ckptctl.errors import SelectionError
+from ckptctl.adapters.rope import needs_interleaving
+from ckptctl.errors import CkptError, SelectionError
 from ckptctl.fix import Note, Option
 from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint
 from ckptctl.formats.sharded import write_sharded
 from ckptctl.model import CheckpointKind, TensorData, describe_groups
 from ckptctl.ops._migrate import migration_plan
 from ckptctl.ops._select import (
+    add_ties,
     describe_outside,
     outside_state_key,
     select_state_key,
@@ -39,7 +41,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from ckptctl.dtypes import DType
-    from ckptctl.model import Checkpoint, Progress, TensorEntry
+    from ckptctl.model import Checkpoint, JSONValue, Progress, TensorEntry
+    from ckptctl.report.summary import LoadingSummary
     from ckptctl.sources import ByteSource
 
     Specs = Mapping[str, tuple[DType, tuple[int, ...]]]
@@ -77,6 +80,8 @@ class ConvertOptions:
         fsync: flush the output to disk before renaming it into place.
         jobs: shards written at once with ``max_shard_bytes`` (the files do not depend on it).
         dry_run: plan only, write nothing.
+        ties: ``NAME=SOURCE`` declarations: write a copy of the source tensor SOURCE under
+            NAME, before the remap rules (a tied weight the file stores once).
         remap_file: a rules file (``PATTERN=REPLACEMENT`` lines, ``#`` comments) whose rules
             run before ``remap``.
         write_rules: write the rules used (given and inferred from the target) to this file,
@@ -109,6 +114,7 @@ class ConvertOptions:
     fsync: bool = True
     jobs: int = 1
     dry_run: bool = False
+    ties: tuple[str, ...] = ()
     remap_file: str | None = None
     write_rules: str | None = None
     infer: bool = True
@@ -163,7 +169,7 @@ def convert(
     target_specs = _read_specs(opts.target) if opts.target else None
     with open_checkpoint(src) as ckpt:
         everything = ckpt.entries()
-        entries = select_state_key(everything, opts.state_key, ckpt)
+        entries = add_ties(select_state_key(everything, opts.state_key, ckpt), opts.ties)
         modules = ckpt.structure.modules if ckpt.structure and not opts.state_key else None
         pipeline = opts.pipeline
         items, notes = run_pipeline(entries, pipeline, target_specs, modules)
@@ -180,6 +186,17 @@ def convert(
             made = [(_rule_text(p, r), e) for p, r, e in inferred]
             write_rules_file(opts.write_rules, [*given, *made], force=opts.force)
         warnings: list[str | Note] = list(notes)
+        rope = needs_interleaving(
+            [(i.source, i.entry.name) for i in items if i.entry is not None], opts.adapters
+        )
+        if rope:
+            warnings.append(Note(
+                f"{rope} q/k projections go from Hugging Face's q_proj/k_proj to wq/wk: Hugging "
+                "Face stores them in the half-split RoPE layout, Meta's Llama and llama-burn in "
+                "the interleaved one; add {fix0} with the model's num_attention_heads and "
+                "num_key_value_heads (its config.json)",
+                (Option("adapters", "rope-interleaved:HEADS,KV_HEADS"),),
+            ))  # fmt: skip
         outside = outside_state_key(everything, opts.state_key)
         if outside and opts.state_key is not None:
             warnings.insert(0, describe_outside(outside, len(everything), opts.state_key))
@@ -195,6 +212,9 @@ def convert(
             ambiguous += _unproven_layouts(items, target_specs)
             result = summarize(specs_of(outputs), target_specs, given=tuple(opts.adapters),
                                ambiguous=ambiguous)  # fmt: skip
+            ties = _suggest_ties(result, entries, pipeline, target_specs, modules)
+            if ties:
+                result = replace(result, fixes=(*result.fixes, *ties))
             summary, fixes = result, result.fixes
             ok = result.ok
             if result.ambiguous:
@@ -309,6 +329,48 @@ def _fits(items: list[PlanItem], target: Specs) -> bool:
 
 def _rule_text(pattern: str, replacement: str) -> str:
     return pattern.replace("=", "\\=") + "=" + replacement
+
+
+def _suggest_ties(
+    summary: LoadingSummary,
+    entries: list[TensorEntry],
+    pipeline: PipelineOptions,
+    target: Specs,
+    modules: Mapping[str, tuple[str, Mapping[str, JSONValue]]] | None,
+) -> list[Option]:
+    """``ties`` for missing target tensors that exactly one source tensor could be a copy of
+    (its shape, or a rank-2 transpose, and the same kind: weight, bias), each verified: with
+    the copy, the pipeline makes the missing name with the target's shape. A last resort:
+    none while another fix (a rule, an adapter) is suggested, as that may make the name."""
+    if summary.fixes:
+        return []
+    unsure = {a.name for a in summary.ambiguous}
+    out: list[Option] = []
+    for missing in summary.missing[: NAMES_SHOWN * 3]:
+        name = missing.name
+        if name in unsure:
+            continue
+        shape = target[name][1]
+        kind = _kind(name)
+        fits = [e for e in entries if _kind(e.name) == kind and (e.shape == shape or (
+            len(shape) == 2 and shape[0] != shape[1] and e.shape == shape[::-1]))]  # fmt: skip
+        if len(fits) != 1:
+            continue
+        copy = fits[0].renamed(name)
+        try:
+            items, _ = run_pipeline([*entries, copy], pipeline, target, modules)
+        except CkptError:
+            continue
+        made = next((i.entry for i in items if i.source == name and i.entry is not None), None)
+        if made is not None and made.name == name and made.shape == shape:
+            out.append(Option("ties", f"{name}={fits[0].name}"))
+    return out
+
+
+def _kind(name: str) -> str:
+    """``weight`` or ``bias`` (norm ``gamma``/``beta`` too), from a name's last word."""
+    last = name.rpartition(".")[2].rpartition("_")[2]
+    return {"gamma": "weight", "beta": "bias"}.get(last, last)
 
 
 def _unproven_layouts(items: list[PlanItem], target: Specs) -> list[AmbiguousTensor]:

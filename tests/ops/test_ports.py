@@ -86,11 +86,11 @@ def test_rules_as_rust_source(tmp_path: Path) -> None:
     assert r'(r#"^pooler\.dense\.(bias|weight)$"#, r#"pooler.output.$1"#),' in text
 
 
-def test_llama_names_and_layouts_are_the_ports_but_for_the_rope_permutation(
+def test_llama_without_the_rope_adapter_is_the_port_but_for_the_permutation_and_says_so(
     tmp_path: Path,
 ) -> None:
-    # llama-burn's "tiny" path permutes wq/wk after loading (Hugging Face's half-split RoPE
-    # layout); every other tensor, square wq/wo included, must be the port's
+    # llama-burn permutes wq/wk after loading (Hugging Face's half-split RoPE layout); every
+    # other tensor, square wq/wo included, must be the port's
     report = to_burn("llama", tmp_path / "o.bpk")
     assert report.ok  # type: ignore[attr-defined]
     got, want = read(tmp_path / "o.bpk"), load_file(str(FIXTURES / "llama_expected.safetensors"))
@@ -110,29 +110,80 @@ def test_llama_names_and_layouts_are_the_ports_but_for_the_rope_permutation(
     # the LM head is the output Linear, never the token embeddings (same shape)
     np.testing.assert_array_equal(got["output.weight"], sd["lm_head.weight"].T)
     np.testing.assert_array_equal(got["tok_embeddings.weight"], sd["model.embed_tokens.weight"])
+    rope = [str(w) for w in report.warnings if "RoPE" in str(w)]  # type: ignore[attr-defined]
+    assert len(rope) == 1
+    assert rope[0].startswith("4 q/k projections go from Hugging Face's q_proj/k_proj to wq/wk")
+
+
+LLAMA_ROPE = "rope-interleaved:2,1"  # the fixture's num_attention_heads, num_key_value_heads
+
+
+@pytest.mark.parametrize("adapters", [(*TO_BURN, LLAMA_ROPE), (LLAMA_ROPE, *TO_BURN)])
+def test_llama_with_the_rope_adapter_is_the_ports_record(
+    adapters: tuple[str, ...], tmp_path: Path
+) -> None:
+    # before or after the transpose: the adapter permutes the output features either way
+    opts = ConvertOptions(adapters=adapters, target=str(FIXTURES / "llama_target.bpk"))
+    report = convert(FIXTURES / "llama.safetensors", tmp_path / "o.bpk", opts)
+    assert report.ok
+    assert not [w for w in report.warnings if "RoPE" in str(w)]
+    got, want = read(tmp_path / "o.bpk"), load_file(str(FIXTURES / "llama_expected.safetensors"))
+    assert sorted(got) == sorted(want)
+    assert_port_record(got, want)
+
+
+def test_llama_rules_reproduce_it_without_the_target(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.txt"
+    to_burn("llama", tmp_path / "a.bpk", write_rules=str(rules))
+    to_burn("llama", tmp_path / "r.bpk", write_rules=str(tmp_path / "rules.rs"), dry_run=True)
+    text = (tmp_path / "rules.rs").read_text()
+    assert r'(r#"^model\.embed_tokens\.(weight)$"#, r#"tok_embeddings.$1"#),' in text
+    opts = ConvertOptions(adapters=(*TO_BURN, LLAMA_ROPE), remap_file=str(rules))
+    report = convert(FIXTURES / "llama.safetensors", tmp_path / "b.bpk", opts)
+    assert report.written
+    assert_port_record(read(tmp_path / "b.bpk"),
+                       load_file(str(FIXTURES / "llama_expected.safetensors")))  # fmt: skip
+
+
+# Hugging Face drops tied duplicates on save (transformers' _tied_weights_keys): RoBERTa's
+# lm_head.decoder.weight is the word embeddings and lm_head.decoder.bias is lm_head.bias;
+# ALBERT's predictions.decoder.bias is predictions.bias (the port loads it as mlm_decoder_bias)
+TIES = {
+    "roberta": ("lm_head.decoder.bias=lm_head.bias",
+                "lm_head.decoder.weight=roberta.embeddings.word_embeddings.weight"),
+    "albert": ("mlm_decoder_bias=predictions.bias",),
+}  # fmt: skip
+
+
+def tied_expected(case: str) -> dict[str, np.ndarray]:
+    want = load_file(str(FIXTURES / f"{case}_expected.safetensors"))
+    if case == "albert":  # what the port loads from a checkpoint that keeps the tied copy
+        source = load_file(str(FIXTURES / "albert.safetensors"))
+        want["mlm_decoder_bias"] = source["predictions.bias"]
+    return want
 
 
 @pytest.mark.parametrize(
     ("case", "refused"),
     [
-        # Hugging Face drops the tied decoder on save: the port ties it in code
         ("roberta", {"lm_head.decoder.weight", "lm_head.decoder.bias"}),
-        # the port loads predictions.decoder.bias, which save_pretrained drops (tied to
-        # predictions.bias): Burn's Param has no module to match a source module against
+        # the port's Param mlm_decoder_bias has no module to match a source module against
         ("albert", {"mlm_decoder_bias"}),
     ],
 )
-def test_what_the_names_cannot_prove_is_refused_by_name_and_the_rest_is_right(
+def test_what_the_names_cannot_prove_is_refused_by_name_and_the_tie_suggested(
     case: str, refused: set[str], tmp_path: Path
 ) -> None:
     report = to_burn(case, tmp_path / "o.bpk")
     assert not report.ok  # type: ignore[attr-defined]
+    assert not report.written  # type: ignore[attr-defined]
     summary = report.summary  # type: ignore[attr-defined]
     assert {m.name for m in summary.missing} == refused
     assert all(
         m.suggestion is None or m.suggestion.rpartition(".")[2] == m.name.rpartition(".")[2]
         for m in summary.missing
     )  # no bias for a weight
+    assert [f.value for f in summary.fixes if f.name == "ties"] == list(TIES[case])
     report = to_burn(case, tmp_path / "p.bpk", allow_partial=True)
     want = load_file(str(FIXTURES / f"{case}_expected.safetensors"))
     got = read(tmp_path / "p.bpk")
@@ -141,10 +192,37 @@ def test_what_the_names_cannot_prove_is_refused_by_name_and_the_rest_is_right(
     assert_port_record(got, {k: v for k, v in want.items() if k not in refused}, unused)
 
 
-@pytest.mark.parametrize("case", [*EXACT, "llama", "roberta", "albert"])
-def test_no_tensor_lands_in_a_wrong_role_target(case: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("case", sorted(TIES))
+def test_with_the_suggested_ties_the_record_is_the_ports(case: str, tmp_path: Path) -> None:
+    report = to_burn(case, tmp_path / "o.bpk", ties=TIES[case])
+    assert report.ok, report.summary  # type: ignore[attr-defined]
+    want = tied_expected(case)
+    assert sorted(want) == sorted(target_names(case))  # now the port fills every field
+    unused = report.summary.unused  # type: ignore[attr-defined]
+    assert unused == (("lm_head.bias",) if case == "roberta" else ("predictions.bias",))
+    assert_port_record(read(tmp_path / "o.bpk"), want, frozenset(unused))
+
+
+@pytest.mark.parametrize("case", sorted(TIES))
+def test_ties_and_written_rules_reproduce_it_without_the_target(case: str, tmp_path: Path) -> None:
+    rules = tmp_path / "rules.txt"
+    to_burn(case, tmp_path / "a.bpk", ties=TIES[case], write_rules=str(rules))
+    opts = ConvertOptions(adapters=TO_BURN, ties=TIES[case], remap_file=str(rules))
+    report = convert(FIXTURES / f"{case}.safetensors", tmp_path / "b.bpk", opts)
+    assert report.written
+    got = read(tmp_path / "b.bpk")
+    assert_port_record(got, tied_expected(case), frozenset(set(got) - set(target_names(case))))
+
+
+@pytest.mark.parametrize(
+    ("case", "ties"),
+    [*((c, ()) for c in (*EXACT, "llama", "roberta", "albert")), *TIES.items()],
+)
+def test_no_tensor_lands_in_a_wrong_role_target(
+    case: str, ties: tuple[str, ...], tmp_path: Path
+) -> None:
     """Every tensor the inferred rules place is where the port's own rules place it."""
-    report = to_burn(case, tmp_path / "o.bpk", dry_run=True)
+    report = to_burn(case, tmp_path / "o.bpk", dry_run=True, ties=ties)
     want = load_file(str(FIXTURES / f"{case}_expected.safetensors"))
     sd = load_file(str(FIXTURES / f"{case}.safetensors"))
     by_value: dict[str, set[str]] = {}
@@ -154,9 +232,14 @@ def test_no_tensor_lands_in_a_wrong_role_target(case: str, tmp_path: Path) -> No
                 np.array_equal(value, array) or np.array_equal(value.T, array)
             ):
                 by_value.setdefault(name, set()).add(src)
+    origin = dict(t.split("=") for t in ties)  # a tie's copy is read from its SOURCE
+    placed = 0
     for row in report.plan:  # type: ignore[attr-defined]
         if row.target in want and row.target in by_value:
-            assert row.source in by_value[row.target], (row.source, row.target)
+            assert origin.get(row.source, row.source) in by_value[row.target], row
+            placed += 1
+    made = {row.target for row in report.plan}  # type: ignore[attr-defined]
+    assert placed == len(by_value.keys() & made) >= len(want) - 4  # not vacuous
 
 
 def test_the_wrong_suggestions_of_the_issue_are_gone(tmp_path: Path) -> None:

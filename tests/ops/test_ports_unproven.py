@@ -11,6 +11,7 @@ import json
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pytest
 
 from ckptctl import open_checkpoint, save_checkpoint
 from ckptctl.ops.convert import ConvertOptions, convert
@@ -143,3 +144,38 @@ def test_a_rule_that_names_them_resolves_the_ambiguity(tmp_path: Path) -> None:
     assert report.summary is not None
     assert report.summary.ambiguous == ()
     assert report.summary.applied == ("blk.x.weight", "blk.y.weight", "blk.z.weight")
+
+
+def test_a_tie_writes_a_copy_under_the_new_name(run_cli, tmp_path: Path) -> None:
+    emb = np.arange(12, dtype="<f4").reshape(4, 3)
+    src = write(tmp_path / "src.safetensors", {"embed.weight": emb})
+    dst = tmp_path / "o.safetensors"
+    result = run_cli("convert", src, dst, "--tie", "head.weight=embed.weight")
+    assert result.code == 0, result.stderr
+    with open_checkpoint(dst) as ckpt:
+        assert list(ckpt) == ["embed.weight", "head.weight"]
+        np.testing.assert_array_equal(ckpt["head.weight"].load(), emb)
+
+
+def test_bad_ties_are_refused_by_name(run_cli, tmp_path: Path) -> None:
+    from ckptctl.errors import SelectionError
+    from ckptctl.ops._select import add_ties
+
+    src = write(tmp_path / "src.safetensors", {"embed.weight": np.zeros((2, 2), "<f4")})
+    with open_checkpoint(src) as ckpt:
+        entries = list(ckpt.values())
+    cases = {
+        "head.weight": "tie 'head.weight' is not NAME=SOURCE",
+        "=embed.weight": "tie '=embed.weight' is not NAME=SOURCE",
+        "head.weight=embed.weigth": "tie 'head.weight=embed.weigth': no tensor 'embed.weigth' in "
+        "the source; did you mean 'embed.weight'?",
+        "embed.weight=embed.weight": "tie 'embed.weight=embed.weight': the source already has "
+        "a tensor 'embed.weight'",
+    }
+    for text, message in cases.items():
+        with pytest.raises(SelectionError) as info:
+            add_ties(entries, [text])
+        assert info.value.message == message
+    result = run_cli("convert", src, tmp_path / "o.safetensors", "--tie", "x=nothing")
+    assert result.code == 2
+    assert "tie 'x=nothing': no tensor 'nothing' in the source" in result.stderr
