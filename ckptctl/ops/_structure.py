@@ -32,7 +32,7 @@ from ckptctl.adapters.families import is_enum_variant_segment
 from ckptctl.adapters.rename import parse_rules, remap_name
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 Shape = tuple[int, ...]
 
@@ -233,9 +233,15 @@ def _drop_variants(path: str) -> str:
 
 
 def match_modules(
-    source: Mapping[str, Shape], target: Mapping[str, Shape]
+    source: Mapping[str, Shape],
+    target: Mapping[str, Shape],
+    same: Callable[[str, str], bool] | None = None,
 ) -> tuple[list[Match], list[Ambiguity]]:
-    """Pair the source modules the target lacks with the target modules the source lacks."""
+    """Pair the source modules the target lacks with the target modules the source lacks.
+
+    With ``same``, a target module several source modules fit goes to the one candidate whose
+    every tensor holds the target's values (a target record with real values).
+    """
     src = _modules(source, target=False)
     dst = _modules(target, target=True)
     free_src = {p: m for p, m in src.items() if p not in dst}
@@ -268,14 +274,16 @@ def match_modules(
                 shared = sorted(x.lstrip("=") for x in s.tokens & free_dst[t].tokens)
                 evidence = f"names agree ({', '.join(shared) or 'a matched sibling'})"
             matches.append(Match(s.path, t, tuple(s.names.values()), evidence))
-            sp = s.path.rpartition(".")[0]
-            parents[sp] = _drop_variants(t).rpartition(".")[0]
-            del edges[t]
-            for other in edges.values():
-                if s in other:
-                    other.remove(s)
+            _take(s, t, edges, parents)
             progress = True
             break
+        found = None if progress or same is None else _by_values(edges, free_dst, same)
+        if found is not None:  # names and shapes decide nothing more: the values do
+            s, t = found
+            evidence = "values equal the target's (bytes, or the transpose)"
+            matches.append(Match(s.path, t, tuple(s.names.values()), evidence))
+            _take(s, t, edges, parents)
+            progress = True
     ambiguous = [
         Ambiguity(t, tuple(s.path for s in cands),
                   tuple(_join(t, n) for n in dst[t].names.values()),
@@ -285,18 +293,51 @@ def match_modules(
     return matches, ambiguous
 
 
-def infer_rules(source: Mapping[str, Shape], target: Mapping[str, Shape]) -> Inference:
+def _take(s: _Module, t: str, edges: dict[str, list[_Module]], parents: dict[str, str]) -> None:
+    """Record the pair ``s`` -> ``t``: neither is free any more."""
+    parents[s.path.rpartition(".")[0]] = _drop_variants(t).rpartition(".")[0]
+    del edges[t]
+    for other in edges.values():
+        if s in other:
+            other.remove(s)
+
+
+def _by_values(
+    edges: Mapping[str, list[_Module]], free_dst: Mapping[str, _Module],
+    same: Callable[[str, str], bool],
+) -> tuple[_Module, str] | None:  # fmt: skip
+    """The first target module that exactly one of its candidates fills with equal values."""
+    for t, cands in edges.items():
+        if len(cands) < 2:
+            continue
+        dst = free_dst[t]
+        equal = [
+            c for c in cands
+            if all(same(_join(c.path, c.names[p]), _join(t, dst.names[p])) for p in dst.params)
+        ]  # fmt: skip
+        if len(equal) == 1:
+            return equal[0], t
+    return None
+
+
+def infer_rules(
+    source: Mapping[str, Shape],
+    target: Mapping[str, Shape],
+    same: Callable[[str, str], bool] | None = None,
+) -> Inference:
     """Rules that rename source modules onto the target's, proven pair by pair.
 
     Args:
         source: source tensor names and shapes (before any layout adapter).
         target: target tensor names and shapes.
+        same: compares a source tensor's values with a target tensor's (a target record with
+            real values): decides among candidates names and shapes leave open.
 
     Returns:
         The proven matches, the ambiguities and the verified rules (empty when the rules
         would rename anything they do not claim).
     """
-    matches, ambiguous = match_modules(source, target)
+    matches, ambiguous = match_modules(source, target, same)
     rules = _rules(matches, source)
     expected = {}
     for m in matches:

@@ -175,17 +175,30 @@ def convert(
         items, notes = run_pipeline(entries, pipeline, target_specs, modules)
         inferred: tuple[tuple[str, str, str], ...] = ()
         ambiguous: list[AmbiguousTensor] = []
-        if target_specs is not None and opts.infer and not _fits(items, target_specs):
-            inferred, ambiguous = _infer(entries, pipeline, target_specs)
+        if (
+            opts.target
+            and target_specs is not None
+            and opts.infer
+            and not _fits(items, target_specs)
+        ):
+            inferred, ambiguous = _infer(entries, pipeline, target_specs, opts.target)
             if inferred:
                 pipeline = replace(pipeline, remap=pipeline.remap + tuple(
                     _rule_text(p, r) for p, r, _ in inferred))  # fmt: skip
+                items, notes = run_pipeline(entries, pipeline, target_specs, modules)
+        declared: list[tuple[str, Note]] = []
+        if target_specs is not None and opts.target is not None:
+            unproven = _unproven_layouts(items, target_specs)
+            declared = _layouts_by_values(unproven, items, opts.target) if unproven else []
+            if declared:  # the target's values decide square layouts nothing else decided
+                pipeline = replace(pipeline, module_types=pipeline.module_types + tuple(
+                    rule for rule, _ in declared))  # fmt: skip
                 items, notes = run_pipeline(entries, pipeline, target_specs, modules)
         if opts.write_rules:
             given = [(r, "given") for r in pipeline.remap[: len(pipeline.remap) - len(inferred)]]
             made = [(_rule_text(p, r), e) for p, r, e in inferred]
             write_rules_file(opts.write_rules, [*given, *made], force=opts.force)
-        warnings: list[str | Note] = list(notes)
+        warnings: list[str | Note] = [*notes, *(note for _, note in declared)]
         rope = needs_interleaving(
             [(i.source, i.entry.name) for i in items if i.entry is not None], opts.adapters
         )
@@ -373,6 +386,50 @@ def _kind(name: str) -> str:
     return {"gamma": "weight", "beta": "bias"}.get(last, last)
 
 
+def _same_values(source: TensorEntry, ref: TensorEntry) -> str | None:
+    """``equal`` or ``transposed`` when ``ref`` holds ``source``'s values (bytes, or the bytes
+    of the rank-2 transpose), else None; different dtypes or sizes are never equal."""
+    import numpy as np
+
+    if source.dtype is not ref.dtype or source.numel != ref.numel:
+        return None
+    a, b = source.load(), ref.load()
+    if a.shape == b.shape and a.tobytes() == b.tobytes():
+        return "equal"
+    if (
+        a.ndim == 2
+        and a.shape[::-1] == b.shape
+        and np.ascontiguousarray(a.T).tobytes() == b.tobytes()
+    ):
+        return "transposed"
+    return None
+
+
+def _layouts_by_values(
+    unproven: list[AmbiguousTensor], items: list[PlanItem], target: str
+) -> list[tuple[str, Note]]:
+    """``--module-type`` rules for the square weights whose target holds their values (as is:
+    not a Linear; transposed: a Linear), each with the note that reports the check."""
+    import re
+
+    by_name = {i.entry.name: i.entry for i in items if i.entry is not None}
+    out = []
+    with open_checkpoint(target) as ref:
+        for amb in unproven:
+            found = _same_values(by_name[amb.name], ref[amb.name])
+            if found is None:
+                continue
+            module_type = "Linear" if found == "transposed" else "Other"
+            rule = f"^{re.escape(amb.name)}$={module_type}"
+            out.append((rule, Note(
+                f"value check: the target's {amb.name!r} holds the source's values "
+                f"{'transposed: a Linear' if found == 'transposed' else 'as they are: kept'}; "
+                "to keep this without the target pass {fix0}",
+                (Option("module_types", rule),),
+            )))  # fmt: skip
+    return out
+
+
 def _unproven_layouts(items: list[PlanItem], target: Specs) -> list[AmbiguousTensor]:
     """Target tensors filled by a square weight whose layout nothing decided."""
     return [
@@ -397,15 +454,23 @@ def _refuse_ambiguous(ambiguous: tuple[AmbiguousTensor, ...]) -> Note:
 
 
 def _infer(
-    entries: list[TensorEntry], pipeline: PipelineOptions, target: Specs
+    entries: list[TensorEntry], pipeline: PipelineOptions, target: Specs, path: str
 ) -> tuple[tuple[tuple[str, str, str], ...], list[AmbiguousTensor]]:
-    """Rules from the structure of the renamed source (before adapters) and of the target."""
+    """Rules from the structure of the renamed source (before adapters) and of the target;
+    where that leaves a choice open, from the target's values (``path``)."""
     from ckptctl.ops._structure import infer_rules
 
     renamed, _ = run_pipeline(entries, replace(pipeline, adapters=(), module_types=()))
     kept = [i.entry for i in renamed if i.entry is not None]
     source = {e.name: e.shape for e in kept if e.name not in _family_owned(kept)}
-    found = infer_rules(source, {n: s for n, (_, s) in target.items()})
+    shapes = {n: s for n, (_, s) in target.items()}
+    found = infer_rules(source, shapes)
+    if found.ambiguous:
+        by_name = {e.name: e for e in kept}
+        with open_checkpoint(path) as ref:
+            found = infer_rules(
+                source, shapes, lambda s, t: _same_values(by_name[s], ref[t]) is not None
+            )
     ambiguous = [
         AmbiguousTensor(name, AmbiguityKind.SOURCE, sources)
         for amb in found.ambiguous

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from ckptctl import open_checkpoint, save_checkpoint
+from ckptctl.fix import Note, Option
 from ckptctl.ops.convert import ConvertOptions, convert
 from ckptctl.report.summary import AmbiguityKind, AmbiguousTensor
 from tests.strategies import array_entry
@@ -179,3 +180,66 @@ def test_bad_ties_are_refused_by_name(run_cli, tmp_path: Path) -> None:
     result = run_cli("convert", src, tmp_path / "o.safetensors", "--tie", "x=nothing")
     assert result.code == 2
     assert "tie 'x=nothing': no tensor 'nothing' in the source" in result.stderr
+
+
+# --- value evidence (point 4): a target record with real values decides ---------------------
+
+VALUES = "values equal the target's (bytes, or the transpose)"
+
+
+def test_the_targets_values_decide_between_two_sources(tmp_path: Path) -> None:
+    src, _ = two_sources(tmp_path)
+    with open_checkpoint(src) as ckpt:
+        sd = {n: np.array(e.load()) for n, e in ckpt.items()}
+    ref = write(tmp_path / "trained.bpk", {"blk.x.weight": sd["blk.b.weight"],
+                                           "blk.y.weight": sd["blk.a.weight"].T.copy(),
+                                           "blk.z.weight": sd["blk.c.weight"]})  # fmt: skip
+    rules = tmp_path / "rules.txt"
+    report = convert(src, tmp_path / "o.safetensors",
+                     ConvertOptions(target=str(ref), write_rules=str(rules)))  # fmt: skip
+    assert report.ok
+    assert report.inferred == (
+        (r"^blk\.c\.(weight)$", "blk.z.$1", "the only source module whose parameters fit"),
+        (r"^blk\.b\.(weight)$", "blk.x.$1", VALUES),
+        (r"^blk\.a\.(weight)$", "blk.y.$1", "the only source module whose parameters fit"),
+    )
+    assert f"^blk\\.b\\.(weight)$=blk.x.$1  # {VALUES}" in rules.read_text().splitlines()
+    with open_checkpoint(tmp_path / "o.safetensors") as ckpt:
+        np.testing.assert_array_equal(ckpt["blk.x.weight"].load(), sd["blk.b.weight"])
+        np.testing.assert_array_equal(ckpt["blk.y.weight"].load(), sd["blk.a.weight"])
+
+
+def test_values_that_equal_no_candidate_decide_nothing(tmp_path: Path) -> None:
+    src, _ = two_sources(tmp_path)
+    with open_checkpoint(src) as ckpt:
+        sd = {n: np.array(e.load()) for n, e in ckpt.items()}
+    # the same bytes as F16 are no evidence: dtypes differ
+    ref = write(tmp_path / "trained.bpk", {"blk.x.weight": sd["blk.b.weight"].astype("<f2"),
+                                           "blk.y.weight": sd["blk.b.weight"] + 1,
+                                           "blk.z.weight": sd["blk.c.weight"]})  # fmt: skip
+    report = convert(src, tmp_path / "o.safetensors", ConvertOptions(target=str(ref)))
+    assert report.summary is not None
+    assert [a.name for a in report.summary.ambiguous] == ["blk.x.weight", "blk.y.weight"]
+    assert not report.ok
+
+
+def test_the_targets_values_decide_a_square_layout(tmp_path: Path) -> None:
+    src, _, mix = square_case(tmp_path)
+    fc = np.ones((4, 3), "<f4")
+    for held, want, said in ((mix.T.copy(), mix.T, "transposed: a Linear"),
+                             (mix, mix, "as they are: kept")):  # fmt: skip
+        ref = write(tmp_path / "trained.bpk", {"blk.mix.weight": held, "blk.fc.weight": fc})
+        report = convert(src, tmp_path / "o.bpk",
+                         ConvertOptions(adapters=TO_BURN, target=str(ref), force=True))  # fmt: skip
+        assert report.ok, report.summary
+        assert report.summary is not None
+        assert report.summary.applied == ("blk.mix.weight", "blk.fc.weight")
+        notes = [w for w in report.warnings if str(w).startswith("value check")]
+        kind = "Linear" if said.endswith("Linear") else "Other"
+        assert notes == [Note(
+            f"value check: the target's 'blk.mix.weight' holds the source's values {said}; to "
+            "keep this without the target pass {fix0}",
+            (Option("module_types", rf"^blk\.mix\.weight$={kind}"),),
+        )]  # fmt: skip
+        with open_checkpoint(tmp_path / "o.bpk") as ckpt:
+            np.testing.assert_array_equal(ckpt["blk.mix.weight"].load(), want)
