@@ -239,6 +239,11 @@ def command(
       ckptctl convert model.bpk renamed.bpk --remap '^fc\\.=fc1.' --dry-run
       ckptctl convert bert.safetensors bert.bpk -a pytorch-to-burn --target burn_bert.bpk \\
         --write-rules bert-rules.txt
+      ckptctl convert roberta.safetensors roberta.bpk -a pytorch-to-burn \\
+        --target burn_roberta.bpk --tie lm_head.decoder.bias=lm_head.bias \\
+        --tie lm_head.decoder.weight=roberta.embeddings.word_embeddings.weight
+      ckptctl convert llama.safetensors llama.bpk -a pytorch-to-burn -a rope-interleaved:2,1 \\
+        --target burn_llama.bpk
       ckptctl convert model-10.mpk model-10.bpk
       ckptctl convert optim-10.mpk optim-10.bpk --paths-from model-10.mpk
     """
