@@ -6,16 +6,21 @@ a signature: its parameters (norm ``gamma``/``beta`` count as ``weight``/``bias`
 fill a target module only with the same parameters, each of the same shape or, for a rank-2
 weight, the transposed one; a source named like a Linear (``lm_head``, ``*_proj``, ``dense``)
 must arrive transposed (unless square), one named like an Embedding (``embed_tokens``,
-``word_embeddings``) must not. Block indices must agree: the target's numeric segments are the
-source's first numeric segments (``encoder.layer.3.x`` -> ``encoder.layers.3.y``, or
+``word_embeddings``) must not. Block indices must agree (:func:`alignment`): an index under
+a name both paths have is equal (``dark3.1.m.0`` -> ``dark3.c3.m.0``), the others are the
+source's first, in order (``encoder.layer.3.x`` -> ``encoder.layers.3.y``,
 ``features.2.conv.0.0`` -> ``features.2.InvertedResidual.pw.conv``).
 
-Among the pairs that fit, a pair is proven when it is the only one left for both sides, or
-when its name evidence (shared name tokens, with role synonyms such as ``LayerNorm`` ~
-``norm``, ``q_proj`` ~ ``wq``, ``intermediate`` ~ ``inner``, and a matched sibling: a
-BatchNorm beside its matched Conv) is strictly the best for both sides. Anything else is
-*ambiguous* and named, never guessed: no order, no Jaro similarity. Enum-variant segments of
-the target (``Basic``, ``InvertedResidual``) are carried into the replacement.
+Among the pairs that fit, the evidence, strongest first: enclosing blocks that hold the same
+tensors on both sides (blocks matched to blocks: a DWConv's ``dconv`` is not a Bottleneck's of
+the same shape); shared name tokens, with role synonyms such as ``LayerNorm`` ~ ``norm``,
+``q_proj`` ~ ``wq``, ``intermediate`` ~ ``inner``; a Sequential position against the
+numbered field in its place (``cls_convs.0.1`` ~ ``cls_convs.0.conv1``); a matched sibling (a
+BatchNorm beside its matched Conv). A pair is proven when it is the only one left for both
+sides, or its evidence is strictly the best for both; then, for a target record with real
+values, when exactly one candidate holds the target's values. Anything else is *ambiguous* and
+named, never guessed: no Jaro similarity. Enum-variant segments of the target (``Basic``,
+``InvertedResidual``) are carried into the replacement.
 
 Each proven pair becomes one anchored rule ``^<source module>\\.(<params>)$ =
 <target module>.$N`` (block indices as groups when the same rule holds for every block), and the
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from ckptctl.adapters.families import is_enum_variant_segment
@@ -132,6 +138,7 @@ class _Module:
     indices: tuple[str, ...]
     tokens: frozenset[str]
     order: int
+    ancestry: tuple[int, ...] = ()  # signatures of the enclosing modules, parent first
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -140,6 +147,7 @@ def _split(name: str) -> tuple[str, str]:
 
 
 def _modules(shapes: Mapping[str, Shape], *, target: bool) -> dict[str, _Module]:
+    signatures = _signatures(shapes, target=target)
     out: dict[str, _Module] = {}
     for name, shape in shapes.items():
         path, param = _split(name)
@@ -147,12 +155,108 @@ def _modules(shapes: Mapping[str, Shape], *, target: bool) -> dict[str, _Module]
             continue
         module = out.get(path)
         if module is None:
-            module = _Module(path, {}, {}, _indices(path), _tokens(path, target=target), len(out))
+            module = _Module(path, {}, {}, _indices(path), _tokens(path, target=target), len(out),
+                             _ancestry(path, signatures, target=target))  # fmt: skip
             out[path] = module
         norm = _PARAM.get(param, param)
         module.params[norm] = shape
         module.names[norm] = param
     return out
+
+
+def _signatures(shapes: Mapping[str, Shape], *, target: bool) -> dict[str, int]:
+    """Every enclosing module's signature: the multiset of its tensors' kinds and shapes (a
+    rank-2 shape unordered, as a Linear arrives transposed); enum variants left out of the
+    target's paths. Two modules with equal signatures hold the same tensors under any names."""
+    found: dict[str, list[tuple[str, Shape]]] = {}
+    for name, shape in shapes.items():
+        path, param = _split(name)
+        if param in _DROPPED:
+            continue
+        key = (_PARAM.get(param, param), tuple(sorted(shape)) if len(shape) == 2 else shape)
+        parts = (_drop_variants(path) if target else path).split(".") if path else []
+        for i in range(len(parts) + 1):
+            found.setdefault(".".join(parts[:i]), []).append(key)
+    return {p: hash(tuple(sorted(keys))) for p, keys in found.items()}
+
+
+def _ancestry(path: str, signatures: Mapping[str, int], *, target: bool) -> tuple[int, ...]:
+    parts = (_drop_variants(path) if target else path).split(".")
+    return tuple(signatures[".".join(parts[:i])] for i in range(len(parts) - 1, -1, -1))
+
+
+def _agreement(src: _Module, dst: _Module) -> int:
+    """How many enclosing modules, from the parent up, hold the same tensors on both sides:
+    blocks matched to blocks (a DWConv's dconv is not a Bottleneck's of the same shape)."""
+    count = 0
+    for a, b in zip(src.ancestry, dst.ancestry, strict=False):
+        if a != b:
+            break
+        count += 1
+    return count
+
+
+def _keyed(path: str) -> list[tuple[str, int]]:
+    """Each numeric segment of ``path`` keyed by the name before it and how many numbers
+    since (``cls_convs.0.1`` -> ``cls_convs#0``, ``cls_convs#1``), with its position."""
+    out, name, run = [], "", 0
+    for i, part in enumerate(path.split(".")):
+        if part.isdigit():
+            out.append((f"{name}#{run}", i))
+            run += 1
+        else:
+            name, run = part, 0
+    return out
+
+
+@lru_cache(maxsize=1 << 16)
+def alignment(source: str, target: str) -> tuple[int, ...] | None:
+    """The segment positions of ``source`` that hold the target module's block indices, in
+    the target's order, or None when the indices disagree.
+
+    An index under a name both paths have must be equal (``dark3.1.m.0`` -> ``dark3.c3.m.0``:
+    ``m``'s, whatever the Sequential position before it); the others are matched in order from
+    the first (``encoder.layer.3`` -> ``encoder.layers.3``, ``features.2.conv.0.0`` ->
+    ``features.2.pw.conv``).
+    """
+    src_parts, dst_parts = source.split("."), _drop_variants(target).split(".")
+    src, dst = _keyed(source), _keyed(_drop_variants(target))
+    src_keys = {k for k, _ in src}
+    dst_keys = {k for k, _ in dst}
+    by_key = {k: i for k, i in src}
+    free = [i for k, i in src if k not in dst_keys]
+    out: list[int] = []
+    for key, i in dst:
+        if key in src_keys:
+            j = by_key[key]
+        elif free:
+            j = free.pop(0)
+        else:
+            return None
+        if src_parts[j] != dst_parts[i] or (out and j <= out[-1]):
+            return None
+        out.append(j)
+    return tuple(out)
+
+
+_NUMBERED = re.compile(r"^[A-Za-z_]+?_?([0-9]+)$")
+
+
+@lru_cache(maxsize=1 << 16)
+def _positions_agree(source: str, target: str) -> int:
+    """Order as evidence: a Sequential position right after a block index (``cls_convs.0.1``)
+    against the numbered name in the same place (``cls_convs.0.conv1``, yolox-burn's
+    ConvBlock { conv0, conv1 } for YOLOX's Sequential(Conv, Conv)); how many agree."""
+    holes = alignment(source, target)
+    if not holes:
+        return 0
+    src, dst = source.split("."), _drop_variants(target).split(".")
+    agree = 0
+    for j, i in zip(holes, _numeric(".".join(dst)), strict=True):
+        if j + 1 < len(src) and i + 1 < len(dst) and src[j + 1].isdigit():
+            numbered = _NUMBERED.match(dst[i + 1])
+            agree += numbered is not None and numbered.group(1) == src[j + 1]
+    return agree
 
 
 def _indices(path: str) -> tuple[str, ...]:
@@ -215,11 +319,16 @@ def _fits(src: _Module, dst: _Module) -> bool:
                 return False  # an Embedding keeps its layout
         elif len(shape) != 2 and shape != want:
             return False
-    return src.indices[: len(dst.indices)] == dst.indices
+    return alignment(src.path, dst.path) is not None
+
+
+#: Score per enclosing module that agrees (:func:`_agreement`): structure before names.
+_BLOCK_WEIGHT = 100
 
 
 def _score(src: _Module, dst: _Module, parents: Mapping[str, str]) -> int:
-    score = 2 * len(src.tokens & dst.tokens)
+    score = _BLOCK_WEIGHT * _agreement(src, dst) + 2 * len(src.tokens & dst.tokens)
+    score += 2 * _positions_agree(src.path, dst.path)
     sp, tp = src.path.rpartition(".")[0], _drop_variants(dst.path).rpartition(".")[0]
     if sp and parents.get(sp) == tp:
         score += 5  # its sibling is matched: a BatchNorm beside its Conv
@@ -363,8 +472,9 @@ def _rules(matches: Sequence[Match], source: Mapping[str, Shape]) -> list[tuple[
     """One rule per (source template, target template), block indices as groups."""
     groups: dict[tuple[str, str, tuple[str, ...]], list[Match]] = {}
     for m in matches:
-        n = len(_indices(_drop_variants(m.target)))
-        groups.setdefault((_template(m.source, n), _template(m.target, n), m.params), []).append(m)
+        holes = alignment(m.source, m.target) or ()
+        key = (_template(m.source, holes), _template(m.target, _numeric(m.target)), m.params)
+        groups.setdefault(key, []).append(m)
     by_pattern: dict[str, int] = {}
     for s, _, _ in groups:
         by_pattern[s] = by_pattern.get(s, 0) + 1
@@ -377,7 +487,7 @@ def _rules(matches: Sequence[Match], source: Mapping[str, Shape]) -> list[tuple[
         if by_pattern[s] == 1 and len(general) == len(members):
             pattern = _fill(s, ["([0-9]+)"] * n)
         else:  # the same source shape means different targets per block: list the indices
-            idx = [sorted({_indices(m.source)[k] for m in members}, key=int) for k in range(n)]
+            idx = [sorted({_indices(m.target)[k] for m in members}, key=int) for k in range(n)]
             pattern = _fill(s, ["(" + "|".join(i) + ")" for i in idx])
         replacement = _fill(t, [f"${k + 1}" for k in range(n)], escape=False)
         pattern = "^" + pattern + r"\.(" + alternatives + ")$"
@@ -387,14 +497,15 @@ def _rules(matches: Sequence[Match], source: Mapping[str, Shape]) -> list[tuple[
     return out
 
 
-def _template(path: str, count: int) -> str:
-    """``path`` with its first ``count`` numeric segments as ``{}`` holes."""
+def _numeric(path: str) -> list[int]:
+    return [i for i, part in enumerate(path.split(".")) if part.isdigit()]
+
+
+def _template(path: str, holes: Sequence[int]) -> str:
+    """``path`` with the segments at ``holes`` as ``{}``."""
     parts = path.split(".")
-    holes = 0
-    for i, part in enumerate(parts):
-        if part.isdigit() and holes < count:
-            parts[i] = "{}"
-            holes += 1
+    for i in holes:
+        parts[i] = "{}"
     return ".".join(parts)
 
 

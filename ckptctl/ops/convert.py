@@ -462,7 +462,8 @@ def _infer(
 
     renamed, _ = run_pipeline(entries, replace(pipeline, adapters=(), module_types=()))
     kept = [i.entry for i in renamed if i.entry is not None]
-    source = {e.name: e.shape for e in kept if e.name not in _family_owned(kept)}
+    owned = _family_owned(kept)
+    source = {e.name: e.shape for e in kept if e.name not in owned}
     shapes = {n: s for n, (_, s) in target.items()}
     found = infer_rules(source, shapes)
     if found.ambiguous:

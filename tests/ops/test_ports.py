@@ -23,7 +23,7 @@ from ckptctl.ops.convert import ConvertOptions, convert, read_rules_file
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "valid" / "ports"
 TO_BURN = ("pytorch-to-burn",)
-EXACT = ["bert", "minilm", "resnet", "mobilenetv2"]
+EXACT = ["bert", "minilm", "resnet", "mobilenetv2", "yolox"]
 
 
 def read(path: Path) -> dict[str, np.ndarray]:
@@ -245,7 +245,7 @@ def test_no_tensor_lands_in_a_wrong_role_target(
 def test_the_wrong_suggestions_of_the_issue_are_gone(tmp_path: Path) -> None:
     wrong = [r"^lm_head\.=embeddings.", r"^lm_head\.=tok_embeddings.", r"\.1\.=.linear.",
              r"^predictions\.=mlm_dense.", r"\.out_proj\.=.key."]  # fmt: skip
-    for case in ("roberta", "llama", "albert", "mobilenetv2"):
+    for case in ("roberta", "llama", "albert", "mobilenetv2", "yolox"):
         for options in ({}, {"infer": False}):
             report = to_burn(case, tmp_path / f"{case}.bpk", dry_run=True, **options)
             values = [f.value or "" for f in report.fixes]  # type: ignore[attr-defined]
@@ -286,3 +286,52 @@ def test_a_rules_file_with_a_bad_rule_is_refused_by_line(tmp_path: Path) -> None
         read_rules_file(str(path))
     path.write_text("# header\n^a\\.=b.  # why\n")
     assert read_rules_file(str(path)) == [("^a\\.=b.", "why")]
+
+
+def test_block_indices_align_by_name_first_then_in_order() -> None:
+    from ckptctl.ops._structure import alignment
+
+    # under a name both paths have, the same index (YOLOX's dark3.1 Sequential position is
+    # yolox-burn's c3 field; its m.N stays m.N)
+    assert alignment("dark3.1.m.2.conv1.conv", "dark3.c3.m.2.conv1.conv") == (3,)
+    assert alignment("dark3.1.m.0.conv1.conv", "dark3.c3.m.2.conv1.conv") is None
+    # otherwise in order from the first: layer.N -> layers.N, features.N.conv.0.0 -> pw.conv
+    assert alignment("encoder.layer.3.output.dense", "encoder.layers.3.pwff.linear_outer") == (2,)
+    assert alignment("encoder.layer.3.output.dense", "encoder.layers.4.pwff.linear_outer") is None
+    assert alignment("features.2.conv.0.0", "features.2.InvertedResidual.pw.conv") == (1,)
+    assert alignment("head.cls_convs.1.0.dconv", "head.cls_convs.1.conv0.DwsConv.dconv") == (2,)
+    assert alignment("head.cls_convs.1.0.dconv", "head.cls_convs.0.conv0.DwsConv.dconv") is None
+    assert alignment("a.0.b", "a.b") == ()
+    assert alignment("a.b", "a.0.b") is None
+
+
+def test_a_sequential_position_meets_the_numbered_field_in_its_place() -> None:
+    from ckptctl.ops._structure import _positions_agree, infer_rules
+
+    assert _positions_agree("head.cls_convs.0.1.dconv", "head.cls_convs.0.conv1.DwsConv.dconv") == 1
+    assert _positions_agree("head.cls_convs.0.1.dconv", "head.cls_convs.0.conv0.DwsConv.dconv") == 0
+    assert _positions_agree("dark2.1.conv2.conv", "dark2.c3.conv1.conv") == 0  # not in its place
+    source = {"blk.0.0.weight": (3, 3, 1, 1), "blk.0.1.weight": (3, 3, 1, 1)}
+    target = {"blk.0.conv1.weight": (3, 3, 1, 1), "blk.0.conv0.weight": (3, 3, 1, 1)}
+    pairs = {(m.source, m.target) for m in infer_rules(source, target).matches}
+    assert pairs == {("blk.0.0", "blk.0.conv0"), ("blk.0.1", "blk.0.conv1")}
+
+
+def test_enclosing_blocks_decide_between_modules_of_one_shape() -> None:
+    from ckptctl.ops._structure import infer_rules
+
+    # a DWConv (dconv, pconv) and a Bottleneck's DWConv hold dconvs of one shape; the one
+    # whose enclosing modules hold the same tensors on both sides wins, whatever the names
+    source = {"d.0.dconv.weight": (2, 1, 3, 3), "d.0.pconv.weight": (4, 2, 1, 1),
+              "d.1.m.0.conv2.dconv.weight": (2, 1, 3, 3),
+              "d.1.m.0.conv2.pconv.weight": (2, 2, 1, 1)}  # fmt: skip
+    target = {"d.conv.DwsConv.dconv.weight": (2, 1, 3, 3),
+              "d.conv.DwsConv.pconv.weight": (4, 2, 1, 1),
+              "d.c3.m.0.conv2.DwsConv.dconv.weight": (2, 1, 3, 3),
+              "d.c3.m.0.conv2.DwsConv.pconv.weight": (2, 2, 1, 1)}  # fmt: skip
+    pairs = {(m.source, m.target) for m in infer_rules(source, target).matches}
+    assert pairs == {
+        ("d.0.dconv", "d.conv.DwsConv.dconv"), ("d.0.pconv", "d.conv.DwsConv.pconv"),
+        ("d.1.m.0.conv2.dconv", "d.c3.m.0.conv2.DwsConv.dconv"),
+        ("d.1.m.0.conv2.pconv", "d.c3.m.0.conv2.DwsConv.pconv"),
+    }  # fmt: skip
