@@ -335,3 +335,20 @@ def test_enclosing_blocks_decide_between_modules_of_one_shape() -> None:
         ("d.1.m.0.conv2.dconv", "d.c3.m.0.conv2.DwsConv.dconv"),
         ("d.1.m.0.conv2.pconv", "d.c3.m.0.conv2.DwsConv.pconv"),
     }  # fmt: skip
+
+
+def test_a_rule_must_rename_exactly_what_it_claims() -> None:
+    from ckptctl.ops._structure import _exact
+
+    source = {"a.w": (1,), "b.w": (1,), "ab.w": (1,)}
+    expected = {"a.w": "x.w"}
+    anchored = (r"^a\.(w)$", "x.$1", "")
+    loose = (r"a\.(w)$", "x.$1", "")  # also renames ab.w
+    assert _exact([anchored], source, expected, alone=True)
+    assert not _exact([loose], source, expected, alone=True)
+    assert _exact([anchored], source, expected, alone=False)
+    # together, a claimed name left as it is fails; alone it is someone else's business
+    assert not _exact([], source, expected, alone=False)
+    assert _exact([], source, expected, alone=True)
+    wrong = (r"^a\.(w)$", "y.$1", "")
+    assert not _exact([wrong], source, expected, alone=True)
