@@ -340,10 +340,10 @@ def test_enclosing_blocks_decide_between_modules_of_one_shape() -> None:
 def test_a_rule_must_rename_exactly_what_it_claims() -> None:
     from ckptctl.ops._structure import _exact
 
-    source = {"a.w": (1,), "b.w": (1,), "ab.w": (1,)}
+    source = {"a.w": (1,), "b.w": (1,), "ba.w": (1,)}
     expected = {"a.w": "x.w"}
     anchored = (r"^a\.(w)$", "x.$1", "")
-    loose = (r"a\.(w)$", "x.$1", "")  # also renames ab.w
+    loose = (r"a\.(w)$", "x.$1", "")  # also renames ba.w
     assert _exact([anchored], source, expected, alone=True)
     assert not _exact([loose], source, expected, alone=True)
     assert _exact([anchored], source, expected, alone=False)
