@@ -380,8 +380,7 @@ def match_modules(
             if len(cands) == 1 and not rivals:
                 evidence = "the only source module whose parameters fit"
             else:
-                shared = sorted(x.lstrip("=") for x in s.tokens & free_dst[t].tokens)
-                evidence = f"names agree ({', '.join(shared) or 'a matched sibling'})"
+                evidence = _evidence(s, free_dst[t], [c for c in cands if c is not s])
             matches.append(Match(s.path, t, tuple(s.names.values()), evidence))
             _take(s, t, edges, parents)
             progress = True
@@ -400,6 +399,16 @@ def match_modules(
         for t, cands in edges.items() if len(cands) > 1
     ]  # fmt: skip
     return matches, ambiguous
+
+
+def _evidence(src: _Module, dst: _Module, others: Sequence[_Module]) -> str:
+    """Why ``src`` and not ``others`` fills ``dst``: the blocks, when they decide, and the names."""
+    shared = sorted(x.lstrip("=") for x in src.tokens & dst.tokens)
+    names = f"names agree ({', '.join(shared) or 'a matched sibling'})"
+    levels = _agreement(src, dst)
+    if levels and any(_agreement(o, dst) < levels for o in others):
+        return f"{levels} enclosing modules hold the same tensors; {names}"
+    return names
 
 
 def _take(s: _Module, t: str, edges: dict[str, list[_Module]], parents: dict[str, str]) -> None:
