@@ -199,17 +199,9 @@ def convert(
             made = [(_rule_text(p, r), e) for p, r, e in inferred]
             write_rules_file(opts.write_rules, [*given, *made], force=opts.force)
         warnings: list[str | Note] = [*notes, *(note for _, note in declared)]
-        rope = needs_interleaving(
-            [(i.source, i.entry.name) for i in items if i.entry is not None], opts.adapters
-        )
-        if rope:
-            warnings.append(Note(
-                f"{rope} q/k projections go from Hugging Face's q_proj/k_proj to wq/wk: Hugging "
-                "Face stores them in the half-split RoPE layout, Meta's Llama and llama-burn in "
-                "the interleaved one; add {fix0} with the model's num_attention_heads and "
-                "num_key_value_heads (its config.json)",
-                (Option("adapters", "rope-interleaved:HEADS,KV_HEADS"),),
-            ))  # fmt: skip
+        rope = _rope_note(items, opts.adapters)
+        if rope is not None:
+            warnings.append(rope)
         outside = outside_state_key(everything, opts.state_key)
         if outside and opts.state_key is not None:
             warnings.insert(0, describe_outside(outside, len(everything), opts.state_key))
@@ -342,6 +334,22 @@ def _fits(items: list[PlanItem], target: Specs) -> bool:
 
 def _rule_text(pattern: str, replacement: str) -> str:
     return pattern.replace("=", "\\=") + "=" + replacement
+
+
+def _rope_note(items: list[PlanItem], adapters: tuple[str, ...]) -> Note | None:
+    """The RoPE adapter to add when Hugging Face's q/k projections land on Meta's names."""
+    count = needs_interleaving(
+        [(i.source, i.entry.name) for i in items if i.entry is not None], adapters
+    )
+    if not count:
+        return None
+    return Note(
+        f"{count} q/k projections go from Hugging Face's q_proj/k_proj to wq/wk: Hugging "
+        "Face stores them in the half-split RoPE layout, Meta's Llama and llama-burn in "
+        "the interleaved one; add {fix0} with the model's num_attention_heads and "
+        "num_key_value_heads (its config.json)",
+        (Option("adapters", "rope-interleaved:HEADS,KV_HEADS"),),
+    )
 
 
 def _suggest_ties(

@@ -352,3 +352,19 @@ def test_a_rule_must_rename_exactly_what_it_claims() -> None:
     assert _exact([], source, expected, alone=True)
     wrong = (r"^a\.(w)$", "y.$1", "")
     assert not _exact([wrong], source, expected, alone=True)
+
+
+def test_the_cli_names_the_rope_adapter_to_add(run_cli, tmp_path: Path) -> None:
+    args = ("convert", FIXTURES / "llama.safetensors", tmp_path / "o.bpk", "-a", "pytorch-to-burn",
+            "--target", FIXTURES / "llama_target.bpk")  # fmt: skip
+    result = run_cli(*args)
+    assert result.code == 0, result.stderr
+    assert (
+        "warning: 4 q/k projections go from Hugging Face's q_proj/k_proj to wq/wk: Hugging Face "
+        "stores them in the half-split RoPE layout, Meta's Llama and llama-burn in the "
+        "interleaved one; add --adapter rope-interleaved:HEADS,KV_HEADS with the model's "
+        "num_attention_heads and num_key_value_heads (its config.json)"
+    ) in " ".join(result.stderr.split())
+    result = run_cli(*args, "--force", "-a", LLAMA_ROPE)
+    assert result.code == 0, result.stderr
+    assert "RoPE" not in result.stderr
