@@ -368,3 +368,34 @@ def test_the_cli_names_the_rope_adapter_to_add(run_cli, tmp_path: Path) -> None:
     result = run_cli(*args, "--force", "-a", LLAMA_ROPE)
     assert result.code == 0, result.stderr
     assert "RoPE" not in result.stderr
+
+
+def test_a_modules_signature_is_its_tensors_whatever_their_names_and_layout() -> None:
+    from ckptctl.ops._structure import _keyed, _signatures
+
+    source = _signatures({"y.l.weight": (5, 3), "y.n.weight": (3,), "y.bn.num_batches_tracked": ()},
+                         target=False)  # fmt: skip
+    target = _signatures({"x.Var.lin.weight": (3, 5), "x.norm.gamma": (3,)}, target=True)
+    assert source["y"] == target["x"]  # transposed Linear, gamma ~ weight, no counter
+    assert source[""] == target[""]
+    assert set(target) == {"", "x", "x.lin", "x.norm"}  # the variant is no module of its own
+    other = _signatures({"x.lin.weight": (3, 4), "x.norm.gamma": (3,)}, target=True)
+    assert other["x"] != source["y"]
+    bias = _signatures({"y.l.bias": (5, 3), "y.n.weight": (3,)}, target=False)
+    assert bias["y"] != source["y"]  # the kind counts: a bias is no weight
+    assert _keyed("a.0.1.b.2") == [("a#0", 1), ("a#1", 2), ("b#0", 4)]
+    assert _keyed("a.b") == []
+
+
+def test_agreement_counts_enclosing_modules_from_the_parent_up_to_the_first_difference() -> None:
+    from ckptctl.ops._structure import _agreement, _modules
+
+    src = _modules({"p.q.a.weight": (2, 2, 1, 1), "p.q.b.weight": (3,), "p.z.weight": (7,)},
+                   target=False)  # fmt: skip
+    dst = _modules({"r.s.a.weight": (2, 2, 1, 1), "r.s.b.gamma": (3,), "r.t.weight": (8,)},
+                   target=True)  # fmt: skip
+    assert _agreement(src["p.q.a"], dst["r.s.a"]) == 1  # p.q ~ r.s; p (with z) differs from r
+    assert _agreement(src["p.q.a"], dst["r.t"]) == 0
+    same = _modules({"r.s.a.weight": (2, 2, 1, 1), "r.s.b.gamma": (3,), "r.t.weight": (7,)},
+                    target=True)  # fmt: skip
+    assert _agreement(src["p.q.a"], same["r.s.a"]) == 3  # p.q, p and the root
