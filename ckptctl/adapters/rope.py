@@ -140,19 +140,21 @@ class RopePermute(BaseAdapter):
         return f"{ROPE_ADAPTERS[0 if self.interleave else 1]}:{counts}"
 
 
-def needs_interleaving(renames: list[tuple[str, str]], adapters: tuple[str, ...]) -> int:
-    """How many of the ``(source, output)`` names move a Hugging Face ``q_proj``/``k_proj``
+def needs_interleaving(
+    renames: list[tuple[str, str]], adapters: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    """The ``(source, output)`` names that move a Hugging Face ``q_proj``/``k_proj``
     (half-split RoPE layout, always: ``modeling_llama.py`` ``rotate_half``) onto Meta's or
     llama-burn's ``wq``/``wk`` (interleaved), with no RoPE adapter in ``adapters``."""
     if any(a.strip().lower().partition(":")[0] in ROPE_ADAPTERS for a in adapters):
-        return 0
+        return []
     hf = {"q_proj": "wq", "k_proj": "wk"}
-    return sum(
-        1
+    return [
+        (source, output)
         for source, output in renames
         if (m := source.rpartition(".")[0].rpartition(".")[2]) in hf
         and output.rpartition(".")[0].rpartition(".")[2] == hf[m]
-    )
+    ]
 
 
 def _transposed(entry: TensorEntry, decisions: Mapping[str, Decision]) -> bool:

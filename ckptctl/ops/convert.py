@@ -199,9 +199,14 @@ def convert(
             made = [(_rule_text(p, r), e) for p, r, e in inferred]
             write_rules_file(opts.write_rules, [*given, *made], force=opts.force)
         warnings: list[str | Note] = [*notes, *(note for _, note in declared)]
-        rope = _rope_note(items, opts.adapters)
-        if rope is not None:
-            warnings.append(rope)
+        rope = needs_interleaving(
+            [(i.source, i.entry.name) for i in items if i.entry is not None], opts.adapters
+        )
+        if rope and target_specs is None:
+            warnings.append(_rope_note(len(rope)))
+        elif target_specs is not None:  # unproven: the check refuses them
+            ambiguous += [AmbiguousTensor(out, AmbiguityKind.ROPE, (src,))
+                          for src, out in rope if out in target_specs]  # fmt: skip
         outside = outside_state_key(everything, opts.state_key)
         if outside and opts.state_key is not None:
             warnings.insert(0, describe_outside(outside, len(everything), opts.state_key))
@@ -336,13 +341,8 @@ def _rule_text(pattern: str, replacement: str) -> str:
     return pattern.replace("=", "\\=") + "=" + replacement
 
 
-def _rope_note(items: list[PlanItem], adapters: tuple[str, ...]) -> Note | None:
+def _rope_note(count: int) -> Note:
     """The RoPE adapter to add when Hugging Face's q/k projections land on Meta's names."""
-    count = needs_interleaving(
-        [(i.source, i.entry.name) for i in items if i.entry is not None], adapters
-    )
-    if not count:
-        return None
     return Note(
         f"{count} q/k projections go from Hugging Face's q_proj/k_proj to wq/wk: Hugging "
         "Face stores them in the half-split RoPE layout, Meta's Llama and llama-burn in "
@@ -451,6 +451,14 @@ def _refuse_ambiguous(ambiguous: tuple[AmbiguousTensor, ...]) -> Note:
     n = len(ambiguous)
     names = ", ".join(repr(a.name) for a in ambiguous[:NAMES_SHOWN])
     names += ", ..." if n > NAMES_SHOWN else ""
+    if any(a.kind is AmbiguityKind.ROPE for a in ambiguous):
+        return Note(
+            f"{n} target tensor{'s are' if n != 1 else ' is'} unproven ({names}): Hugging "
+            "Face's q/k projections in the half-split RoPE layout where wq/wk take the "
+            "interleaved one; add {fix0} with the model's num_attention_heads and "
+            "num_key_value_heads, or pass {fix1}",
+            (Option("adapters", "rope-interleaved:HEADS,KV_HEADS"), Option("allow_partial")),
+        )
     return Note(
         f"{n} target tensor{'s are' if n != 1 else ' is'} unproven ({names}): nothing decides "
         "which source or layout fills "

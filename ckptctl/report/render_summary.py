@@ -64,6 +64,11 @@ def error_line(error: SummaryError) -> str:
 
 def ambiguity_text(amb: AmbiguousTensor) -> str:
     """Why a target tensor is unproven, naming its candidates."""
+    if amb.kind is AmbiguityKind.ROPE:
+        return (
+            f"from '{amb.candidates[0]}': Hugging Face's half-split RoPE layout, where wq/wk "
+            "take the interleaved one; add the rope-interleaved adapter with the head counts"
+        )
     if amb.kind is AmbiguityKind.LAYOUT:
         return (
             f"square weight from '{amb.candidates[0]}': nothing tells a Linear (transposed) "

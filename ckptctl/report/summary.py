@@ -69,6 +69,9 @@ class AmbiguityKind(StrEnum):
     SOURCE = "source"
     #: a square rank-2 weight no evidence types: PyTorch ``[out, in]`` or Burn ``[in, out]``?
     LAYOUT = "layout"
+    #: a Hugging Face q/k projection (half-split RoPE layout) filling Meta's or llama-burn's
+    #: ``wq``/``wk`` (interleaved) with no RoPE adapter
+    ROPE = "rope"
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,6 @@ def test_the_rope_hint_counts_hugging_face_q_k_moved_to_meta_names() -> None:
              (hf + "k_proj.weight", "layers.0.attention.wk.weight"),
              (hf + "v_proj.weight", "layers.0.attention.wv.weight"),
              (hf + "q_proj.weight", hf + "q_proj.weight")]  # fmt: skip
-    assert needs_interleaving(pairs, ("pytorch-to-burn",)) == 2
-    assert needs_interleaving(pairs, ("pytorch-to-burn", "rope-interleaved:2")) == 0
-    assert needs_interleaving(pairs, ("rope-half-split:2",)) == 0
+    assert needs_interleaving(pairs, ("pytorch-to-burn",)) == pairs[:2]
+    assert needs_interleaving(pairs, ("pytorch-to-burn", "rope-interleaved:2")) == []
+    assert needs_interleaving(pairs, ("rope-half-split:2",)) == []

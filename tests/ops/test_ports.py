@@ -20,6 +20,7 @@ from safetensors.numpy import load_file
 
 from ckptctl import open_checkpoint
 from ckptctl.ops.convert import ConvertOptions, convert, read_rules_file
+from ckptctl.report.summary import AmbiguityKind
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "valid" / "ports"
 TO_BURN = ("pytorch-to-burn",)
@@ -86,13 +87,27 @@ def test_rules_as_rust_source(tmp_path: Path) -> None:
     assert r'(r#"^pooler\.dense\.(bias|weight)$"#, r#"pooler.output.$1"#),' in text
 
 
-def test_llama_without_the_rope_adapter_is_the_port_but_for_the_permutation_and_says_so(
+def test_llama_without_the_rope_adapter_is_refused_naming_q_and_k(tmp_path: Path) -> None:
+    # llama-burn permutes wq/wk after loading (Hugging Face's half-split RoPE layout): without
+    # the adapter they are unproven, never applied
+    report = to_burn("llama", tmp_path / "o.bpk")
+    assert not report.ok  # type: ignore[attr-defined]
+    assert not report.written  # type: ignore[attr-defined]
+    summary = report.summary  # type: ignore[attr-defined]
+    qk = [f"layers.{i}.attention.{w}.weight" for i in range(2) for w in ("wq", "wk")]
+    assert sorted(a.name for a in summary.ambiguous) == sorted(qk)
+    assert {a.kind for a in summary.ambiguous} == {AmbiguityKind.ROPE}
+    assert ("model.layers.0.self_attn.q_proj.weight",) in [a.candidates for a in summary.ambiguous]
+    assert len(summary.applied) == len(target_names("llama")) - 4
+    assert summary.missing == ()
+
+
+def test_llama_without_the_rope_adapter_is_the_port_but_for_the_permutation(
     tmp_path: Path,
 ) -> None:
-    # llama-burn permutes wq/wk after loading (Hugging Face's half-split RoPE layout); every
-    # other tensor, square wq/wo included, must be the port's
-    report = to_burn("llama", tmp_path / "o.bpk")
-    assert report.ok  # type: ignore[attr-defined]
+    # every other tensor, square wq/wo included, must be the port's
+    report = to_burn("llama", tmp_path / "o.bpk", allow_partial=True)
+    assert report.written  # type: ignore[attr-defined]
     got, want = read(tmp_path / "o.bpk"), load_file(str(FIXTURES / "llama_expected.safetensors"))
     assert sorted(got) == sorted(want)
     for name, array in want.items():
@@ -110,7 +125,15 @@ def test_llama_without_the_rope_adapter_is_the_port_but_for_the_permutation_and_
     # the LM head is the output Linear, never the token embeddings (same shape)
     np.testing.assert_array_equal(got["output.weight"], sd["lm_head.weight"].T)
     np.testing.assert_array_equal(got["tok_embeddings.weight"], sd["model.embed_tokens.weight"])
-    rope = [str(w) for w in report.warnings if "RoPE" in str(w)]  # type: ignore[attr-defined]
+
+
+def test_without_a_target_the_rope_adapter_is_a_warning(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.txt"
+    to_burn("llama", tmp_path / "a.bpk", write_rules=str(rules), dry_run=True)
+    opts = ConvertOptions(adapters=TO_BURN, remap_file=str(rules))
+    report = convert(FIXTURES / "llama.safetensors", tmp_path / "b.bpk", opts)
+    assert report.written
+    rope = [str(w) for w in report.warnings if "RoPE" in str(w)]
     assert len(rope) == 1
     assert rope[0].startswith("4 q/k projections go from Hugging Face's q_proj/k_proj to wq/wk")
 
@@ -358,14 +381,20 @@ def test_the_cli_names_the_rope_adapter_to_add(run_cli, tmp_path: Path) -> None:
     args = ("convert", FIXTURES / "llama.safetensors", tmp_path / "o.bpk", "-a", "pytorch-to-burn",
             "--target", FIXTURES / "llama_target.bpk")  # fmt: skip
     result = run_cli(*args)
-    assert result.code == 0, result.stderr
+    assert result.code == 1
+    assert not (tmp_path / "o.bpk").exists()
     assert (
-        "warning: 4 q/k projections go from Hugging Face's q_proj/k_proj to wq/wk: Hugging Face "
-        "stores them in the half-split RoPE layout, Meta's Llama and llama-burn in the "
-        "interleaved one; add --adapter rope-interleaved:HEADS,KV_HEADS with the model's "
-        "num_attention_heads and num_key_value_heads (its config.json)"
+        f"ckptctl: nothing written to {tmp_path / 'o.bpk'}: 4 target tensors are unproven "
+        "('layers.0.attention.wk.weight', 'layers.0.attention.wq.weight', "
+        "'layers.1.attention.wk.weight', ...): Hugging Face's q/k projections in the half-split "
+        "RoPE layout where wq/wk take the interleaved one; add --adapter "
+        "rope-interleaved:HEADS,KV_HEADS with the model's num_attention_heads and "
+        "num_key_value_heads, or pass --allow-partial"
     ) in " ".join(result.stderr.split())
-    result = run_cli(*args, "--force", "-a", LLAMA_ROPE)
+    assert "│ ✓ Successfully applied: 17 tensors" in result.stdout  # 21 less q, k
+    shown = "│    • layers.0.attention.wk.weight\n│        from 'model.layers.0.self_attn.k_proj"
+    assert shown + ".weight': Hugging Face's half-split" in result.stdout
+    result = run_cli(*args, "-a", LLAMA_ROPE)
     assert result.code == 0, result.stderr
     assert "RoPE" not in result.stderr
 
