@@ -453,35 +453,28 @@ def infer_rules(
 
     Returns:
         The proven matches, the ambiguities and the verified rules: each rule alone renames
-        exactly the tensors it claims, to their targets (others are left out), and the list
-        as a whole renames every source name as the matches say (else no rule at all).
+        only tensors it claims, to their targets (others are left out, their tensors keep
+        their names), and so does the list as a whole (else no rule at all).
     """
     matches, ambiguous = match_modules(source, target, same)
     expected = {}
     for m in matches:
         for param in m.params:
             expected[_join(m.source, param)] = _join(m.target, param)
-    rules = [r for r in _rules(matches, source) if _exact([r], source, expected, alone=True)]
-    if not _exact(rules, source, expected, alone=False):
-        rules = []  # not exact together: propose none
+    rules = [r for r in _rules(matches, source) if _exact([r], source, expected)]
+    if not _exact(rules, source, expected):
+        rules = []  # not exact together (one renames what another made): propose none
     return Inference(tuple(matches), tuple(ambiguous), tuple(rules))
 
 
 def _exact(
-    rules: Sequence[tuple[str, str, str]],
-    source: Mapping[str, Shape],
-    expected: Mapping[str, str],
-    *,
-    alone: bool,
+    rules: Sequence[tuple[str, str, str]], source: Mapping[str, Shape], expected: Mapping[str, str]
 ) -> bool:
-    """Whether ``rules`` rename every source name as ``expected`` says (``alone``: the names
-    they rename; the others must stay as they are)."""
+    """Whether every source name ``rules`` rename goes where ``expected`` says."""
     parsed = parse_rules([_text(p, r) for p, r, _ in rules])
     for name in source:
         new, _ = remap_name(name, parsed)
-        if new == name and alone:
-            continue
-        if new != expected.get(name, name):
+        if new != name and new != expected.get(name):
             return False
     return True
 

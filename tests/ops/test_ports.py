@@ -367,14 +367,12 @@ def test_a_rule_must_rename_exactly_what_it_claims() -> None:
     expected = {"a.w": "x.w"}
     anchored = (r"^a\.(w)$", "x.$1", "")
     loose = (r"a\.(w)$", "x.$1", "")  # also renames ba.w
-    assert _exact([anchored], source, expected, alone=True)
-    assert not _exact([loose], source, expected, alone=True)
-    assert _exact([anchored], source, expected, alone=False)
-    # together, a claimed name left as it is fails; alone it is someone else's business
-    assert not _exact([], source, expected, alone=False)
-    assert _exact([], source, expected, alone=True)
-    wrong = (r"^a\.(w)$", "y.$1", "")
-    assert not _exact([wrong], source, expected, alone=True)
+    assert _exact([anchored], source, expected)
+    assert not _exact([loose], source, expected)
+    assert _exact([], source, expected)  # a claim left undone is no wrong rename
+    assert not _exact([(r"^a\.(w)$", "y.$1", "")], source, expected)
+    # together: a rule that renames what an earlier one made
+    assert not _exact([anchored, (r"^x\.(w)$", "z.$1", "")], {"a.w": (1,)}, expected)
 
 
 def test_the_cli_names_the_rope_adapter_to_add(run_cli, tmp_path: Path) -> None:
