@@ -125,6 +125,10 @@ EXAMPLE_FILES = {
     "args.pt": "valid/trust/argparse_namespace.pt",
     "bert.safetensors": "valid/ports/bert.safetensors",
     "burn_bert.bpk": "valid/ports/bert_target.bpk",
+    "roberta.safetensors": "valid/ports/roberta.safetensors",
+    "burn_roberta.bpk": "valid/ports/roberta_target.bpk",
+    "llama.safetensors": "valid/ports/llama.safetensors",
+    "burn_llama.bpk": "valid/ports/llama_target.bpk",
 }
 
 

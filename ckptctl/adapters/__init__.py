@@ -10,8 +10,9 @@ tuple says what was done and *why* (which evidence decided the module type), so 
 can print a plan. :func:`plan` runs an adapter over all entries and refuses two inputs that end
 up with the same name (Burn silently keeps one of them, burn-store spec §3.5).
 
-Named adapters (CLI ``--adapter NAME``): ``pytorch-to-burn``, ``burn-to-pytorch``, ``half`` and
-``cast:DTYPE``; see :func:`parse_adapter`.
+Named adapters (CLI ``--adapter NAME``): ``pytorch-to-burn``, ``burn-to-pytorch``, ``half``,
+``cast:DTYPE`` and the Llama RoPE layouts ``rope-interleaved:HEADS[,KV]`` /
+``rope-half-split:HEADS[,KV]``; see :func:`parse_adapter`.
 """
 
 from __future__ import annotations
@@ -50,28 +51,38 @@ class AdapterContext:
         decisions: module-type decisions by tensor name (``ckptctl.adapters.modules``), taken
             on the names the adapter will see (after ``--remap``).
         rename_rmsnorm: rename RmsNorm ``weight``/``gamma`` (Burn 0.22+; False for Burn 0.21).
+        before: the adapter names earlier in the chain.
+        after: the adapter names later in the chain (the RoPE adapters need both to know a
+            Linear weight's layout at their place).
     """
 
     decisions: Mapping[str, Decision] = field(default_factory=dict)
     rename_rmsnorm: bool = True
+    before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
 
 
-ADAPTER_NAMES = ("pytorch-to-burn", "burn-to-pytorch", "half", "cast:DTYPE")
+ADAPTER_NAMES = (
+    "pytorch-to-burn", "burn-to-pytorch", "half", "cast:DTYPE", "rope-interleaved:HEADS[,KV]",
+    "rope-half-split:HEADS[,KV]",
+)  # fmt: skip
 
 
 def parse_adapter(spec: str, context: AdapterContext | None = None) -> Adapter:
     """Build a named adapter (CLI ``--adapter NAME``).
 
     Args:
-        spec: ``pytorch-to-burn``, ``burn-to-pytorch``, ``half`` or ``cast:DTYPE`` (``cast:f16``,
-            ``cast:bf16``, ``cast:float32`` ... any ``DType.parse`` spelling of a float dtype).
+        spec: ``pytorch-to-burn``, ``burn-to-pytorch``, ``half``, ``cast:DTYPE`` (``cast:f16``,
+            ``cast:bf16``, ``cast:float32`` ... any ``DType.parse`` spelling of a float dtype),
+            ``rope-interleaved:HEADS[,KV_HEADS]`` or ``rope-half-split:HEADS[,KV_HEADS]``
+            (``ckptctl.adapters.rope``; the head count is required).
         context: module-type decisions for the layout and half adapters.
 
     Returns:
         The adapter.
 
     Raises:
-        SelectionError: unknown adapter name or bad cast target.
+        SelectionError: unknown adapter name, bad cast target or missing head count.
 
     Example:
         >>> parse_adapter("cast:bf16").describe()
@@ -91,6 +102,13 @@ def parse_adapter(spec: str, context: AdapterContext | None = None) -> Adapter:
         return HalfPrecision(dict(ctx.decisions))
     if name.startswith("cast:"):
         return Cast.parse(spec.strip()[5:])
+    if name.partition(":")[0] in ("rope-interleaved", "rope-half-split"):
+        from ckptctl.adapters.rope import RopePermute
+
+        before = [a.strip().lower() for a in ctx.before]
+        after = [a.strip().lower() for a in ctx.after]
+        columns = "pytorch-to-burn" in before or "burn-to-pytorch" in after
+        return RopePermute.parse(spec, decisions=dict(ctx.decisions), columns_if_linear=columns)
     guess = closest(name, ADAPTER_NAMES)
     raise SelectionError(
         f"unknown adapter {spec!r}" + (f"; did you mean {guess!r}?" if guess else ""),

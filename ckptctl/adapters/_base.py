@@ -41,12 +41,15 @@ class Action:
         detail: what changed, e.g. ``[3, 4] -> [4, 3]`` or ``norm.weight -> norm.gamma``.
         reason: why, naming the evidence, e.g. ``Linear (class Linear from file)``.
         adapter: the ``describe()`` text of the adapter that acted.
+        unproven: nothing decided it (a square rank-2 weight of no known module type kept as
+            is): a target check must not count the tensor as applied.
     """
 
     kind: ActionKind
     detail: str
     reason: str
     adapter: str
+    unproven: bool = False
 
     def describe(self) -> str:
         """One line for a plan: ``transpose [3, 4] -> [4, 3]: Linear (pattern fc)``."""

@@ -101,6 +101,18 @@ def _fmt(shape: tuple[int, ...]) -> str:
 _PRELU = {"pytorch-to-burn": {"weight": "alpha"}, "burn-to-pytorch": {"alpha": "weight"}}
 
 
+def will_transpose(entry: TensorEntry, decision: Decision | None) -> bool:
+    """Whether the layout adapters transpose ``entry`` under ``decision``: a rank-2 ``weight``
+    of a Linear, unless the target's shapes gave another verdict; never a family's output."""
+    if decision is None or decision.done or decision.module_type is None:
+        return False
+    if entry.name.rpartition(".")[2] != "weight" or len(entry.shape) != 2:
+        return False
+    return (
+        decision.transpose if decision.transpose is not None else decision.module_type == "Linear"
+    )
+
+
 def _layout(
     entry: TensorEntry,
     decision: Decision | None,
@@ -117,14 +129,16 @@ def _layout(
     if decision is None or decision.module_type is None:
         if rank2_weight:
             why = decision.evidence if decision else "module type unknown"
-            return entry, (Action(ActionKind.KEEP, _fmt(entry.shape), f"{why}; left as is", label),)
+            # a target's shape decides a non-square weight (a wrong guess is a shape error);
+            # a square one is unproven unless a verdict decided it
+            unproven = entry.shape[0] == entry.shape[1] and (
+                decision is None or decision.transpose is None
+            )
+            keep = Action(ActionKind.KEEP, _fmt(entry.shape), f"{why}; left as is", label, unproven)
+            return entry, (keep,)
         return entry, ()
     module_type = decision.module_type
-    is_linear = module_type == "Linear"
-    do_transpose = rank2_weight and (
-        decision.transpose if decision.transpose is not None else is_linear
-    )
-    if do_transpose:
+    if will_transpose(entry, decision):
         out = transposed(entry)
         detail = f"{_fmt(entry.shape)} -> {_fmt(out.shape)}"
         return out, (

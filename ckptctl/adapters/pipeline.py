@@ -7,7 +7,7 @@ happens at once; data work stays lazy in each entry (burn-store spec §4).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ckptctl.adapters import AdapterContext, parse_adapter
@@ -120,7 +120,11 @@ def run_pipeline(
             context = AdapterContext(decisions={**found, **decisions})
             if direction is not None:
                 warnings += _uncertain(todo, found)
-        adapters = chain(*(parse_adapter(a, context) for a in options.adapters))
+        adapters = chain(*(
+            parse_adapter(a, replace(context, before=options.adapters[:i],
+                                     after=options.adapters[i + 1 :]))
+            for i, a in enumerate(options.adapters)
+        ))  # fmt: skip
     # Not refused here: the check below names the input tensors and blames rules or adapters.
     stage2 = {item.source: item for item in plan(staged, adapters, unique=False)}
     merged: list[PlanItem] = []

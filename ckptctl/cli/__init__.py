@@ -108,9 +108,10 @@ class LazyGroup(click.Group):
 
 
 EPILOG = """\b
-Exit status: 0 success; 1 verify found a problem or diff found differences;
-2 usage error; 3 input unreadable, corrupt or unsafe; 4 valid input using an
-unsupported feature; 5 output cannot be written; 70 internal error; 130 interrupted.
+Exit status: 0 success; 1 verify found a problem, diff found differences or
+convert --target found missing, ambiguous or mismatched tensors; 2 usage error;
+3 input unreadable, corrupt or unsafe; 4 valid input using an unsupported
+feature; 5 output cannot be written; 70 internal error; 130 interrupted.
 """
 
 

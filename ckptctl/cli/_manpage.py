@@ -17,7 +17,11 @@ DATE = "2026"
 
 EXIT_STATUS = [
     ("0", "Success; for diff: identical; for verify: every check passed."),
-    ("1", "verify found a problem, or diff found differences."),
+    (
+        "1",
+        "verify found a problem, diff found differences, or convert --target found missing, "
+        "ambiguous (unproven) or mismatched tensors.",
+    ),
     ("2", "Usage error: bad option, unknown tensor or adapter name, bad rule."),
     ("3", "Input unreadable, corrupt, unsafe, or not a checkpoint."),
     ("4", "Valid input that uses a feature ckptctl does not support."),

@@ -75,7 +75,9 @@ def run_conversion(
 @click.argument("dst", type=click.Path(dir_okay=False))
 @adapter_option(
     "Adapter to apply, repeatable, in order: pytorch-to-burn, burn-to-pytorch, half, "
-    "cast:DTYPE (e.g. cast:f32, cast:bf16)."
+    "cast:DTYPE (e.g. cast:f32, cast:bf16), rope-interleaved:HEADS[,KV_HEADS] (Llama q/k "
+    "projections from Hugging Face's half-split RoPE layout to Meta's interleaved one, as "
+    "llama-burn loads them) or rope-half-split:HEADS[,KV_HEADS] (the reverse)."
 )
 @remap_option(
     "--remap",
@@ -120,6 +122,15 @@ def run_conversion(
 )
 @click.option(
     "--allow-partial", is_flag=True, help="With --target: write even if tensors do not fit."
+)
+@click.option(
+    "--tie",
+    "ties",
+    multiple=True,
+    metavar="NAME=SOURCE",
+    help="Also write tensor SOURCE under NAME, repeatable (a tied weight the file stores "
+    "once, e.g. 'lm_head.decoder.weight=roberta.embeddings.word_embeddings.weight'); the copy "
+    "goes through --remap rules and adapters like any tensor. --target suggests it.",
 )
 @click.option(
     "--remap-file",
@@ -194,6 +205,7 @@ def command(
     module_types_file: str | None,
     target: str | None,
     allow_partial: bool,
+    ties: tuple[str, ...],
     remap_file: str | None,
     write_rules: str | None,
     no_infer: bool,
@@ -227,6 +239,11 @@ def command(
       ckptctl convert model.bpk renamed.bpk --remap '^fc\\.=fc1.' --dry-run
       ckptctl convert bert.safetensors bert.bpk -a pytorch-to-burn --target burn_bert.bpk \\
         --write-rules bert-rules.txt
+      ckptctl convert roberta.safetensors roberta.bpk -a pytorch-to-burn \\
+        --target burn_roberta.bpk --tie lm_head.decoder.bias=lm_head.bias \\
+        --tie lm_head.decoder.weight=roberta.embeddings.word_embeddings.weight
+      ckptctl convert llama.safetensors llama.bpk -a pytorch-to-burn -a rope-interleaved:2,1 \\
+        --target burn_llama.bpk
       ckptctl convert model-10.mpk model-10.bpk
       ckptctl convert optim-10.mpk optim-10.bpk --paths-from model-10.mpk
     """
@@ -242,6 +259,7 @@ def command(
         module_types_file=module_types_file,
         target=target,
         allow_partial=allow_partial,
+        ties=ties,
         remap_file=remap_file,
         write_rules=write_rules,
         infer=not no_infer,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ckptctl.adapters.rename import compile_pattern
 from ckptctl.errors import SelectionError
-from ckptctl.fix import Note, Option
+from ckptctl.fix import Note, Option, closest
 from ckptctl.model import describe_groups
 
 if TYPE_CHECKING:
@@ -70,6 +70,35 @@ def describe_outside(names: Sequence[str], total: int, key: str) -> Note:
         f"{len(names)} of {total} tensors {verb} outside {{fix0}} and not written ({shown})",
         (Option("state_key", key.strip(".")),),
     )
+
+
+def add_ties(entries: Sequence[TensorEntry], ties: Sequence[str]) -> list[TensorEntry]:
+    """``entries`` plus a copy of each ``SOURCE`` tensor under ``NAME`` for each ``NAME=SOURCE``
+    (a tied weight the file stores once, e.g. roberta's ``lm_head.decoder.weight``, which
+    Hugging Face drops on save because it is the word embeddings). The copies go through the
+    remap rules and adapters like any tensor.
+
+    Raises:
+        SelectionError: not ``NAME=SOURCE``, an unknown ``SOURCE``, or a ``NAME`` taken.
+    """
+    out = list(entries)
+    by_name = {e.name: e for e in out}
+    for text in ties:
+        name, sep, source = (part.strip() for part in text.partition("="))
+        if not sep or not name or not source:
+            raise SelectionError(f"tie {text!r} is not NAME=SOURCE",
+                                 hint="e.g. 'lm_head.weight=embed_tokens.weight'")  # fmt: skip
+        if source not in by_name:
+            guess = closest(source, list(by_name))
+            raise SelectionError(
+                f"tie {text!r}: no tensor {source!r} in the source"
+                + (f"; did you mean {guess!r}?" if guess else "")
+            )
+        if name in by_name:
+            raise SelectionError(f"tie {text!r}: the source already has a tensor {name!r}")
+        by_name[name] = by_name[source].renamed(name)
+        out.append(by_name[name])
+    return out
 
 
 def tied_groups(entries: Sequence[TensorEntry]) -> list[list[TensorEntry]]:

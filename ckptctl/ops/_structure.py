@@ -6,16 +6,21 @@ a signature: its parameters (norm ``gamma``/``beta`` count as ``weight``/``bias`
 fill a target module only with the same parameters, each of the same shape or, for a rank-2
 weight, the transposed one; a source named like a Linear (``lm_head``, ``*_proj``, ``dense``)
 must arrive transposed (unless square), one named like an Embedding (``embed_tokens``,
-``word_embeddings``) must not. Block indices must agree: the target's numeric segments are the
-source's first numeric segments (``encoder.layer.3.x`` -> ``encoder.layers.3.y``, or
+``word_embeddings``) must not. Block indices must agree (:func:`alignment`): an index under
+a name both paths have is equal (``dark3.1.m.0`` -> ``dark3.c3.m.0``), the others are the
+source's first, in order (``encoder.layer.3.x`` -> ``encoder.layers.3.y``,
 ``features.2.conv.0.0`` -> ``features.2.InvertedResidual.pw.conv``).
 
-Among the pairs that fit, a pair is proven when it is the only one left for both sides, or
-when its name evidence (shared name tokens, with role synonyms such as ``LayerNorm`` ~
-``norm``, ``q_proj`` ~ ``wq``, ``intermediate`` ~ ``inner``, and a matched sibling: a
-BatchNorm beside its matched Conv) is strictly the best for both sides. Anything else is
-*ambiguous* and named, never guessed: no order, no Jaro similarity. Enum-variant segments of
-the target (``Basic``, ``InvertedResidual``) are carried into the replacement.
+Among the pairs that fit, the evidence, strongest first: enclosing blocks that hold the same
+tensors on both sides (blocks matched to blocks: a DWConv's ``dconv`` is not a Bottleneck's of
+the same shape); shared name tokens, with role synonyms such as ``LayerNorm`` ~ ``norm``,
+``q_proj`` ~ ``wq``, ``intermediate`` ~ ``inner``; a Sequential position against the
+numbered field in its place (``cls_convs.0.1`` ~ ``cls_convs.0.conv1``); a matched sibling (a
+BatchNorm beside its matched Conv). A pair is proven when it is the only one left for both
+sides, or its evidence is strictly the best for both; then, for a target record with real
+values, when exactly one candidate holds the target's values. Anything else is *ambiguous* and
+named, never guessed: no Jaro similarity. Enum-variant segments of the target (``Basic``,
+``InvertedResidual``) are carried into the replacement.
 
 Each proven pair becomes one anchored rule ``^<source module>\\.(<params>)$ =
 <target module>.$N`` (block indices as groups when the same rule holds for every block), and the
@@ -26,13 +31,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from ckptctl.adapters.families import is_enum_variant_segment
 from ckptctl.adapters.rename import parse_rules, remap_name
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 Shape = tuple[int, ...]
 
@@ -94,11 +100,19 @@ class Match:
 
 @dataclass(frozen=True)
 class Ambiguity:
-    """A target module more than one source module could fill, with nothing to decide."""
+    """A target module more than one source module could fill, with nothing to decide.
+
+    Attributes:
+        target: the target module path.
+        candidates: the source module paths that fit it.
+        names: the target tensor names left missing.
+        sources: for each of ``names``, the source tensor names that could fill it.
+    """
 
     target: str
     candidates: tuple[str, ...]
-    names: tuple[str, ...]  # the target tensor names left missing
+    names: tuple[str, ...]
+    sources: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,6 +138,7 @@ class _Module:
     indices: tuple[str, ...]
     tokens: frozenset[str]
     order: int
+    ancestry: tuple[int, ...] = ()  # signatures of the enclosing modules, parent first
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -132,6 +147,7 @@ def _split(name: str) -> tuple[str, str]:
 
 
 def _modules(shapes: Mapping[str, Shape], *, target: bool) -> dict[str, _Module]:
+    signatures = _signatures(shapes, target=target)
     out: dict[str, _Module] = {}
     for name, shape in shapes.items():
         path, param = _split(name)
@@ -139,12 +155,108 @@ def _modules(shapes: Mapping[str, Shape], *, target: bool) -> dict[str, _Module]
             continue
         module = out.get(path)
         if module is None:
-            module = _Module(path, {}, {}, _indices(path), _tokens(path, target=target), len(out))
+            module = _Module(path, {}, {}, _indices(path), _tokens(path, target=target), len(out),
+                             _ancestry(path, signatures, target=target))  # fmt: skip
             out[path] = module
         norm = _PARAM.get(param, param)
         module.params[norm] = shape
         module.names[norm] = param
     return out
+
+
+def _signatures(shapes: Mapping[str, Shape], *, target: bool) -> dict[str, int]:
+    """Every enclosing module's signature: the multiset of its tensors' kinds and shapes (a
+    rank-2 shape unordered, as a Linear arrives transposed); enum variants left out of the
+    target's paths. Two modules with equal signatures hold the same tensors under any names."""
+    found: dict[str, list[tuple[str, Shape]]] = {}
+    for name, shape in shapes.items():
+        path, param = _split(name)
+        if param in _DROPPED:
+            continue
+        key = (_PARAM.get(param, param), tuple(sorted(shape)) if len(shape) == 2 else shape)
+        parts = (_drop_variants(path) if target else path).split(".") if path else []
+        for i in range(len(parts) + 1):
+            found.setdefault(".".join(parts[:i]), []).append(key)
+    return {p: hash(tuple(sorted(keys))) for p, keys in found.items()}
+
+
+def _ancestry(path: str, signatures: Mapping[str, int], *, target: bool) -> tuple[int, ...]:
+    parts = (_drop_variants(path) if target else path).split(".")
+    return tuple(signatures[".".join(parts[:i])] for i in range(len(parts) - 1, -1, -1))
+
+
+def _agreement(src: _Module, dst: _Module) -> int:
+    """How many enclosing modules, from the parent up, hold the same tensors on both sides:
+    blocks matched to blocks (a DWConv's dconv is not a Bottleneck's of the same shape)."""
+    count = 0
+    for a, b in zip(src.ancestry, dst.ancestry, strict=False):
+        if a != b:
+            break
+        count += 1
+    return count
+
+
+def _keyed(path: str) -> list[tuple[str, int]]:
+    """Each numeric segment of ``path`` keyed by the name before it and how many numbers
+    since (``cls_convs.0.1`` -> ``cls_convs#0``, ``cls_convs#1``), with its position."""
+    out, name, run = [], "", 0
+    for i, part in enumerate(path.split(".")):
+        if part.isdigit():
+            out.append((f"{name}#{run}", i))
+            run += 1
+        else:
+            name, run = part, 0
+    return out
+
+
+@lru_cache(maxsize=1 << 16)
+def alignment(source: str, target: str) -> tuple[int, ...] | None:
+    """The segment positions of ``source`` that hold the target module's block indices, in
+    the target's order, or None when the indices disagree.
+
+    An index under a name both paths have must be equal (``dark3.1.m.0`` -> ``dark3.c3.m.0``:
+    ``m``'s, whatever the Sequential position before it); the others are matched in order from
+    the first (``encoder.layer.3`` -> ``encoder.layers.3``, ``features.2.conv.0.0`` ->
+    ``features.2.pw.conv``).
+    """
+    src_parts, dst_parts = source.split("."), _drop_variants(target).split(".")
+    src, dst = _keyed(source), _keyed(_drop_variants(target))
+    src_keys = {k for k, _ in src}
+    dst_keys = {k for k, _ in dst}
+    by_key = {k: i for k, i in src}
+    free = [i for k, i in src if k not in dst_keys]
+    out: list[int] = []
+    for key, i in dst:
+        if key in src_keys:
+            j = by_key[key]
+        elif free:
+            j = free.pop(0)
+        else:
+            return None
+        if src_parts[j] != dst_parts[i] or (out and j <= out[-1]):
+            return None
+        out.append(j)
+    return tuple(out)
+
+
+_NUMBERED = re.compile(r"^[A-Za-z_]+?_?([0-9]+)$")
+
+
+@lru_cache(maxsize=1 << 16)
+def _positions_agree(source: str, target: str) -> int:
+    """Order as evidence: a Sequential position right after a block index (``cls_convs.0.1``)
+    against the numbered name in the same place (``cls_convs.0.conv1``, yolox-burn's
+    ConvBlock { conv0, conv1 } for YOLOX's Sequential(Conv, Conv)); how many agree."""
+    holes = alignment(source, target)
+    if not holes:
+        return 0
+    src, dst = source.split("."), _drop_variants(target).split(".")
+    agree = 0
+    for j, i in zip(holes, _numeric(".".join(dst)), strict=True):
+        if j + 1 < len(src) and i + 1 < len(dst) and src[j + 1].isdigit():
+            numbered = _NUMBERED.match(dst[i + 1])
+            agree += numbered is not None and numbered.group(1) == src[j + 1]
+    return agree
 
 
 def _indices(path: str) -> tuple[str, ...]:
@@ -207,11 +319,16 @@ def _fits(src: _Module, dst: _Module) -> bool:
                 return False  # an Embedding keeps its layout
         elif len(shape) != 2 and shape != want:
             return False
-    return src.indices[: len(dst.indices)] == dst.indices
+    return alignment(src.path, dst.path) is not None
+
+
+#: Score per enclosing module that agrees (:func:`_agreement`): structure before names.
+_BLOCK_WEIGHT = 100
 
 
 def _score(src: _Module, dst: _Module, parents: Mapping[str, str]) -> int:
-    score = 2 * len(src.tokens & dst.tokens)
+    score = _BLOCK_WEIGHT * _agreement(src, dst) + 2 * len(src.tokens & dst.tokens)
+    score += 2 * _positions_agree(src.path, dst.path)
     sp, tp = src.path.rpartition(".")[0], _drop_variants(dst.path).rpartition(".")[0]
     if sp and parents.get(sp) == tp:
         score += 5  # its sibling is matched: a BatchNorm beside its Conv
@@ -225,9 +342,15 @@ def _drop_variants(path: str) -> str:
 
 
 def match_modules(
-    source: Mapping[str, Shape], target: Mapping[str, Shape]
+    source: Mapping[str, Shape],
+    target: Mapping[str, Shape],
+    same: Callable[[str, str], bool] | None = None,
 ) -> tuple[list[Match], list[Ambiguity]]:
-    """Pair the source modules the target lacks with the target modules the source lacks."""
+    """Pair the source modules the target lacks with the target modules the source lacks.
+
+    With ``same``, a target module several source modules fit goes to the one candidate whose
+    every tensor holds the target's values (a target record with real values).
+    """
     src = _modules(source, target=False)
     dst = _modules(target, target=True)
     free_src = {p: m for p, m in src.items() if p not in dst}
@@ -257,48 +380,103 @@ def match_modules(
             if len(cands) == 1 and not rivals:
                 evidence = "the only source module whose parameters fit"
             else:
-                shared = sorted(x.lstrip("=") for x in s.tokens & free_dst[t].tokens)
-                evidence = f"names agree ({', '.join(shared) or 'a matched sibling'})"
+                evidence = _evidence(s, free_dst[t], [c for c in cands if c is not s])
             matches.append(Match(s.path, t, tuple(s.names.values()), evidence))
-            sp = s.path.rpartition(".")[0]
-            parents[sp] = _drop_variants(t).rpartition(".")[0]
-            del edges[t]
-            for other in edges.values():
-                if s in other:
-                    other.remove(s)
+            _take(s, t, edges, parents)
             progress = True
             break
+        found = None if progress or same is None else _by_values(edges, free_dst, same)
+        if found is not None:  # names and shapes decide nothing more: the values do
+            s, t = found
+            evidence = "values equal the target's (bytes, or the transpose)"
+            matches.append(Match(s.path, t, tuple(s.names.values()), evidence))
+            _take(s, t, edges, parents)
+            progress = True
     ambiguous = [
         Ambiguity(t, tuple(s.path for s in cands),
-                  tuple(f"{t}.{n}" if t else n for n in dst[t].names.values()))
+                  tuple(_join(t, n) for n in dst[t].names.values()),
+                  tuple(tuple(_join(s.path, s.names[p]) for s in cands) for p in dst[t].names))
         for t, cands in edges.items() if len(cands) > 1
     ]  # fmt: skip
     return matches, ambiguous
 
 
-def infer_rules(source: Mapping[str, Shape], target: Mapping[str, Shape]) -> Inference:
+def _evidence(src: _Module, dst: _Module, others: Sequence[_Module]) -> str:
+    """Why ``src`` and not ``others`` fills ``dst``: the blocks, when they decide, and the names."""
+    shared = sorted(x.lstrip("=") for x in src.tokens & dst.tokens)
+    names = f"names agree ({', '.join(shared) or 'a matched sibling'})"
+    levels = _agreement(src, dst)
+    if levels and any(_agreement(o, dst) < levels for o in others):
+        return f"{levels} enclosing modules hold the same tensors; {names}"
+    return names
+
+
+def _take(s: _Module, t: str, edges: dict[str, list[_Module]], parents: dict[str, str]) -> None:
+    """Record the pair ``s`` -> ``t``: neither is free any more."""
+    parents[s.path.rpartition(".")[0]] = _drop_variants(t).rpartition(".")[0]
+    del edges[t]
+    for other in edges.values():
+        if s in other:
+            other.remove(s)
+
+
+def _by_values(
+    edges: Mapping[str, list[_Module]], free_dst: Mapping[str, _Module],
+    same: Callable[[str, str], bool],
+) -> tuple[_Module, str] | None:  # fmt: skip
+    """The first target module that exactly one of its candidates fills with equal values."""
+    for t, cands in edges.items():
+        if len(cands) < 2:
+            continue
+        dst = free_dst[t]
+        equal = [
+            c for c in cands
+            if all(same(_join(c.path, c.names[p]), _join(t, dst.names[p])) for p in dst.params)
+        ]  # fmt: skip
+        if len(equal) == 1:
+            return equal[0], t
+    return None
+
+
+def infer_rules(
+    source: Mapping[str, Shape],
+    target: Mapping[str, Shape],
+    same: Callable[[str, str], bool] | None = None,
+) -> Inference:
     """Rules that rename source modules onto the target's, proven pair by pair.
 
     Args:
         source: source tensor names and shapes (before any layout adapter).
         target: target tensor names and shapes.
+        same: compares a source tensor's values with a target tensor's (a target record with
+            real values): decides among candidates names and shapes leave open.
 
     Returns:
-        The proven matches, the ambiguities and the verified rules (empty when the rules
-        would rename anything they do not claim).
+        The proven matches, the ambiguities and the verified rules: each rule alone renames
+        only tensors it claims, to their targets (others are left out, their tensors keep
+        their names), and so does the list as a whole (else no rule at all).
     """
-    matches, ambiguous = match_modules(source, target)
-    rules = _rules(matches, source)
+    matches, ambiguous = match_modules(source, target, same)
     expected = {}
     for m in matches:
         for param in m.params:
             expected[_join(m.source, param)] = _join(m.target, param)
+    rules = [r for r in _rules(matches, source) if _exact([r], source, expected)]
+    if not _exact(rules, source, expected):
+        rules = []  # not exact together (one renames what another made): propose none
+    return Inference(tuple(matches), tuple(ambiguous), tuple(rules))
+
+
+def _exact(
+    rules: Sequence[tuple[str, str, str]], source: Mapping[str, Shape], expected: Mapping[str, str]
+) -> bool:
+    """Whether every source name ``rules`` rename goes where ``expected`` says."""
     parsed = parse_rules([_text(p, r) for p, r, _ in rules])
     for name in source:
         new, _ = remap_name(name, parsed)
-        if new != expected.get(name, name):
-            return Inference(tuple(matches), tuple(ambiguous), ())  # not exact: propose none
-    return Inference(tuple(matches), tuple(ambiguous), tuple(rules))
+        if new != name and new != expected.get(name):
+            return False
+    return True
 
 
 def _join(module: str, param: str) -> str:
@@ -313,8 +491,9 @@ def _rules(matches: Sequence[Match], source: Mapping[str, Shape]) -> list[tuple[
     """One rule per (source template, target template), block indices as groups."""
     groups: dict[tuple[str, str, tuple[str, ...]], list[Match]] = {}
     for m in matches:
-        n = len(_indices(_drop_variants(m.target)))
-        groups.setdefault((_template(m.source, n), _template(m.target, n), m.params), []).append(m)
+        holes = alignment(m.source, m.target) or ()
+        key = (_template(m.source, holes), _template(m.target, _numeric(m.target)), m.params)
+        groups.setdefault(key, []).append(m)
     by_pattern: dict[str, int] = {}
     for s, _, _ in groups:
         by_pattern[s] = by_pattern.get(s, 0) + 1
@@ -327,7 +506,7 @@ def _rules(matches: Sequence[Match], source: Mapping[str, Shape]) -> list[tuple[
         if by_pattern[s] == 1 and len(general) == len(members):
             pattern = _fill(s, ["([0-9]+)"] * n)
         else:  # the same source shape means different targets per block: list the indices
-            idx = [sorted({_indices(m.source)[k] for m in members}, key=int) for k in range(n)]
+            idx = [sorted({_indices(m.target)[k] for m in members}, key=int) for k in range(n)]
             pattern = _fill(s, ["(" + "|".join(i) + ")" for i in idx])
         replacement = _fill(t, [f"${k + 1}" for k in range(n)], escape=False)
         pattern = "^" + pattern + r"\.(" + alternatives + ")$"
@@ -337,14 +516,15 @@ def _rules(matches: Sequence[Match], source: Mapping[str, Shape]) -> list[tuple[
     return out
 
 
-def _template(path: str, count: int) -> str:
-    """``path`` with its first ``count`` numeric segments as ``{}`` holes."""
+def _numeric(path: str) -> list[int]:
+    return [i for i, part in enumerate(path.split(".")) if part.isdigit()]
+
+
+def _template(path: str, holes: Sequence[int]) -> str:
+    """``path`` with the segments at ``holes`` as ``{}``."""
     parts = path.split(".")
-    holes = 0
-    for i, part in enumerate(parts):
-        if part.isdigit() and holes < count:
-            parts[i] = "{}"
-            holes += 1
+    for i in holes:
+        parts[i] = "{}"
     return ".".join(parts)
 
 

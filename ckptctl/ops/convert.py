@@ -16,13 +16,15 @@ from typing import TYPE_CHECKING
 from ckptctl.adapters import PlanItem
 from ckptctl.adapters.pipeline import NAMES_SHOWN, PipelineOptions, run_pipeline
 from ckptctl.adapters.rename import parse_rules, unmatched_rules
-from ckptctl.errors import SelectionError
+from ckptctl.adapters.rope import needs_interleaving
+from ckptctl.errors import CkptError, SelectionError
 from ckptctl.fix import Note, Option
 from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint
 from ckptctl.formats.sharded import write_sharded
 from ckptctl.model import CheckpointKind, TensorData, describe_groups
 from ckptctl.ops._migrate import migration_plan
 from ckptctl.ops._select import (
+    add_ties,
     describe_outside,
     outside_state_key,
     select_state_key,
@@ -32,13 +34,15 @@ from ckptctl.ops._select import (
 from ckptctl.ops._size_limit import check_size
 from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.model import ConvertReport, PlanRow
+from ckptctl.report.summary import AmbiguityKind, AmbiguousTensor
 from ckptctl.safety import Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from ckptctl.dtypes import DType
-    from ckptctl.model import Checkpoint, Progress, TensorEntry
+    from ckptctl.model import Checkpoint, JSONValue, Progress, TensorEntry
+    from ckptctl.report.summary import LoadingSummary
     from ckptctl.sources import ByteSource
 
     Specs = Mapping[str, tuple[DType, tuple[int, ...]]]
@@ -76,6 +80,8 @@ class ConvertOptions:
         fsync: flush the output to disk before renaming it into place.
         jobs: shards written at once with ``max_shard_bytes`` (the files do not depend on it).
         dry_run: plan only, write nothing.
+        ties: ``NAME=SOURCE`` declarations: write a copy of the source tensor SOURCE under
+            NAME, before the remap rules (a tied weight the file stores once).
         remap_file: a rules file (``PATTERN=REPLACEMENT`` lines, ``#`` comments) whose rules
             run before ``remap``.
         write_rules: write the rules used (given and inferred from the target) to this file,
@@ -108,6 +114,7 @@ class ConvertOptions:
     fsync: bool = True
     jobs: int = 1
     dry_run: bool = False
+    ties: tuple[str, ...] = ()
     remap_file: str | None = None
     write_rules: str | None = None
     infer: bool = True
@@ -162,23 +169,44 @@ def convert(
     target_specs = _read_specs(opts.target) if opts.target else None
     with open_checkpoint(src) as ckpt:
         everything = ckpt.entries()
-        entries = select_state_key(everything, opts.state_key, ckpt)
+        entries = add_ties(select_state_key(everything, opts.state_key, ckpt), opts.ties)
         modules = ckpt.structure.modules if ckpt.structure and not opts.state_key else None
         pipeline = opts.pipeline
         items, notes = run_pipeline(entries, pipeline, target_specs, modules)
         inferred: tuple[tuple[str, str, str], ...] = ()
-        ambiguous: list[str | Note] = []
-        if target_specs is not None and opts.infer and not _fits(items, target_specs):
-            inferred, ambiguous = _infer(entries, pipeline, target_specs)
+        ambiguous: list[AmbiguousTensor] = []
+        if (
+            opts.target
+            and target_specs is not None
+            and opts.infer
+            and not _fits(items, target_specs)
+        ):
+            inferred, ambiguous = _infer(entries, pipeline, target_specs, opts.target)
             if inferred:
                 pipeline = replace(pipeline, remap=pipeline.remap + tuple(
                     _rule_text(p, r) for p, r, _ in inferred))  # fmt: skip
+                items, notes = run_pipeline(entries, pipeline, target_specs, modules)
+        declared: list[tuple[str, Note]] = []
+        if target_specs is not None and opts.target is not None:
+            unproven = _unproven_layouts(items, target_specs)
+            declared = _layouts_by_values(unproven, items, opts.target) if unproven else []
+            if declared:  # the target's values decide square layouts nothing else decided
+                pipeline = replace(pipeline, module_types=pipeline.module_types + tuple(
+                    rule for rule, _ in declared))  # fmt: skip
                 items, notes = run_pipeline(entries, pipeline, target_specs, modules)
         if opts.write_rules:
             given = [(r, "given") for r in pipeline.remap[: len(pipeline.remap) - len(inferred)]]
             made = [(_rule_text(p, r), e) for p, r, e in inferred]
             write_rules_file(opts.write_rules, [*given, *made], force=opts.force)
-        warnings: list[str | Note] = [*notes, *ambiguous]
+        warnings: list[str | Note] = [*notes, *(note for _, note in declared)]
+        rope = needs_interleaving(
+            [(i.source, i.entry.name) for i in items if i.entry is not None], opts.adapters
+        )
+        if rope and target_specs is None:
+            warnings.append(_rope_note(len(rope)))
+        elif target_specs is not None:  # unproven: the check refuses them
+            ambiguous += [AmbiguousTensor(out, AmbiguityKind.ROPE, (src,))
+                          for src, out in rope if out in target_specs]  # fmt: skip
         outside = outside_state_key(everything, opts.state_key)
         if outside and opts.state_key is not None:
             warnings.insert(0, describe_outside(outside, len(everything), opts.state_key))
@@ -191,10 +219,17 @@ def convert(
         ok = True
         refused: str | Note | None = None
         if target_specs is not None:
-            result = summarize(specs_of(outputs), target_specs, given=tuple(opts.adapters))
+            ambiguous += _unproven_layouts(items, target_specs)
+            result = summarize(specs_of(outputs), target_specs, given=tuple(opts.adapters),
+                               ambiguous=ambiguous)  # fmt: skip
+            ties = _suggest_ties(result, entries, pipeline, target_specs, modules)
+            if ties:
+                result = replace(result, fixes=(*result.fixes, *ties))
             summary, fixes = result, result.fixes
             ok = result.ok
-            if not ok:
+            if result.ambiguous:
+                refused = _refuse_ambiguous(result.ambiguous)
+            elif not ok:
                 refused = Note(
                     "the output does not fit {fix0}; fix the names (see above) or pass {fix1}",
                     (Option("target", takes_value=True), Option("allow_partial")),
@@ -306,25 +341,159 @@ def _rule_text(pattern: str, replacement: str) -> str:
     return pattern.replace("=", "\\=") + "=" + replacement
 
 
+def _rope_note(count: int) -> Note:
+    """The RoPE adapter to add when Hugging Face's q/k projections land on Meta's names."""
+    return Note(
+        f"{count} q/k projections go from Hugging Face's q_proj/k_proj to wq/wk: Hugging "
+        "Face stores them in the half-split RoPE layout, Meta's Llama and llama-burn in "
+        "the interleaved one; add {fix0} with the model's num_attention_heads and "
+        "num_key_value_heads (its config.json)",
+        (Option("adapters", "rope-interleaved:HEADS,KV_HEADS"),),
+    )
+
+
+def _suggest_ties(
+    summary: LoadingSummary,
+    entries: list[TensorEntry],
+    pipeline: PipelineOptions,
+    target: Specs,
+    modules: Mapping[str, tuple[str, Mapping[str, JSONValue]]] | None,
+) -> list[Option]:
+    """``ties`` for missing target tensors that exactly one source tensor could be a copy of
+    (its shape, or a rank-2 transpose, and the same kind: weight, bias), each verified: with
+    the copy, the pipeline makes the missing name with the target's shape. A last resort:
+    none while another fix (a rule, an adapter) is suggested, as that may make the name."""
+    if summary.fixes:
+        return []
+    unsure = {a.name for a in summary.ambiguous}
+    out: list[Option] = []
+    for missing in summary.missing[: NAMES_SHOWN * 3]:
+        name = missing.name
+        if name in unsure:
+            continue
+        shape = target[name][1]
+        kind = _kind(name)
+        fits = [e for e in entries if _kind(e.name) == kind and (e.shape == shape or (
+            len(shape) == 2 and shape[0] != shape[1] and e.shape == shape[::-1]))]  # fmt: skip
+        if len(fits) != 1:
+            continue
+        copy = fits[0].renamed(name)
+        try:
+            items, _ = run_pipeline([*entries, copy], pipeline, target, modules)
+        except CkptError:
+            continue
+        made = next((i.entry for i in items if i.source == name and i.entry is not None), None)
+        if made is not None and made.name == name and made.shape == shape:
+            out.append(Option("ties", f"{name}={fits[0].name}"))
+    return out
+
+
+def _kind(name: str) -> str:
+    """``weight`` or ``bias`` (norm ``gamma``/``beta`` too), from a name's last word."""
+    last = name.rpartition(".")[2].rpartition("_")[2]
+    return {"gamma": "weight", "beta": "bias"}.get(last, last)
+
+
+def _same_values(source: TensorEntry, ref: TensorEntry) -> str | None:
+    """``equal`` or ``transposed`` when ``ref`` holds ``source``'s values (bytes, or the bytes
+    of the rank-2 transpose), else None; different dtypes or sizes are never equal."""
+    import numpy as np
+
+    if source.dtype is not ref.dtype or source.numel != ref.numel:
+        return None
+    a, b = source.load(), ref.load()
+    if a.shape == b.shape and a.tobytes() == b.tobytes():
+        return "equal"
+    if (
+        a.ndim == 2
+        and a.shape[::-1] == b.shape
+        and np.ascontiguousarray(a.T).tobytes() == b.tobytes()
+    ):
+        return "transposed"
+    return None
+
+
+def _layouts_by_values(
+    unproven: list[AmbiguousTensor], items: list[PlanItem], target: str
+) -> list[tuple[str, Note]]:
+    """``--module-type`` rules for the square weights whose target holds their values (as is:
+    not a Linear; transposed: a Linear), each with the note that reports the check."""
+    import re
+
+    by_name = {i.entry.name: i.entry for i in items if i.entry is not None}
+    out = []
+    with open_checkpoint(target) as ref:
+        for amb in unproven:
+            found = _same_values(by_name[amb.name], ref[amb.name])
+            if found is None:
+                continue
+            module_type = "Linear" if found == "transposed" else "Other"
+            rule = f"^{re.escape(amb.name)}$={module_type}"
+            out.append((rule, Note(
+                f"value check: the target's {amb.name!r} holds the source's values "
+                f"{'transposed: a Linear' if found == 'transposed' else 'as they are: kept'}; "
+                "to keep this without the target pass {fix0}",
+                (Option("module_types", rule),),
+            )))  # fmt: skip
+    return out
+
+
+def _unproven_layouts(items: list[PlanItem], target: Specs) -> list[AmbiguousTensor]:
+    """Target tensors filled by a square weight whose layout nothing decided."""
+    return [
+        AmbiguousTensor(i.entry.name, AmbiguityKind.LAYOUT, (i.source,))
+        for i in items
+        if i.entry is not None and i.entry.name in target and any(a.unproven for a in i.actions)
+    ]
+
+
+def _refuse_ambiguous(ambiguous: tuple[AmbiguousTensor, ...]) -> Note:
+    n = len(ambiguous)
+    names = ", ".join(repr(a.name) for a in ambiguous[:NAMES_SHOWN])
+    names += ", ..." if n > NAMES_SHOWN else ""
+    if any(a.kind is AmbiguityKind.ROPE for a in ambiguous):
+        return Note(
+            f"{n} target tensor{'s are' if n != 1 else ' is'} unproven ({names}): Hugging "
+            "Face's q/k projections in the half-split RoPE layout where wq/wk take the "
+            "interleaved one; add {fix0} with the model's num_attention_heads and "
+            "num_key_value_heads, or pass {fix1}",
+            (Option("adapters", "rope-interleaved:HEADS,KV_HEADS"), Option("allow_partial")),
+        )
+    return Note(
+        f"{n} target tensor{'s are' if n != 1 else ' is'} unproven ({names}): nothing decides "
+        "which source or layout fills "
+        f"{'them' if n != 1 else 'it'}; name {'them' if n != 1 else 'it'} with {{fix0}} or "
+        "{fix1}, or pass {fix2}",
+        (Option("remap", takes_value=True), Option("module_types", takes_value=True),
+         Option("allow_partial")),
+    )  # fmt: skip
+
+
 def _infer(
-    entries: list[TensorEntry], pipeline: PipelineOptions, target: Specs
-) -> tuple[tuple[tuple[str, str, str], ...], list[str | Note]]:
-    """Rules from the structure of the renamed source (before adapters) and of the target."""
+    entries: list[TensorEntry], pipeline: PipelineOptions, target: Specs, path: str
+) -> tuple[tuple[tuple[str, str, str], ...], list[AmbiguousTensor]]:
+    """Rules from the structure of the renamed source (before adapters) and of the target;
+    where that leaves a choice open, from the target's values (``path``)."""
     from ckptctl.ops._structure import infer_rules
 
     renamed, _ = run_pipeline(entries, replace(pipeline, adapters=(), module_types=()))
     kept = [i.entry for i in renamed if i.entry is not None]
-    source = {e.name: e.shape for e in kept if e.name not in _family_owned(kept)}
-    found = infer_rules(source, {n: s for n, (_, s) in target.items()})
-    notes: list[str | Note] = []
-    for amb in found.ambiguous:
-        shown = " or ".join(repr(c) for c in amb.candidates[:NAMES_SHOWN])
-        notes.append(Note(
-            f"target module {amb.target!r} could be filled by {shown}: the same parameters "
-            "and shapes, and nothing in the names decides; not guessed, name it with {fix0}",
-            (Option("remap", takes_value=True),),
-        ))  # fmt: skip
-    return found.rules, notes
+    owned = _family_owned(kept)
+    source = {e.name: e.shape for e in kept if e.name not in owned}
+    shapes = {n: s for n, (_, s) in target.items()}
+    found = infer_rules(source, shapes)
+    if found.ambiguous:
+        by_name = {e.name: e for e in kept}
+        with open_checkpoint(path) as ref:
+            found = infer_rules(
+                source, shapes, lambda s, t: _same_values(by_name[s], ref[t]) is not None
+            )
+    ambiguous = [
+        AmbiguousTensor(name, AmbiguityKind.SOURCE, sources)
+        for amb in found.ambiguous
+        for name, sources in zip(amb.names, amb.sources, strict=True)
+    ]
+    return found.rules, ambiguous
 
 
 def _family_owned(entries: list[TensorEntry]) -> set[str]:

@@ -29,6 +29,7 @@ from ckptctl.ops.matching import (
 )
 from ckptctl.report.summary import (
     DISPLAY_LIMIT,
+    AmbiguousTensor,
     DTypeNote,
     LoadingSummary,
     MissingTensor,
@@ -61,6 +62,7 @@ def summarize(
     suggest_limit: int | None = DISPLAY_LIMIT,
     with_fixes: bool = True,
     given: Sequence[str] = (),
+    ambiguous: Sequence[AmbiguousTensor] = (),
 ) -> LoadingSummary:
     """Classify converted tensors against a target, like Burn's ``ApplyResult`` (§5.1).
 
@@ -76,6 +78,8 @@ def summarize(
         with_fixes: compute :func:`suggest_fixes` (off for byte-for-byte Burn output).
         given: adapters the source already went through: never suggested again, and no
             split or fuse is simulated on top of them.
+        ambiguous: target tensors whose filling is unproven (``ops._structure``, undecided
+            square layouts): listed, and never counted as applied even when name and shape fit.
 
     Returns:
         The summary.
@@ -92,6 +96,7 @@ def summarize(
     errors: list[SummaryError] = []
     notes: list[DTypeNote] = []
     consumed: set[str] = set()
+    unproven = {a.name for a in ambiguous}
     for name, (dtype, shape) in target.items():
         found = name if name in source else None
         if found is None and alternative is not None:
@@ -111,6 +116,8 @@ def summarize(
             errors.append(
                 SummaryError(name, SummaryErrorKind.SHAPE_MISMATCH, expected=shape, found=src_shape)
             )
+            continue
+        if name in unproven:
             continue
         applied.append(name)
         if src_dtype != dtype:
@@ -159,4 +166,5 @@ def summarize(
         dtype_notes=tuple(notes),
         fixes=fixes,
         enum_paths=enum_paths,
+        ambiguous=tuple(ambiguous),
     )

@@ -321,6 +321,7 @@ def _summary(summary: LoadingSummary) -> dict[str, JSONValue]:
             "missing": len(summary.missing),
             "unused": len(summary.unused),
             "errors": len(summary.errors),
+            "ambiguous": len(summary.ambiguous),
         },
         "applied": list(summary.applied),
         "skipped": list(summary.skipped),
@@ -342,6 +343,10 @@ def _summary(summary: LoadingSummary) -> dict[str, JSONValue]:
         "dtype_notes": [
             {"name": n.name, "expected": n.expected.value, "found": n.found.value}
             for n in summary.dtype_notes
+        ],
+        "ambiguous": [
+            {"name": a.name, "kind": a.kind, "candidates": list(a.candidates)}
+            for a in summary.ambiguous
         ],
         "fixes": [spell(f) for f in summary.fixes],
         "enum_paths": summary.enum_paths,

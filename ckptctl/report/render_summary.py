@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 from ckptctl.fix import spell
 from ckptctl.report.sanitize import sanitize
-from ckptctl.report.summary import DISPLAY_LIMIT, SummaryErrorKind
+from ckptctl.report.summary import DISPLAY_LIMIT, AmbiguityKind, SummaryErrorKind
 
 if TYPE_CHECKING:
-    from ckptctl.report.summary import LoadingSummary, SummaryError
+    from ckptctl.report.summary import AmbiguousTensor, LoadingSummary, SummaryError
 
 WARNING = "\u26a0\ufe0f"
 
@@ -60,6 +60,22 @@ def error_line(error: SummaryError) -> str:
             f", found {burn_shape(error.found or ())}"
         )
     return f"Load error for '{error.name}': Failed to load tensor data: {error.message}"
+
+
+def ambiguity_text(amb: AmbiguousTensor) -> str:
+    """Why a target tensor is unproven, naming its candidates."""
+    if amb.kind is AmbiguityKind.ROPE:
+        return (
+            f"from '{amb.candidates[0]}': Hugging Face's half-split RoPE layout, where wq/wk "
+            "take the interleaved one; add the rope-interleaved adapter with the head counts"
+        )
+    if amb.kind is AmbiguityKind.LAYOUT:
+        return (
+            f"square weight from '{amb.candidates[0]}': nothing tells a Linear (transposed) "
+            "from a tensor kept as is; declare its module type"
+        )
+    shown = " or ".join(f"'{c}'" for c in amb.candidates[:DISPLAY_LIMIT])
+    return f"could be {shown}: same parameters and shapes; add a remap rule"
 
 
 def _more(lines: list[str], total: int) -> None:
@@ -108,6 +124,12 @@ def render_summary(summary: LoadingSummary, *, extras: bool = True) -> str:
             f"│  {WARNING}  {sanitize(error_line(e))}" for e in summary.errors[:DISPLAY_LIMIT]
         ]
         _more(lines, len(summary.errors))
+    if extras and summary.ambiguous:
+        lines += ["│", "├─ Ambiguous (not applied: nothing decides; name them)", "│"]
+        for amb in summary.ambiguous[:DISPLAY_LIMIT]:
+            lines.append(f"│    • {sanitize(amb.name)}")
+            lines.append(f"│        {sanitize(ambiguity_text(amb))}")
+        _more(lines, len(summary.ambiguous))
     if extras and summary.dtype_notes:
         lines += ["│", "├─ Dtype Differences (applied; Burn does not check dtypes)", "│"]
         lines += [

@@ -62,6 +62,33 @@ class SummaryError:
     message: str = ""
 
 
+class AmbiguityKind(StrEnum):
+    """What is unproven about a target tensor (issue 24): never counted as applied."""
+
+    #: several source tensors could fill it (same parameters, shapes and kind), nothing decides
+    SOURCE = "source"
+    #: a square rank-2 weight no evidence types: PyTorch ``[out, in]`` or Burn ``[in, out]``?
+    LAYOUT = "layout"
+    #: a Hugging Face q/k projection (half-split RoPE layout) filling Meta's or llama-burn's
+    #: ``wq``/``wk`` (interleaved) with no RoPE adapter
+    ROPE = "rope"
+
+
+@dataclass(frozen=True)
+class AmbiguousTensor:
+    """A target tensor whose filling is unproven: listed, refused, never applied.
+
+    Attributes:
+        name: the target tensor name.
+        kind: which choice nothing decides.
+        candidates: the source tensor names that could fill it (``layout``: the one source).
+    """
+
+    name: str
+    kind: AmbiguityKind
+    candidates: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class DTypeNote:
     """An applied tensor whose dtype differs from the target's (not an error in Burn)."""
@@ -76,7 +103,9 @@ class LoadingSummary:
     """Burn's ``ApplyResult`` plus ckptctl extras; render with ``report.render_summary``.
 
     ``enum_paths`` counts missing names that contain an enum variant (from container stacks
-    when known, else by Burn's CamelCase test); it triggers the enum hint block.
+    when known, else by Burn's CamelCase test); it triggers the enum hint block. ``ambiguous``
+    (a ckptctl extra) lists the target tensors whose filling is unproven: a ``layout`` one is in
+    the output but not counted as applied, a ``source`` one is missing.
     """
 
     applied: tuple[str, ...]
@@ -87,8 +116,9 @@ class LoadingSummary:
     dtype_notes: tuple[DTypeNote, ...] = ()
     fixes: tuple[Option, ...] = ()
     enum_paths: int = 0
+    ambiguous: tuple[AmbiguousTensor, ...] = ()
 
     @property
     def ok(self) -> bool:
-        """True when nothing is missing and nothing failed (unused never fails a load)."""
-        return not self.missing and not self.errors
+        """True when nothing is missing, unproven or failed (unused never fails a load)."""
+        return not self.missing and not self.errors and not self.ambiguous

@@ -147,7 +147,10 @@ def test_parse_adapter_names_and_errors() -> None:
     with pytest.raises(SelectionError) as info:
         parse_adapter("halves")
     assert info.value.message == "unknown adapter 'halves'; did you mean 'half'?"
-    assert info.value.hint == ("valid adapters: pytorch-to-burn, burn-to-pytorch, half, cast:DTYPE")
+    assert info.value.hint == (
+        "valid adapters: pytorch-to-burn, burn-to-pytorch, half, cast:DTYPE, "
+        "rope-interleaved:HEADS[,KV], rope-half-split:HEADS[,KV]"
+    )
 
 
 # --- Select (select.py) -----------------------------------------------------------------------

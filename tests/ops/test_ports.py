@@ -20,10 +20,11 @@ from safetensors.numpy import load_file
 
 from ckptctl import open_checkpoint
 from ckptctl.ops.convert import ConvertOptions, convert, read_rules_file
+from ckptctl.report.summary import AmbiguityKind
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "valid" / "ports"
 TO_BURN = ("pytorch-to-burn",)
-EXACT = ["bert", "minilm", "resnet", "mobilenetv2"]
+EXACT = ["bert", "minilm", "resnet", "mobilenetv2", "yolox"]
 
 
 def read(path: Path) -> dict[str, np.ndarray]:
@@ -86,13 +87,27 @@ def test_rules_as_rust_source(tmp_path: Path) -> None:
     assert r'(r#"^pooler\.dense\.(bias|weight)$"#, r#"pooler.output.$1"#),' in text
 
 
-def test_llama_names_and_layouts_are_the_ports_but_for_the_rope_permutation(
+def test_llama_without_the_rope_adapter_is_refused_naming_q_and_k(tmp_path: Path) -> None:
+    # llama-burn permutes wq/wk after loading (Hugging Face's half-split RoPE layout): without
+    # the adapter they are unproven, never applied
+    report = to_burn("llama", tmp_path / "o.bpk")
+    assert not report.ok  # type: ignore[attr-defined]
+    assert not report.written  # type: ignore[attr-defined]
+    summary = report.summary  # type: ignore[attr-defined]
+    qk = [f"layers.{i}.attention.{w}.weight" for i in range(2) for w in ("wq", "wk")]
+    assert sorted(a.name for a in summary.ambiguous) == sorted(qk)
+    assert {a.kind for a in summary.ambiguous} == {AmbiguityKind.ROPE}
+    assert ("model.layers.0.self_attn.q_proj.weight",) in [a.candidates for a in summary.ambiguous]
+    assert len(summary.applied) == len(target_names("llama")) - 4
+    assert summary.missing == ()
+
+
+def test_llama_without_the_rope_adapter_is_the_port_but_for_the_permutation(
     tmp_path: Path,
 ) -> None:
-    # llama-burn's "tiny" path permutes wq/wk after loading (Hugging Face's half-split RoPE
-    # layout); every other tensor, square wq/wo included, must be the port's
-    report = to_burn("llama", tmp_path / "o.bpk")
-    assert report.ok  # type: ignore[attr-defined]
+    # every other tensor, square wq/wo included, must be the port's
+    report = to_burn("llama", tmp_path / "o.bpk", allow_partial=True)
+    assert report.written  # type: ignore[attr-defined]
     got, want = read(tmp_path / "o.bpk"), load_file(str(FIXTURES / "llama_expected.safetensors"))
     assert sorted(got) == sorted(want)
     for name, array in want.items():
@@ -112,27 +127,86 @@ def test_llama_names_and_layouts_are_the_ports_but_for_the_rope_permutation(
     np.testing.assert_array_equal(got["tok_embeddings.weight"], sd["model.embed_tokens.weight"])
 
 
+def test_without_a_target_the_rope_adapter_is_a_warning(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.txt"
+    to_burn("llama", tmp_path / "a.bpk", write_rules=str(rules), dry_run=True)
+    opts = ConvertOptions(adapters=TO_BURN, remap_file=str(rules))
+    report = convert(FIXTURES / "llama.safetensors", tmp_path / "b.bpk", opts)
+    assert report.written
+    rope = [str(w) for w in report.warnings if "RoPE" in str(w)]
+    assert len(rope) == 1
+    assert rope[0].startswith("4 q/k projections go from Hugging Face's q_proj/k_proj to wq/wk")
+
+
+LLAMA_ROPE = "rope-interleaved:2,1"  # the fixture's num_attention_heads, num_key_value_heads
+
+
+@pytest.mark.parametrize("adapters", [(*TO_BURN, LLAMA_ROPE), (LLAMA_ROPE, *TO_BURN)])
+def test_llama_with_the_rope_adapter_is_the_ports_record(
+    adapters: tuple[str, ...], tmp_path: Path
+) -> None:
+    # before or after the transpose: the adapter permutes the output features either way
+    opts = ConvertOptions(adapters=adapters, target=str(FIXTURES / "llama_target.bpk"))
+    report = convert(FIXTURES / "llama.safetensors", tmp_path / "o.bpk", opts)
+    assert report.ok
+    assert not [w for w in report.warnings if "RoPE" in str(w)]
+    got, want = read(tmp_path / "o.bpk"), load_file(str(FIXTURES / "llama_expected.safetensors"))
+    assert sorted(got) == sorted(want)
+    assert_port_record(got, want)
+
+
+def test_llama_rules_reproduce_it_without_the_target(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.txt"
+    to_burn("llama", tmp_path / "a.bpk", write_rules=str(rules))
+    to_burn("llama", tmp_path / "r.bpk", write_rules=str(tmp_path / "rules.rs"), dry_run=True)
+    text = (tmp_path / "rules.rs").read_text()
+    assert r'(r#"^model\.embed_tokens\.(weight)$"#, r#"tok_embeddings.$1"#),' in text
+    opts = ConvertOptions(adapters=(*TO_BURN, LLAMA_ROPE), remap_file=str(rules))
+    report = convert(FIXTURES / "llama.safetensors", tmp_path / "b.bpk", opts)
+    assert report.written
+    assert_port_record(read(tmp_path / "b.bpk"),
+                       load_file(str(FIXTURES / "llama_expected.safetensors")))  # fmt: skip
+
+
+# Hugging Face drops tied duplicates on save (transformers' _tied_weights_keys): RoBERTa's
+# lm_head.decoder.weight is the word embeddings and lm_head.decoder.bias is lm_head.bias;
+# ALBERT's predictions.decoder.bias is predictions.bias (the port loads it as mlm_decoder_bias)
+TIES = {
+    "roberta": ("lm_head.decoder.bias=lm_head.bias",
+                "lm_head.decoder.weight=roberta.embeddings.word_embeddings.weight"),
+    "albert": ("mlm_decoder_bias=predictions.bias",),
+}  # fmt: skip
+
+
+def tied_expected(case: str) -> dict[str, np.ndarray]:
+    want = load_file(str(FIXTURES / f"{case}_expected.safetensors"))
+    if case == "albert":  # what the port loads from a checkpoint that keeps the tied copy
+        source = load_file(str(FIXTURES / "albert.safetensors"))
+        want["mlm_decoder_bias"] = source["predictions.bias"]
+    return want
+
+
 @pytest.mark.parametrize(
     ("case", "refused"),
     [
-        # Hugging Face drops the tied decoder on save: the port ties it in code
         ("roberta", {"lm_head.decoder.weight", "lm_head.decoder.bias"}),
-        # the port loads predictions.decoder.bias, which save_pretrained drops (tied to
-        # predictions.bias): Burn's Param has no module to match a source module against
+        # the port's Param mlm_decoder_bias has no module to match a source module against
         ("albert", {"mlm_decoder_bias"}),
     ],
 )
-def test_what_the_names_cannot_prove_is_refused_by_name_and_the_rest_is_right(
+def test_what_the_names_cannot_prove_is_refused_by_name_and_the_tie_suggested(
     case: str, refused: set[str], tmp_path: Path
 ) -> None:
     report = to_burn(case, tmp_path / "o.bpk")
     assert not report.ok  # type: ignore[attr-defined]
+    assert not report.written  # type: ignore[attr-defined]
     summary = report.summary  # type: ignore[attr-defined]
     assert {m.name for m in summary.missing} == refused
     assert all(
         m.suggestion is None or m.suggestion.rpartition(".")[2] == m.name.rpartition(".")[2]
         for m in summary.missing
     )  # no bias for a weight
+    assert [f.value for f in summary.fixes if f.name == "ties"] == list(TIES[case])
     report = to_burn(case, tmp_path / "p.bpk", allow_partial=True)
     want = load_file(str(FIXTURES / f"{case}_expected.safetensors"))
     got = read(tmp_path / "p.bpk")
@@ -141,10 +215,37 @@ def test_what_the_names_cannot_prove_is_refused_by_name_and_the_rest_is_right(
     assert_port_record(got, {k: v for k, v in want.items() if k not in refused}, unused)
 
 
-@pytest.mark.parametrize("case", [*EXACT, "llama", "roberta", "albert"])
-def test_no_tensor_lands_in_a_wrong_role_target(case: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("case", sorted(TIES))
+def test_with_the_suggested_ties_the_record_is_the_ports(case: str, tmp_path: Path) -> None:
+    report = to_burn(case, tmp_path / "o.bpk", ties=TIES[case])
+    assert report.ok, report.summary  # type: ignore[attr-defined]
+    want = tied_expected(case)
+    assert sorted(want) == sorted(target_names(case))  # now the port fills every field
+    unused = report.summary.unused  # type: ignore[attr-defined]
+    assert unused == (("lm_head.bias",) if case == "roberta" else ("predictions.bias",))
+    assert_port_record(read(tmp_path / "o.bpk"), want, frozenset(unused))
+
+
+@pytest.mark.parametrize("case", sorted(TIES))
+def test_ties_and_written_rules_reproduce_it_without_the_target(case: str, tmp_path: Path) -> None:
+    rules = tmp_path / "rules.txt"
+    to_burn(case, tmp_path / "a.bpk", ties=TIES[case], write_rules=str(rules))
+    opts = ConvertOptions(adapters=TO_BURN, ties=TIES[case], remap_file=str(rules))
+    report = convert(FIXTURES / f"{case}.safetensors", tmp_path / "b.bpk", opts)
+    assert report.written
+    got = read(tmp_path / "b.bpk")
+    assert_port_record(got, tied_expected(case), frozenset(set(got) - set(target_names(case))))
+
+
+@pytest.mark.parametrize(
+    ("case", "ties"),
+    [*((c, ()) for c in (*EXACT, "llama", "roberta", "albert")), *TIES.items()],
+)
+def test_no_tensor_lands_in_a_wrong_role_target(
+    case: str, ties: tuple[str, ...], tmp_path: Path
+) -> None:
     """Every tensor the inferred rules place is where the port's own rules place it."""
-    report = to_burn(case, tmp_path / "o.bpk", dry_run=True)
+    report = to_burn(case, tmp_path / "o.bpk", dry_run=True, ties=ties)
     want = load_file(str(FIXTURES / f"{case}_expected.safetensors"))
     sd = load_file(str(FIXTURES / f"{case}.safetensors"))
     by_value: dict[str, set[str]] = {}
@@ -154,15 +255,20 @@ def test_no_tensor_lands_in_a_wrong_role_target(case: str, tmp_path: Path) -> No
                 np.array_equal(value, array) or np.array_equal(value.T, array)
             ):
                 by_value.setdefault(name, set()).add(src)
+    origin = dict(t.split("=") for t in ties)  # a tie's copy is read from its SOURCE
+    placed = 0
     for row in report.plan:  # type: ignore[attr-defined]
         if row.target in want and row.target in by_value:
-            assert row.source in by_value[row.target], (row.source, row.target)
+            assert origin.get(row.source, row.source) in by_value[row.target], row
+            placed += 1
+    made = {row.target for row in report.plan}  # type: ignore[attr-defined]
+    assert placed == len(by_value.keys() & made) >= len(want) - 4  # not vacuous
 
 
 def test_the_wrong_suggestions_of_the_issue_are_gone(tmp_path: Path) -> None:
     wrong = [r"^lm_head\.=embeddings.", r"^lm_head\.=tok_embeddings.", r"\.1\.=.linear.",
              r"^predictions\.=mlm_dense.", r"\.out_proj\.=.key."]  # fmt: skip
-    for case in ("roberta", "llama", "albert", "mobilenetv2"):
+    for case in ("roberta", "llama", "albert", "mobilenetv2", "yolox"):
         for options in ({}, {"infer": False}):
             report = to_burn(case, tmp_path / f"{case}.bpk", dry_run=True, **options)
             values = [f.value or "" for f in report.fixes]  # type: ignore[attr-defined]
@@ -203,3 +309,120 @@ def test_a_rules_file_with_a_bad_rule_is_refused_by_line(tmp_path: Path) -> None
         read_rules_file(str(path))
     path.write_text("# header\n^a\\.=b.  # why\n")
     assert read_rules_file(str(path)) == [("^a\\.=b.", "why")]
+
+
+def test_block_indices_align_by_name_first_then_in_order() -> None:
+    from ckptctl.ops._structure import alignment
+
+    # under a name both paths have, the same index (YOLOX's dark3.1 Sequential position is
+    # yolox-burn's c3 field; its m.N stays m.N)
+    assert alignment("dark3.1.m.2.conv1.conv", "dark3.c3.m.2.conv1.conv") == (3,)
+    assert alignment("dark3.1.m.0.conv1.conv", "dark3.c3.m.2.conv1.conv") is None
+    # otherwise in order from the first: layer.N -> layers.N, features.N.conv.0.0 -> pw.conv
+    assert alignment("encoder.layer.3.output.dense", "encoder.layers.3.pwff.linear_outer") == (2,)
+    assert alignment("encoder.layer.3.output.dense", "encoder.layers.4.pwff.linear_outer") is None
+    assert alignment("features.2.conv.0.0", "features.2.InvertedResidual.pw.conv") == (1,)
+    assert alignment("head.cls_convs.1.0.dconv", "head.cls_convs.1.conv0.DwsConv.dconv") == (2,)
+    assert alignment("head.cls_convs.1.0.dconv", "head.cls_convs.0.conv0.DwsConv.dconv") is None
+    assert alignment("a.0.b", "a.b") == ()
+    assert alignment("a.b", "a.0.b") is None
+
+
+def test_a_sequential_position_meets_the_numbered_field_in_its_place() -> None:
+    from ckptctl.ops._structure import _positions_agree, infer_rules
+
+    assert _positions_agree("head.cls_convs.0.1.dconv", "head.cls_convs.0.conv1.DwsConv.dconv") == 1
+    assert _positions_agree("head.cls_convs.0.1.dconv", "head.cls_convs.0.conv0.DwsConv.dconv") == 0
+    assert _positions_agree("dark2.1.conv2.conv", "dark2.c3.conv1.conv") == 0  # not in its place
+    source = {"blk.0.0.weight": (3, 3, 1, 1), "blk.0.1.weight": (3, 3, 1, 1)}
+    target = {"blk.0.conv1.weight": (3, 3, 1, 1), "blk.0.conv0.weight": (3, 3, 1, 1)}
+    pairs = {(m.source, m.target) for m in infer_rules(source, target).matches}
+    assert pairs == {("blk.0.0", "blk.0.conv0"), ("blk.0.1", "blk.0.conv1")}
+
+
+def test_enclosing_blocks_decide_between_modules_of_one_shape() -> None:
+    from ckptctl.ops._structure import infer_rules
+
+    # a DWConv (dconv, pconv) and a Bottleneck's DWConv hold dconvs of one shape; the one
+    # whose enclosing modules hold the same tensors on both sides wins, whatever the names
+    source = {"d.0.dconv.weight": (2, 1, 3, 3), "d.0.pconv.weight": (4, 2, 1, 1),
+              "d.1.m.0.conv2.dconv.weight": (2, 1, 3, 3),
+              "d.1.m.0.conv2.pconv.weight": (2, 2, 1, 1)}  # fmt: skip
+    target = {"d.conv.DwsConv.dconv.weight": (2, 1, 3, 3),
+              "d.conv.DwsConv.pconv.weight": (4, 2, 1, 1),
+              "d.c3.m.0.conv2.DwsConv.dconv.weight": (2, 1, 3, 3),
+              "d.c3.m.0.conv2.DwsConv.pconv.weight": (2, 2, 1, 1)}  # fmt: skip
+    pairs = {(m.source, m.target) for m in infer_rules(source, target).matches}
+    assert pairs == {
+        ("d.0.dconv", "d.conv.DwsConv.dconv"), ("d.0.pconv", "d.conv.DwsConv.pconv"),
+        ("d.1.m.0.conv2.dconv", "d.c3.m.0.conv2.DwsConv.dconv"),
+        ("d.1.m.0.conv2.pconv", "d.c3.m.0.conv2.DwsConv.pconv"),
+    }  # fmt: skip
+
+
+def test_a_rule_must_rename_exactly_what_it_claims() -> None:
+    from ckptctl.ops._structure import _exact
+
+    source = {"a.w": (1,), "b.w": (1,), "ba.w": (1,)}
+    expected = {"a.w": "x.w"}
+    anchored = (r"^a\.(w)$", "x.$1", "")
+    loose = (r"a\.(w)$", "x.$1", "")  # also renames ba.w
+    assert _exact([anchored], source, expected)
+    assert not _exact([loose], source, expected)
+    assert _exact([], source, expected)  # a claim left undone is no wrong rename
+    assert not _exact([(r"^a\.(w)$", "y.$1", "")], source, expected)
+    # together: a rule that renames what an earlier one made
+    assert not _exact([anchored, (r"^x\.(w)$", "z.$1", "")], {"a.w": (1,)}, expected)
+
+
+def test_the_cli_names_the_rope_adapter_to_add(run_cli, tmp_path: Path) -> None:
+    args = ("convert", FIXTURES / "llama.safetensors", tmp_path / "o.bpk", "-a", "pytorch-to-burn",
+            "--target", FIXTURES / "llama_target.bpk")  # fmt: skip
+    result = run_cli(*args)
+    assert result.code == 1
+    assert not (tmp_path / "o.bpk").exists()
+    assert (
+        f"ckptctl: nothing written to {tmp_path / 'o.bpk'}: 4 target tensors are unproven "
+        "('layers.0.attention.wk.weight', 'layers.0.attention.wq.weight', "
+        "'layers.1.attention.wk.weight', ...): Hugging Face's q/k projections in the half-split "
+        "RoPE layout where wq/wk take the interleaved one; add --adapter "
+        "rope-interleaved:HEADS,KV_HEADS with the model's num_attention_heads and "
+        "num_key_value_heads, or pass --allow-partial"
+    ) in " ".join(result.stderr.split())
+    assert "│ ✓ Successfully applied: 17 tensors" in result.stdout  # 21 less q, k
+    shown = "│    • layers.0.attention.wk.weight\n│        from 'model.layers.0.self_attn.k_proj"
+    assert shown + ".weight': Hugging Face's half-split" in result.stdout
+    result = run_cli(*args, "-a", LLAMA_ROPE)
+    assert result.code == 0, result.stderr
+    assert "RoPE" not in result.stderr
+
+
+def test_a_modules_signature_is_its_tensors_whatever_their_names_and_layout() -> None:
+    from ckptctl.ops._structure import _keyed, _signatures
+
+    source = _signatures({"y.l.weight": (5, 3), "y.n.weight": (3,), "y.bn.num_batches_tracked": ()},
+                         target=False)  # fmt: skip
+    target = _signatures({"x.Var.lin.weight": (3, 5), "x.norm.gamma": (3,)}, target=True)
+    assert source["y"] == target["x"]  # transposed Linear, gamma ~ weight, no counter
+    assert source[""] == target[""]
+    assert set(target) == {"", "x", "x.lin", "x.norm"}  # the variant is no module of its own
+    other = _signatures({"x.lin.weight": (3, 4), "x.norm.gamma": (3,)}, target=True)
+    assert other["x"] != source["y"]
+    bias = _signatures({"y.l.bias": (5, 3), "y.n.weight": (3,)}, target=False)
+    assert bias["y"] != source["y"]  # the kind counts: a bias is no weight
+    assert _keyed("a.0.1.b.2") == [("a#0", 1), ("a#1", 2), ("b#0", 4)]
+    assert _keyed("a.b") == []
+
+
+def test_agreement_counts_enclosing_modules_from_the_parent_up_to_the_first_difference() -> None:
+    from ckptctl.ops._structure import _agreement, _modules
+
+    src = _modules({"p.q.a.weight": (2, 2, 1, 1), "p.q.b.weight": (3,), "p.z.weight": (7,)},
+                   target=False)  # fmt: skip
+    dst = _modules({"r.s.a.weight": (2, 2, 1, 1), "r.s.b.gamma": (3,), "r.t.weight": (8,)},
+                   target=True)  # fmt: skip
+    assert _agreement(src["p.q.a"], dst["r.s.a"]) == 1  # p.q ~ r.s; p (with z) differs from r
+    assert _agreement(src["p.q.a"], dst["r.t"]) == 0
+    same = _modules({"r.s.a.weight": (2, 2, 1, 1), "r.s.b.gamma": (3,), "r.t.weight": (7,)},
+                    target=True)  # fmt: skip
+    assert _agreement(src["p.q.a"], same["r.s.a"]) == 3  # p.q, p and the root

@@ -324,7 +324,8 @@ def test_errored_names_neither_missing_nor_unused_and_dtype_note() -> None:
 def test_to_dict() -> None:
     source, target, alt = example_a()
     data = to_json(summarize(source, target, alternative=alt, burn_compat=True))
-    assert data["counts"] == {"applied": 4, "skipped": 0, "missing": 4, "unused": 7, "errors": 2}
+    assert data["counts"] == {"applied": 4, "skipped": 0, "missing": 4, "unused": 7, "errors": 2,
+                              "ambiguous": 0}  # fmt: skip
     assert data["missing"][0] == {
         "name": "encoder.layers.0.bias",
         "container": None,

@@ -458,6 +458,7 @@ def test_expect_reports_missing_with_did_you_mean(tmp_path):
         "missing": 4,
         "unused": 4,
         "errors": 1,
+        "ambiguous": 0,
     }
     assert "did you mean 'encoder.layer.0.bias'" in (str(expect.hint) or "")
 
