@@ -728,7 +728,9 @@ def open_dcp(source: ByteSource) -> Checkpoint:
         entries,
         path=source.path,
         format="dcp",
-        metadata={"version": meta.version} if meta.version else {},
+        # The metadata version stays in the header view: it is no user metadata a converted
+        # file should carry (safetensors' save_file of the same tensors writes none).
+        metadata={},
         kind=kind,
         notes=[_describe(meta), *notes, TORCH_READS],
         structure=structure,
