@@ -89,7 +89,10 @@ def test_single_process_checkpoint() -> None:
         assert ckpt.kind is CheckpointKind.NESTED
         assert ckpt.structure is not None
         assert ckpt.structure.groups == {"model": 5, "optim": 9}
-        assert ckpt["model.head.weight"].load().tobytes() == ckpt["model.embed.weight"].load().tobytes()
+        assert (
+            ckpt["model.head.weight"].load().tobytes()
+            == ckpt["model.embed.weight"].load().tobytes()
+        )
         # the values make_distributed.py saved
         assert ckpt.objects["step"] == 7
         assert ckpt.objects["run"] == "fixture"
@@ -128,7 +131,7 @@ def test_header_accounts_for_every_byte(case: str) -> None:
 def test_missing_rank_file_fails_naming_it(tmp_path: Path, run_cli) -> None:
     case = copy_case("fsdp2", tmp_path)
     (case / "__1_0.distcp").unlink()
-    with pytest.raises(CorruptCheckpointError, match="rank file '__1_0.distcp' is missing"):
+    with pytest.raises(CorruptCheckpointError, match=r"rank file '__1_0\.distcp' is missing"):
         open_checkpoint(case)
     result = run_cli("verify", "--trust", case)
     assert result.code == 1
@@ -140,7 +143,7 @@ def test_truncated_rank_file_fails_naming_it(tmp_path: Path, run_cli) -> None:
     case = copy_case("dtensor_2d", tmp_path)
     victim = case / "__2_0.distcp"
     victim.write_bytes(victim.read_bytes()[:-100])
-    with pytest.raises(CorruptCheckpointError, match="rank file '__2_0.distcp' has") as caught:
+    with pytest.raises(CorruptCheckpointError, match=r"rank file '__2_0\.distcp' has") as caught:
         open_checkpoint(case)
     assert caught.value.path == str(victim)
     result = run_cli("verify", "--trust", case)
@@ -177,7 +180,7 @@ def test_hostile_metadata_is_unsafe_and_never_unpickled(
         raise AssertionError("the hostile .metadata reached the unpickler")
 
     monkeypatch.setattr(_unpickler.SafeUnpickler, "load", refuse)
-    with pytest.raises(UnsafePickleError, match="posix.system"):
+    with pytest.raises(UnsafePickleError, match=r"posix\.system"):
         open_checkpoint(case)
     result = run_cli("verify", "--trust", case)
     assert result.code == 1
@@ -215,3 +218,52 @@ def test_convert_writes_the_consolidated_tensors(tmp_path: Path, run_cli) -> Non
     model = tmp_path / "model.safetensors"
     assert run_cli("convert", DIST / "fsdp2", model, "--state-key", "model").code == 0
     assert sorted(load_file(model)) == ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"]
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+@pytest.mark.parametrize(("source", "shard_size"), [("fsdp2", "1KB"), ("dcp_single", "300")])
+def test_three_shares_and_the_index_equal_one_whole_run(
+    source: str, shard_size: str, tmp_path: Path, run_cli
+) -> None:
+    """``--shards K/N`` runs (as a job array would) plus ``--index-only``: byte for byte the
+    files of one run, and each run writes only its own files."""
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    whole.mkdir()
+    split.mkdir()
+    size = ("--max-shard-size", shard_size)
+    assert run_cli("convert", DIST / source, whole / "model.safetensors", *size).code == 0
+    written = _files(whole)
+    shards = [n for n in written if not n.endswith(".index.json")]
+    assert len(shards) >= 4  # more shards than runs: some runs write several
+    for part in ("2/3", "1/3", "3/3"):  # any order
+        before = set(_files(split))
+        result = run_cli("convert", DIST / source, split / "model.safetensors", *size,
+                         "--shards", part)  # fmt: skip
+        assert result.code == 0, result.stderr
+        k = int(part[0])
+        mine = {n for i, n in enumerate(sorted(shards)) if i % 3 == k - 1}
+        assert set(_files(split)) - before == mine
+    assert not any(n.endswith(".index.json") for n in _files(split))
+    assert run_cli("convert", DIST / source, split / "model.safetensors", *size,
+                   "--index-only").code == 0  # fmt: skip
+    assert _files(split) == written
+
+
+def test_shares_need_a_sharded_output_and_a_real_share(tmp_path: Path, run_cli) -> None:
+    out = tmp_path / "model.safetensors"
+    result = run_cli("convert", DIST / "fsdp2", out, "--shards", "1/2")
+    assert result.code == 2
+    assert "--max-shard-size" in result.stderr
+    for bad in ("0/3", "4/3"):
+        result = run_cli("convert", DIST / "fsdp2", out, "--max-shard-size", "1KB", "--shards", bad)
+        assert result.code == 2
+        assert f"share {bad} does not exist" in result.stderr
+    result = run_cli("convert", DIST / "fsdp2", out, "--max-shard-size", "1KB", "--shards", "x")
+    assert result.code == 2
+    result = run_cli("convert", DIST / "fsdp2", out, "--max-shard-size", "1KB", "--shards", "1/2",
+                     "--index-only")  # fmt: skip
+    assert result.code == 2
+    assert not list(tmp_path.iterdir())

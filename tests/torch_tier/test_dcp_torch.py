@@ -58,9 +58,7 @@ def test_convert_equals_dcp_to_torch_save_then_save_file(
 
 
 @pytest.mark.parametrize("case", ["dcp_single", "fsdp1", "dtensor_shard1", "dtensor_2d"])
-def test_pt_output_loads_in_torch_with_the_same_tensors(
-    case: str, tmp_path: Path, run_cli
-) -> None:
+def test_pt_output_loads_in_torch_with_the_same_tensors(case: str, tmp_path: Path, run_cli) -> None:
     out = tmp_path / "full.pt"
     assert run_cli("convert", DIST / case, out).code == 0
     loaded = torch.load(out, weights_only=True)
