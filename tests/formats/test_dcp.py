@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from safetensors.numpy import load_file
@@ -37,7 +38,7 @@ def copy_case(case: str, tmp_path: Path) -> Path:
 def test_every_producer_has_a_fixture() -> None:
     assert set(CASES) == {
         "dcp_single", "fsdp2", "fsdp1", "dtensor_shard0", "dtensor_shard1",
-        "dtensor_replicate", "dtensor_2d",
+        "dtensor_replicate", "dtensor_2d", "megatron_torch_dist",
     }  # fmt: skip
 
 
@@ -71,6 +72,38 @@ def test_ranged_reads_agree_with_whole_reads(case: str) -> None:
             assert _hash(raw) == want[entry.name]
 
 
+@pytest.mark.parametrize("case", ["dtensor_shard1", "dtensor_2d", "fsdp1"])
+def test_gathers_straight_into_the_tensor(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Column splits are read with preadv into their place (runs of every length here)."""
+    from ckptctl.formats.dcp import _assemble
+
+    monkeypatch.setattr(_assemble, "MIN_RUN_BYTES", 1)
+    monkeypatch.setattr(_assemble, "MAX_IOVECS", 3)  # several calls per chunk
+    used: list[bool] = []
+    real = _assemble.scatter
+
+    def spy(*args: Any) -> bool:
+        used.append(real(*args))
+        return used[-1]
+
+    monkeypatch.setattr(_assemble, "scatter", spy)
+    want = {t["name"]: t["sha256"] for t in TRUTH[case]["tensors"]}
+    with open_checkpoint(DIST / case) as ckpt:
+        for entry in ckpt.values():
+            assert _hash(entry.data.read()) == want[entry.name]
+    assert any(used)
+
+
+def test_row_splits_are_copied_as_file_ranges(tmp_path: Path) -> None:
+    with open_checkpoint(DIST / "dtensor_shard0") as ckpt:
+        pieces = ckpt["weight"].data.file_pieces()
+        assert pieces is not None
+        assert [os.path.basename(s.path) for s, _, _ in pieces] == ["__0_0.distcp", "__1_0.distcp"]
+        assert sum(n for _, _, n in pieces) == ckpt["weight"].nbytes
+        assert ckpt["plain"].data.file_pieces() is None  # one chunk: one file range
+        assert ckpt["plain"].data.file_range() is not None
+
+
 def test_split_tensors_span_chunks_and_rank_files() -> None:
     with open_checkpoint(DIST / "dtensor_2d") as ckpt:
         assert ckpt["weight"].extra == {"chunks": "4", "rank_files": "4"}
@@ -99,6 +132,16 @@ def test_single_process_checkpoint() -> None:
         assert ckpt.objects["extra"] == {"milestones": [1, 2, 3], "done": False}
         assert ckpt.objects["optim"]["param_groups"]["0"]["lr"] == 0.001
         assert ckpt.objects["optim"]["param_groups"]["0"]["betas"] == [0.9, 0.999]
+
+
+def test_megatron_torch_dist() -> None:
+    """megatron-core's torch_dist: the DCP part, with common.pt's state in the objects."""
+    with open_checkpoint(DIST / "megatron_torch_dist") as ckpt:
+        assert [e.name for e in ckpt.values()] == ["decoder.weight", "decoder.bias"]
+        assert ckpt.objects["iteration"] == 5
+        assert ckpt.objects["args"] == {"lr": 0.1, "micro_batch_size": 2}
+        assert any("Megatron-core torch_dist" in n for n in ckpt.notes)
+        assert any("common.pt holds 1 tensor" in n for n in ckpt.notes)
 
 
 def test_directory_resolves_to_its_metadata() -> None:
