@@ -116,3 +116,45 @@ def test_torch_reads_what_the_fixtures_say() -> None:
         for case in CASES:
             with open_checkpoint(DIST / case) as ckpt:
                 assert list(ckpt) == list(consolidated(DIST / case))
+
+
+class _Evil:
+    """Pickles as a call of os.system (never called: nothing here unpickles it)."""
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        import os
+
+        return (os.system, ("echo pwned",))
+
+
+def test_a_hostile_value_is_unsafe_naming_its_rank_file(tmp_path: Path, run_cli) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    from ckptctl import UnsafePickleError
+
+    target = tmp_path / "evil"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"w": torch.ones(2), "evil": _Evil()}, checkpoint_id=str(target))
+    with pytest.raises(UnsafePickleError, match=r"system") as caught:
+        open_checkpoint(target)
+    assert caught.value.path == str(target / "__0_0.distcp")
+    result = run_cli("verify", "--trust", target)
+    assert result.code == 1
+    assert "unsafe" in result.stdout
+
+
+def test_a_stream_transform_is_unsupported_naming_the_item(tmp_path: Path, run_cli) -> None:
+    """zstd (``_extensions``) needs a module torch does not ship; the metadata is edited to
+    say so, as a writer with ``ZStandard()`` would."""
+    case = _copy(tmp_path, "dtensor_shard0")
+
+    def zstd(metadata: Any) -> None:
+        for info in metadata.storage_data.values():
+            info.transform_descriptors = ["stream.zstd/1"]
+
+    _edit_metadata(case, zstd)
+    result = run_cli("ls", case)
+    assert result.code == 4
+    assert "stream.zstd/1" in result.stderr
+    assert "distcp" in result.stderr
