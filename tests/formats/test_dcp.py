@@ -201,8 +201,9 @@ def test_damaged_item_fails_naming_the_rank_file(tmp_path: Path) -> None:
     data = bytearray(victim.read_bytes())
     data[-22:-18] = b"XXXX"  # the last item's end-of-central-directory signature
     victim.write_bytes(bytes(data))
-    with pytest.raises(CorruptCheckpointError) as caught:
-        open_checkpoint(case)
+    with pytest.raises(CorruptCheckpointError) as caught, open_checkpoint(case) as ckpt:
+        for entry in ckpt.values():  # chunks are opened when read
+            entry.data.read()
     assert caught.value.path == str(victim)
 
 

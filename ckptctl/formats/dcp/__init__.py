@@ -23,7 +23,10 @@ torch's reader loads ``.metadata`` with a plain ``pickle.load``. Here it is judg
 allowlist verdict of ``pytorch/_safety.py``: the DCP classes are outside torch's weights-only
 list, so the verdict is needs-trust; a hostile one is unsafe and never unpickled), then read by
 the inert unpickler, whose stand-ins this module reads as data. Every item is opened with the
-PyTorch zip reader (each gets its own verdict, merged into the checkpoint's).
+PyTorch zip reader and gets its own verdict: the non-tensor values at once (torch's
+``DefaultLoadPlanner.load_bytes`` loads them with ``weights_only=False``; their verdicts join the
+checkpoint's), the tensor chunks when their bytes are first read (torch loads them with
+``weights_only=True``; an unsafe one is refused then), so listing 100,000 chunks opens none.
 
 Opening checks that every referenced file exists, every item lies inside its file with no two
 overlapping, and every tensor's chunks tile it with no gap or overlap. Entries are the tensors in
@@ -35,13 +38,14 @@ range at a time, and any other split is gathered into one tensor-sized buffer.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import Counter
 from typing import TYPE_CHECKING
 
 from ckptctl.errors import CkptError, CorruptCheckpointError, UnsupportedError
 from ckptctl.formats._base import FormatSpec
-from ckptctl.formats.dcp._assemble import AssembledData, absolute
+from ckptctl.formats.dcp._assemble import AssembledData, Piece, absolute
 from ckptctl.formats.dcp._metadata import (
     FILES_SHOWN,
     MAX_VALUES,
@@ -95,24 +99,29 @@ def sniff(head: bytes, source: ByteSource) -> bool:
 class _Opened:
     """The rank files of one checkpoint, opened once each, and the verdicts of its items."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, meta: DcpMetadata) -> None:
         self.directory = directory
         self.sources: dict[str, ByteSource] = {}
         self.globals: dict[tuple[str, str, bool], GlobalUse] = {}
         self.problems: dict[tuple[str, str], Problem] = {}
+        for what, item in all_items(meta):  # before anything is read: exit 4, not a late failure
+            if item.transforms:
+                raise UnsupportedError(
+                    f"{what} is stored with the stream transform {', '.join(item.transforms)}, "
+                    "which ckptctl does not decode yet",
+                    path=os.path.join(directory, item.file),
+                    hint="re-save the checkpoint without _extensions (dcp.FileSystemWriter)",
+                )
+        try:  # every rank file now, so the checkpoint owns (and closes) them all
+            for file in meta.files:
+                self.sources[file] = ByteSource(os.path.join(directory, file))
+        except BaseException:
+            self.close()
+            raise
 
-    def slice(self, item: Item, what: str) -> SliceSource:
-        if item.transforms:
-            raise UnsupportedError(
-                f"{what} is stored with the stream transform {', '.join(item.transforms)}, "
-                "which ckptctl does not decode yet",
-                path=os.path.join(self.directory, item.file),
-                hint="re-save the checkpoint without _extensions (dcp.FileSystemWriter)",
-            )
-        source = self.sources.get(item.file)
-        if source is None:
-            source = self.sources[item.file] = ByteSource(os.path.join(self.directory, item.file))
-        return SliceSource(source, item.offset, item.length, f"{item.file}@{item.offset}")
+    def slice(self, item: Item) -> SliceSource:
+        return SliceSource(self.sources[item.file], item.offset, item.length,
+                           f"{item.file}@{item.offset}")  # fmt: skip
 
     def judged(self, safety: PickleSafety | None, what: str) -> None:
         """Keep an item's verdict; a use or problem repeated by later items is kept once."""
@@ -140,7 +149,7 @@ def _read_item(opened: _Opened, item: Item, what: str) -> Checkpoint:
     """Open one item as the torch.save archive it is."""
     from ckptctl.formats.pytorch import open_pytorch
 
-    source = opened.slice(item, what)
+    source = opened.slice(item)
     try:
         ckpt = open_pytorch(source)
     except CkptError as exc:
@@ -180,7 +189,7 @@ def _value(opened: _Opened, value: ValueMeta) -> object:
     from ckptctl.formats.pytorch._structure import plain_value
 
     what = f"value {value.name!r}"
-    source = opened.slice(value.item, what)
+    source = opened.slice(value.item)
     ledger = Ledger()
     try:
         parsed = read_zip(source, ledger)
@@ -258,11 +267,14 @@ def open_dcp(source: ByteSource) -> Checkpoint:
     meta = read_metadata(source)
     directory = os.path.dirname(os.path.abspath(source.path))
     check_files(directory, meta)
-    opened = _Opened(directory)
+    opened = _Opened(directory, meta)
     try:
         entries = []
         for tensor in meta.tensors:
-            pieces = tuple((c.offsets, _chunk_entry(opened, tensor, c)) for c in tensor.chunks)
+            pieces = tuple(
+                Piece(c.offsets, c.sizes, functools.partial(_chunk_entry, opened, tensor, c))
+                for c in tensor.chunks
+            )
             data = AssembledData(pieces, tensor.dtype, tensor.shape)
             files = len({c.item.file for c in tensor.chunks})
             entries.append(
@@ -364,8 +376,9 @@ def _megatron(directory: str) -> tuple[list[str], dict[str, object], PickleSafet
 
 #: How torch itself reads the metadata (said in every listing).
 TORCH_READS = (
-    "torch's DCP reader loads .metadata with plain pickle.load (full trust); ckptctl judged it "
-    "and read it as inert data"
+    "torch's DCP reader loads .metadata and the non-tensor values with plain pickle.load (full "
+    "trust); ckptctl judged them and read them as inert data. Tensor chunks (which torch loads "
+    "with weights_only=True) are opened and judged when their bytes are read"
 )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -11,23 +12,52 @@ from ckptctl.errors import CorruptCheckpointError
 from ckptctl.model import FileData, TensorData, TensorEntry, iter_row_blocks
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from numpy.typing import NDArray
 
     from ckptctl.dtypes import DType
     from ckptctl.sources import ByteSource, SliceSource
 
 
+class Piece:
+    """One chunk of a tensor: where it goes (``offsets``, ``sizes``, from ``.metadata``) and its
+    entry, opened from its item the first time its bytes are needed (listing a checkpoint of
+    100,000 items opens none of them)."""
+
+    def __init__(
+        self, offsets: tuple[int, ...], sizes: tuple[int, ...], opener: Callable[[], TensorEntry]
+    ) -> None:
+        self.offsets = offsets
+        self.sizes = sizes
+        self._opener = opener
+        self._entry: TensorEntry | None = None
+        self._lock = threading.Lock()  # sharded writes read tensors in threads
+
+    @property
+    def entry(self) -> TensorEntry:
+        """The chunk's values, as the entry of its item.
+
+        Raises:
+            CkptError: the item is damaged, unsafe or not what ``.metadata`` says.
+        """
+        with self._lock:
+            if self._entry is None:
+                self._entry = self._opener()
+            return self._entry
+
+
 @dataclass(frozen=True, eq=False)
 class AssembledData(TensorData):
-    """A tensor's bytes assembled from its chunks (each a lazily read entry of a rank file).
+    """A tensor's bytes assembled from its chunks.
 
     Attributes:
-        pieces: ``(offsets, entry)`` per chunk, the entry holding the chunk's values.
+        pieces: the chunks.
         dtype: the tensor's dtype.
         shape: the global shape.
     """
 
-    pieces: tuple[tuple[tuple[int, ...], TensorEntry], ...]
+    pieces: tuple[Piece, ...]
     dtype: DType
     shape: tuple[int, ...]
 
@@ -38,19 +68,20 @@ class AssembledData(TensorData):
 
     def _whole(self) -> TensorEntry | None:
         """The one chunk, when it is the whole tensor."""
-        if len(self.pieces) == 1 and self.pieces[0][1].shape == self.shape:
-            return self.pieces[0][1]
+        if len(self.pieces) == 1 and self.pieces[0].sizes == self.shape:
+            return self.pieces[0].entry
         return None
 
-    def _by_rows(self) -> list[tuple[int, TensorEntry]] | None:
-        """``(first byte, entry)`` per chunk, when every chunk is whole rows of the tensor."""
-        if not self.shape:
+    def _by_rows(self) -> list[tuple[int, int, Piece]] | None:
+        """``(first byte, bytes, piece)`` per chunk, when every chunk is whole rows."""
+        if not self.shape or (len(self.pieces) == 1 and self.pieces[0].sizes == self.shape):
             return None
         rest = self.shape[1:]
-        if any(e.shape[1:] != rest or any(o[1:]) for o, e in self.pieces):
+        if any(p.sizes[1:] != rest or any(p.offsets[1:]) for p in self.pieces):
             return None
         row = math.prod(rest) * self.dtype.itemsize
-        return sorted((o[0] * row, e) for o, e in self.pieces if e.nbytes)
+        rows = [(p.offsets[0] * row, p.sizes[0] * row, p) for p in self.pieces if p.sizes[0]]
+        return sorted(rows, key=lambda r: r[0])
 
     def read(self) -> memoryview:
         import numpy as np
@@ -60,26 +91,27 @@ class AssembledData(TensorData):
             return memoryview(whole.data.read())
         out: NDArray[Any] = np.empty(self.shape, dtype=self.dtype.numpy)
         flat = out.reshape(-1).view(np.uint8).data
-        for offsets, entry in self.pieces:
-            if not scatter(flat, self.shape, offsets, entry):
+        for piece in self.pieces:
+            entry = piece.entry
+            if not scatter(flat, self.shape, piece.offsets, entry):
                 for first, block in iter_row_blocks(entry):
                     place = tuple(
                         slice(o + (first if d == 0 else 0), o + (first if d == 0 else 0) + n)
-                        for d, (o, n) in enumerate(zip(offsets, block.shape, strict=True))
+                        for d, (o, n) in enumerate(zip(piece.offsets, block.shape, strict=True))
                     )
                     out[place] = block
         return flat
 
     def file_pieces(self) -> list[tuple[ByteSource, int, int]] | None:
-        rows = self._by_rows() if self._whole() is None else None
+        rows = self._by_rows()
         if rows is None:
             return None
         pieces = []
-        for _, entry in rows:
-            where = entry.data.file_range()
+        for _, nbytes, piece in rows:
+            where = piece.entry.data.file_range()
             if where is None:
                 return None
-            pieces.append((where[0], where[1], entry.nbytes))
+            pieces.append((where[0], where[1], nbytes))
         return pieces
 
     def file_range(self) -> tuple[ByteSource, int] | None:
@@ -101,10 +133,10 @@ class AssembledData(TensorData):
             return self.read()[start : start + length]
         parts: list[bytes | memoryview] = []
         end = start + length
-        for first, entry in rows:
-            lo, hi = max(start, first), min(end, first + entry.nbytes)
+        for first, nbytes, piece in rows:
+            lo, hi = max(start, first), min(end, first + nbytes)
             if lo < hi:
-                parts.append(entry.data.read_range(lo - first, hi - lo))
+                parts.append(piece.entry.data.read_range(lo - first, hi - lo))
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
