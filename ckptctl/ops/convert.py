@@ -585,9 +585,9 @@ def _lost_in_output(
 
 def _sources(src: str | os.PathLike[str], ckpt: Checkpoint) -> list[str]:
     paths = [os.fspath(src)]
-    if ckpt.sharding is not None:
-        base = os.path.dirname(os.fspath(src))
-        paths.extend(os.path.join(base, s) for s in ckpt.sharding.shards)
+    if ckpt.sharding is not None:  # shards sit beside the index (src may be its directory)
+        base = os.path.dirname(ckpt.sharding.index)
+        paths.extend([ckpt.sharding.index, *(os.path.join(base, s) for s in ckpt.sharding.shards)])
     return paths
 
 

@@ -311,3 +311,11 @@ def test_shares_need_a_sharded_output_and_a_real_share(tmp_path: Path, run_cli) 
                      "--index-only")  # fmt: skip
     assert result.code == 2
     assert not list(tmp_path.iterdir())
+
+
+def test_convert_never_writes_over_a_rank_file(tmp_path: Path, run_cli) -> None:
+    case = copy_case("dtensor_shard0", tmp_path)
+    before = (case / "__1_0.distcp").read_bytes()
+    result = run_cli("convert", case, case / "__1_0.distcp", "--to", "safetensors", "--force")
+    assert result.code == 5
+    assert (case / "__1_0.distcp").read_bytes() == before
