@@ -39,11 +39,10 @@ range at a time, and any other split is gathered into one tensor-sized buffer.
 from __future__ import annotations
 
 import functools
-import os
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from ckptctl.errors import CkptError, CorruptCheckpointError, UnsupportedError
+from ckptctl.errors import CkptError, CorruptCheckpointError, InputError, UnsupportedError
 from ckptctl.formats._base import FormatSpec
 from ckptctl.formats.dcp._assemble import AssembledData, Piece, absolute
 from ckptctl.formats.dcp._metadata import (
@@ -56,7 +55,8 @@ from ckptctl.formats.dcp._metadata import (
     TensorMeta,
     ValueMeta,
     all_items,
-    check_files,
+    beside,
+    open_files,
     read_metadata,
 )
 from ckptctl.model import (
@@ -99,8 +99,8 @@ def sniff(head: bytes, source: ByteSource) -> bool:
 class _Opened:
     """The rank files of one checkpoint, opened once each, and the verdicts of its items."""
 
-    def __init__(self, directory: str, meta: DcpMetadata) -> None:
-        self.directory = directory
+    def __init__(self, source: ByteSource, meta: DcpMetadata) -> None:
+        self.metadata = source
         self.sources: dict[str, ByteSource] = {}
         self.globals: dict[tuple[str, str, bool], GlobalUse] = {}
         self.problems: dict[tuple[str, str], Problem] = {}
@@ -109,15 +109,15 @@ class _Opened:
                 raise UnsupportedError(
                     f"{what} is stored with the stream transform {', '.join(item.transforms)}, "
                     "which ckptctl does not decode yet",
-                    path=os.path.join(directory, item.file),
+                    path=beside(source, item.file),
                     hint="re-save the checkpoint without _extensions (dcp.FileSystemWriter)",
                 )
-        try:  # every rank file now, so the checkpoint owns (and closes) them all
-            for file in meta.files:
-                self.sources[file] = ByteSource(os.path.join(directory, file))
-        except BaseException:
-            self.close()
-            raise
+        # every rank file now, so the checkpoint owns (and closes) them all
+        self.sources = open_files(source, meta)
+
+    def path(self, item: Item) -> str:
+        """The rank file of ``item`` (for messages)."""
+        return self.sources[item.file].path
 
     def slice(self, item: Item) -> SliceSource:
         return SliceSource(self.sources[item.file], item.offset, item.length,
@@ -154,7 +154,7 @@ def _read_item(opened: _Opened, item: Item, what: str) -> Checkpoint:
         ckpt = open_pytorch(source)
     except CkptError as exc:
         exc.message = f"{what} (bytes {item.offset}..{item.offset + item.length}): {exc.message}"
-        exc.path = os.path.join(opened.directory, item.file)
+        exc.path = opened.path(item)
         raise
     opened.judged(ckpt.safety, f"{item.file} ({what})")
     return ckpt
@@ -167,14 +167,14 @@ def _chunk_entry(opened: _Opened, tensor: TensorMeta, chunk: Chunk) -> TensorEnt
     if ckpt.kind is not CheckpointKind.TENSOR or len(entries) != 1:
         raise CorruptCheckpointError(
             f"{what}: the item holds {ckpt.kind}, not one tensor",
-            path=os.path.join(opened.directory, chunk.item.file),
+            path=opened.path(chunk.item),
         )
     entry = entries[0]
     if entry.dtype is not tensor.dtype or entry.shape != chunk.sizes:
         raise CorruptCheckpointError(
             f"{what}: the item holds a {entry.dtype} tensor of shape {list(entry.shape)}, "
             f".metadata says {tensor.dtype} {list(chunk.sizes)}",
-            path=os.path.join(opened.directory, chunk.item.file),
+            path=opened.path(chunk.item),
         )
     where = entry.data.file_range()
     if where is not None and isinstance(where[0], SliceSource):
@@ -195,7 +195,7 @@ def _value(opened: _Opened, value: ValueMeta) -> object:
         parsed = read_zip(source, ledger)
     except CkptError as exc:
         exc.message = f"{what} (bytes {value.item.offset}..): {exc.message}"
-        exc.path = os.path.join(opened.directory, value.item.file)
+        exc.path = opened.path(value.item)
         raise
     finally:
         opened.judged(ledger.safety, f"{value.item.file} ({what})")
@@ -265,9 +265,7 @@ def open_dcp(source: ByteSource) -> Checkpoint:
         UnsupportedError: a dtype or stream transform ckptctl cannot read.
     """
     meta = read_metadata(source)
-    directory = os.path.dirname(os.path.abspath(source.path))
-    check_files(directory, meta)
-    opened = _Opened(directory, meta)
+    opened = _Opened(source, meta)
     try:
         entries = []
         for tensor in meta.tensors:
@@ -294,7 +292,7 @@ def open_dcp(source: ByteSource) -> Checkpoint:
         raise
     kind, structure, notes = _structure(meta)
     try:
-        megatron_notes, common, common_safety = _megatron(os.path.dirname(source.path))
+        megatron_notes, common, common_safety = _megatron(source)
     except BaseException:
         opened.close()
         raise
@@ -328,7 +326,7 @@ MEGATRON_COMMON = "common.pt"
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def _megatron(directory: str) -> tuple[list[str], dict[str, object], PickleSafety | None]:
+def _megatron(source: ByteSource) -> tuple[list[str], dict[str, object], PickleSafety | None]:
     """Notes, the objects of ``common.pt`` and its verdict, for a Megatron-core ``torch_dist``
     directory; nothing for a plain DCP one.
 
@@ -339,15 +337,18 @@ def _megatron(directory: str) -> tuple[list[str], dict[str, object], PickleSafet
     import json
 
     from ckptctl.formats.pytorch import open_pytorch
+    from ckptctl.sources import open_source
 
-    path = os.path.join(directory, MEGATRON_CONFIG)  # as the user named it, for the notes
-    if not os.path.isfile(path):
-        return [], {}, None
     try:
-        with open(path, "rb") as f:
-            config = json.loads(f.read(MAX_CONFIG_BYTES + 1)[: MAX_CONFIG_BYTES + 1])
-    except (OSError, ValueError):
-        config = None
+        config_source = open_source(beside(source, MEGATRON_CONFIG))
+    except InputError:  # no metadata.json (a URL answers 404): a plain DCP directory
+        return [], {}, None
+    with config_source:
+        try:
+            raw = config_source.read(0, min(config_source.size, MAX_CONFIG_BYTES))
+            config = json.loads(raw)
+        except (CkptError, ValueError):
+            config = None
     if not isinstance(config, dict) or "sharded_backend" not in config:
         return [f"{MEGATRON_CONFIG} is there but is no Megatron-core config (ignored)"], {}, None
     notes = [
@@ -355,21 +356,22 @@ def _megatron(directory: str) -> tuple[list[str], dict[str, object], PickleSafet
         f"sharded backend {config.get('sharded_backend')} v{config.get('sharded_backend_version')}"
         f", common backend {config.get('common_backend')} v{config.get('common_backend_version')})"
     ]
-    common = os.path.join(directory, MEGATRON_COMMON)
-    if not os.path.isfile(common):
+    try:
+        common = open_source(beside(source, MEGATRON_COMMON))
+    except InputError:
         notes.append(f"{MEGATRON_COMMON} is missing: the state that is not sharded is not here")
         return notes, {}, None
-    with ByteSource(common) as source:
+    with common:
         try:
-            ckpt = open_pytorch(source)
+            ckpt = open_pytorch(common)
         except CkptError as exc:
-            raise exc.with_path(common) from None
+            raise exc.with_path(common.path) from None
         with ckpt:
             objects = dict(ckpt.objects)
             if len(ckpt):
                 notes.append(
                     f"{MEGATRON_COMMON} holds {_count(len(ckpt), 'tensor')} beside the sharded "
-                    f"state, not listed here (ckptctl ls {common})"
+                    f"state, not listed here (ckptctl ls lists them from {MEGATRON_COMMON})"
                 )
             return notes, objects, ckpt.safety
 
@@ -404,8 +406,10 @@ def layout_dcp(source: ByteSource) -> HeaderLayout:
         CorruptCheckpointError: inconsistent metadata, a missing or truncated rank file.
     """
     meta = read_metadata(source)
-    directory = os.path.dirname(os.path.abspath(source.path))
-    sizes = check_files(directory, meta)
+    rank_files = open_files(source, meta)
+    sizes = {name: f.size for name, f in rank_files.items()}
+    for rank_file in rank_files.values():
+        rank_file.close()
     files = []
     for file in meta.files:
         items = sorted((i for _, i in all_items(meta) if i.file == file), key=lambda i: i.offset)

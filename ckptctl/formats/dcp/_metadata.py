@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ckptctl.dtypes import DType
-from ckptctl.errors import CorruptCheckpointError, UnsupportedError
+from ckptctl.errors import CorruptCheckpointError, InputError, UnsupportedError
 
 if TYPE_CHECKING:
     from ckptctl.safety import PickleSafety
@@ -337,8 +337,16 @@ def all_items(meta: DcpMetadata) -> list[tuple[str, Item]]:
     return out
 
 
-def check_files(directory: str, meta: DcpMetadata) -> dict[str, int]:
-    """Check that every rank file exists and holds its items, none overlapping; their sizes.
+def beside(source: ByteSource, name: str) -> str:
+    """The path (or URL) of the file ``name`` in the directory of ``source``'s ``.metadata``."""
+    if source.is_remote:  # a URL: the rank files are fetched next to it
+        return source.sibling(name)  # type: ignore[attr-defined, no-any-return]  # RemoteSource
+    return os.path.join(os.path.dirname(os.path.abspath(source.path)), name)
+
+
+def open_files(source: ByteSource, meta: DcpMetadata) -> dict[str, ByteSource]:
+    """Open every rank file beside ``source`` and check that it holds its items, none
+    overlapping another; the files by name (the caller closes them).
 
     Raises:
         CorruptCheckpointError: a missing rank file, an item past a file's end, two items
@@ -347,27 +355,42 @@ def check_files(directory: str, meta: DcpMetadata) -> dict[str, int]:
     by_file: dict[str, list[tuple[str, Item]]] = {}
     for what, item in all_items(meta):
         by_file.setdefault(item.file, []).append((what, item))
-    sizes: dict[str, int] = {}
-    for file, held in by_file.items():
-        try:
-            sizes[file] = size = os.stat(os.path.join(directory, file)).st_size
-        except OSError:
+    opened: dict[str, ByteSource] = {}
+    try:
+        for file, held in by_file.items():
+            opened[file] = _open_rank_file(source, file, len(held))
+            _check_items(file, opened[file], held)
+    except BaseException:
+        for rank_file in opened.values():
+            rank_file.close()
+        raise
+    return opened
+
+
+def _open_rank_file(source: ByteSource, file: str, items: int) -> ByteSource:
+    from ckptctl.sources import open_source
+
+    try:
+        return open_source(beside(source, file))
+    except InputError as exc:
+        raise CorruptCheckpointError(
+            f"rank file {file!r} is missing ({exc.message}; .metadata places {items} items in it)",
+            path=source.path,
+            hint="copy every file of the checkpoint directory: each __R_N.distcp is needed",
+        ) from None
+
+
+def _check_items(file: str, rank_file: ByteSource, held: list[tuple[str, Item]]) -> None:
+    held.sort(key=lambda pair: pair[1].offset)
+    end, last = 0, ""
+    for what, item in held:
+        if item.offset < end:
+            raise _bad(f"{what} and {last} share bytes of rank file {file!r}")
+        end, last = item.offset + item.length, what
+        if end > rank_file.size:
             raise CorruptCheckpointError(
-                f"rank file {file!r} is missing (.metadata places {len(held)} items in it)",
-                path=os.path.join(directory, METADATA_FILE),
-                hint="copy every file of the checkpoint directory: each __R_N.distcp is needed",
-            ) from None
-        held.sort(key=lambda pair: pair[1].offset)
-        end, last = 0, ""
-        for what, item in held:
-            if item.offset < end:
-                raise _bad(f"{what} and {last} share bytes of rank file {file!r}")
-            end, last = item.offset + item.length, what
-            if end > size:
-                raise CorruptCheckpointError(
-                    f"rank file {file!r} has {size} bytes, but .metadata places {what} at bytes "
-                    f"{item.offset}..{end}",
-                    path=os.path.join(directory, file),
-                    hint="the file looks truncated; copy it again from where it was written",
-                )
-    return sizes
+                f"rank file {file!r} has {rank_file.size} bytes, but .metadata places {what} at "
+                f"bytes {item.offset}..{end}",
+                path=rank_file.path,
+                hint="the file looks truncated; copy it again from where it was written",
+            )
