@@ -182,6 +182,11 @@ class TensorData:
         """Whether :meth:`read_range` reads only the range (not the whole tensor each time)."""
         return False
 
+    def file_pieces(self) -> list[tuple[ByteSource, int, int]] | None:
+        """``(source, absolute offset, length)`` ranges whose bytes, one after the other, are the
+        tensor's (a tensor stored as row ranges in several files); None when it is not so."""
+        return None
+
 
 @dataclass(frozen=True, eq=False)
 class FileData(TensorData):

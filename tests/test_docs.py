@@ -129,6 +129,7 @@ EXAMPLE_FILES = {
     "burn_roberta.bpk": "valid/ports/roberta_target.bpk",
     "llama.safetensors": "valid/ports/llama.safetensors",
     "burn_llama.bpk": "valid/ports/llama_target.bpk",
+    "checkpoint/step-1000": "valid/distributed/fsdp2",  # a DCP directory
 }
 
 
@@ -146,7 +147,10 @@ def test_help_examples_run(name, line, code, run_cli, tmp_path, monkeypatch):
 
     for example, fixture in EXAMPLE_FILES.items():
         (tmp_path / example).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / "fixtures" / fixture, tmp_path / example)
+        if (REPO / "fixtures" / fixture).is_dir():
+            shutil.copytree(REPO / "fixtures" / fixture, tmp_path / example)
+        else:
+            shutil.copy(REPO / "fixtures" / fixture, tmp_path / example)
     monkeypatch.chdir(tmp_path)
     args = shlex.split(line, comments=True)
     assert args[0] == "ckptctl"

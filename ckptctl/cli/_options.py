@@ -268,6 +268,22 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]  # generic from click
         return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
 
 
+class SharePart(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.5 on
+    """A share of a job split N ways: ``3/8`` -> ``(3, 8)``."""
+
+    name = "share"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[int, int]:
+        if isinstance(value, tuple):
+            return value  # already converted (a default)
+        match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(value))
+        if match is None:
+            self.fail(f"invalid share {value!r}: write it like 3/8 (this run's K of N)", param, ctx)
+        return int(match.group(1)), int(match.group(2))
+
+
 def force_option(func: F) -> F:
     """``--force``: overwrite an existing destination."""
     return click.option("--force", "-f", is_flag=True, help="Overwrite DST if it exists.")(func)

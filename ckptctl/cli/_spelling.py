@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 API_TO_PARAM = {
     "remap": "rules",
     "max_output_bytes": "max_output_size",
+    "max_shard_bytes": "max_shard_size",
+    "shards": "share",
     "max_compare_bytes": "max_compare_size",
 }
 

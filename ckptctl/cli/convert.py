@@ -11,6 +11,7 @@ from ckptctl.cli._options import (
     ByteSize,
     InputPath,
     OutputFormat,
+    SharePart,
     adapter_option,
     byte_progress,
     emit,
@@ -189,6 +190,22 @@ def run_conversion(
     "times the input's size, whichever is larger; views expanded with stride 0 can describe "
     "far more data than the input holds.",
 )
+@click.option(
+    "--shards",
+    "share",
+    metavar="K/N",
+    type=SharePart(),
+    help="With --max-shard-size: write only this run's share of the shards (K, K+N, K+2N ..., "
+    "1-based) and no index, so N runs (a Slurm array, several machines on one file system) "
+    "split the work; then one run with --index-only writes the index. The shard plan is the "
+    "same in every run.",
+)
+@click.option(
+    "--index-only",
+    is_flag=True,
+    help="With --max-shard-size: write only DST.index.json (reads no tensor), after the "
+    "--shards runs.",
+)
 @jobs_option("With --max-shard-size: write N shards at once; the files are the same for any N.")
 @write_options
 @remote_options
@@ -214,6 +231,8 @@ def command(
     dedupe_tied: bool,
     max_shard_size: int | None,
     max_output_size: int | None,
+    share: tuple[int, int] | None,
+    index_only: bool,
     jobs: int,
     to: str | None,
     force: bool,
@@ -246,6 +265,9 @@ def command(
         --target burn_llama.bpk
       ckptctl convert model-10.mpk model-10.bpk
       ckptctl convert optim-10.mpk optim-10.bpk --paths-from model-10.mpk
+      ckptctl convert checkpoint/step-1000 full.safetensors --state-key model
+      ckptctl convert checkpoint/step-1000 full.safetensors --max-shard-size 5GB --shards 1/8
+      ckptctl convert checkpoint/step-1000 full.safetensors --max-shard-size 5GB --index-only
     """
     from ckptctl.ops.convert import ConvertOptions
 
@@ -272,6 +294,8 @@ def command(
         force=force,
         fsync=not no_fsync,
         jobs=jobs,
+        shards=share,
+        index_only=index_only,
         dry_run=dry_run,
     )
     return run_conversion(src, dst, options, fmt=fmt, quiet=quiet)

@@ -89,6 +89,7 @@ def command(
       ckptctl ls model.bpk --json
       ckptctl ls checkpoint.pt --tree --depth 2
       ckptctl ls model.safetensors --stats
+      ckptctl ls checkpoint/step-1000
     """
     from ckptctl.ops.inspect import list_tensors
 

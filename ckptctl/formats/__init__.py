@@ -52,9 +52,9 @@ def _ensure_loaded() -> None:
     _LOADED = True
     # Imported here so that `ckptctl --help` does not pay for numpy and cbor2. Each module lists
     # its formats in ``SPECS`` and never imports this package (no import circle).
-    from ckptctl.formats import burnpack, burnrecord, pytorch, safetensors, sharded
+    from ckptctl.formats import burnpack, burnrecord, dcp, pytorch, safetensors, sharded
 
-    for module in (burnpack, burnrecord, pytorch, safetensors, sharded):
+    for module in (burnpack, burnrecord, dcp, pytorch, safetensors, sharded):
         for spec in module.SPECS:
             register_format(spec)
 
@@ -87,9 +87,13 @@ CHECKPOINT_SUFFIXES = (
 )  # fmt: skip
 
 
+#: The metadata file that makes a directory a torch.distributed.checkpoint (``formats/dcp.py``).
+DCP_METADATA = ".metadata"
+
+
 def resolve_path(path: str | os.PathLike[str]) -> str:
-    """``path``, or for a directory the checkpoint in it: its ``*.index.json``, else its one
-    checkpoint file.
+    """``path``, or for a directory the checkpoint in it: a DCP directory's ``.metadata``, its
+    ``*.index.json``, else its one checkpoint file.
 
     Raises:
         InputError: the directory holds no checkpoint, or several (named, to choose from).
@@ -109,6 +113,8 @@ def resolve_path(path: str | os.PathLike[str]) -> str:
             "permission denied: the directory cannot be listed", path=name, hint=PERMISSION_HINT
         ) from None
     files = sorted(f for f in listing if os.path.isfile(os.path.join(name, f)))
+    if DCP_METADATA in files:  # a torch.distributed.checkpoint directory: its metadata
+        return os.path.join(name, DCP_METADATA)
     found = [f for f in files if f.endswith(".index.json")]
     if not found:
         found = [f for f in files if f.lower().endswith(CHECKPOINT_SUFFIXES)]

@@ -118,6 +118,13 @@ def write_entry_bytes(out: IO[bytes], entry: TensorEntry) -> None:
     file, else through ``CHUNK_BYTES`` views of the memory map; computed bytes are read once.
     """
     where = entry.data.file_range()
+    pieces = entry.data.file_pieces() if where is None and has_fileno(out) else None
+    if pieces is not None:  # rows in several files (a DCP tensor split by rows): each copied
+        start = out.tell()
+        for source, offset, length in pieces:
+            copy_range(source, offset, length, out)
+        start_writeback(out, start, entry.nbytes)
+        return
     if where is None and entry.nbytes > CHUNK_BYTES and entry.data.is_ranged():
         # A strided view (an expanded one can be 2**28 elements of a 4-element storage):
         # gathered CHUNK_BYTES at a time, never whole (issue 25).

@@ -460,6 +460,8 @@ def write_sharded(
     sources: Sequence[str | os.PathLike[str]] = (),
     fsync: bool = True,
     jobs: int = 1,
+    part: tuple[int, int] | None = None,
+    index_only: bool = False,
 ) -> list[str]:
     """Write ``entries`` as Hugging Face sharded safetensors next to ``path``, all or nothing.
 
@@ -470,8 +472,13 @@ def write_sharded(
     do not depend on the others, so the files are identical to ``jobs=1``'s; when several shards
     fail, the first one in shard order is reported.
 
+    The shard plan depends on the entries and ``max_shard_bytes`` alone, so several runs (on
+    several machines sharing the file system) can each write a share of it: ``part=(K, N)``
+    writes shards K, K+N, K+2N ... (1-based) and no index, and a final ``index_only`` run writes
+    the index and reads no tensor. Together they are the files of one whole run, byte for byte.
+
     Returns:
-        The paths written, shards first, the index last.
+        The paths written, shards first, the index last (when written).
 
     Raises:
         SelectionError: ``path`` does not end in ``.safetensors``.
@@ -486,8 +493,17 @@ def write_sharded(
     assert spec.write is not None
     shards = plan_shards(entries, max_shard_bytes)
     names, index_path = shard_paths(dest, len(shards))
-    targets = [*names, index_path]
-    refuse_sources(targets, sources)
+    refuse_sources([*names, index_path], sources)
+    if index_only:
+        with atomic_write(index_path, force=force, fsync=fsync) as out:
+            write_index(out, shards, names)
+        return [index_path]
+    if part is not None:
+        mine = [i for i in range(len(shards)) if i % part[1] == part[0] - 1]
+        shards, names = [shards[i] for i in mine], [names[i] for i in mine]
+        if not shards:
+            return []
+    targets = [*names, index_path] if part is None else list(names)
     # Contexts close last-in first-out: entered first, the index is renamed into place last.
     write = spec.write
 
@@ -501,8 +517,9 @@ def write_sharded(
             raise exc.with_path(name) from None
 
     with contextlib.ExitStack() as stack:
-        out = stack.enter_context(atomic_write(index_path, force=force, fsync=fsync))
-        write_index(out, shards, names)
+        if part is None:
+            out = stack.enter_context(atomic_write(index_path, force=force, fsync=fsync))
+            write_index(out, shards, names)
         if jobs <= 1 or len(shards) == 1:
             for shard, name in zip(shards, names, strict=True):
                 write_shard(stack.enter_context(atomic_write(name, force=force, fsync=fsync)),

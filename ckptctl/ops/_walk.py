@@ -1,7 +1,9 @@
 """The files ``verify DIR`` checks: a directory's files, recursively, in sorted order (issue 28).
 
 A directory that *is* a checkpoint keeps being one: a directory with one ``*.index.json`` at its
-top opens as that sharded checkpoint (``formats.resolve_path``), as before. Any other directory
+top opens as that sharded checkpoint (``formats.resolve_path``), as before, and so does a
+torch.distributed.checkpoint directory (a ``.metadata`` file); below a walked directory, the
+``.distcp`` files beside a ``.metadata`` are checked through it. Any other directory
 is walked: every file below it, sorted by name at each level, files before subdirectories.
 Hidden directories (``.git``, ``.venv``, ...) are not entered and symbolic links to
 directories are not followed (no cycles). In a walked directory that holds ``*.index.json``
@@ -17,6 +19,8 @@ import json
 import os
 import re
 from typing import NamedTuple
+
+from ckptctl.formats import DCP_METADATA
 
 #: Largest index file read to learn which shards it covers.
 MAX_INDEX_BYTES = 64 << 20
@@ -52,6 +56,8 @@ def _is_sharded_dir(path: str) -> bool:
         names = os.listdir(path)
     except OSError:
         return True  # resolve_path says why it cannot be listed
+    if DCP_METADATA in names and os.path.isfile(os.path.join(path, DCP_METADATA)):
+        return True  # a torch.distributed.checkpoint directory opens as one checkpoint
     indexes = [n for n in names if n.endswith(".index.json")]
     return len(indexes) == 1 and os.path.isfile(os.path.join(path, indexes[0]))
 
@@ -66,6 +72,9 @@ def _walk(top: str) -> list[Target]:
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         names = sorted(files)
         covered: set[str] = set()
+        if DCP_METADATA in names:  # a DCP directory below: its rank files through .metadata
+            covered |= {os.path.normpath(os.path.join(root, n)) for n in names
+                        if n.endswith(".distcp")}  # fmt: skip
         for name in names:
             if name.endswith(".index.json"):
                 covered |= _shards_of(os.path.join(root, name))

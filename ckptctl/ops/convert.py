@@ -79,6 +79,9 @@ class ConvertOptions:
         force: overwrite the destination.
         fsync: flush the output to disk before renaming it into place.
         jobs: shards written at once with ``max_shard_bytes`` (the files do not depend on it).
+        shards: ``(K, N)``: with ``max_shard_bytes``, write only this run's share of the shards
+            (K, K+N, K+2N ..., 1-based) and no index, so N runs can share the work.
+        index_only: with ``max_shard_bytes``, write only the index (after the ``shards`` runs).
         dry_run: plan only, write nothing.
         ties: ``NAME=SOURCE`` declarations: write a copy of the source tensor SOURCE under
             NAME, before the remap rules (a tied weight the file stores once).
@@ -113,6 +116,8 @@ class ConvertOptions:
     force: bool = False
     fsync: bool = True
     jobs: int = 1
+    shards: tuple[int, int] | None = None
+    index_only: bool = False
     dry_run: bool = False
     ties: tuple[str, ...] = ()
     remap_file: str | None = None
@@ -165,6 +170,7 @@ def convert(
         ...         ConvertOptions(adapters=("pytorch-to-burn",)))  # doctest: +SKIP
     """
     opts = options or ConvertOptions()
+    _check_split(opts)
     out_spec = format_for_output(dst, opts.to)
     target_specs = _read_specs(opts.target) if opts.target else None
     with open_checkpoint(src) as ckpt:
@@ -311,13 +317,17 @@ def convert(
                 sources=_sources(src, ckpt),
                 fsync=opts.fsync,
                 jobs=opts.jobs,
+                part=opts.shards,
+                index_only=opts.index_only,
             )
             return replace(
                 report,
-                written=True,
-                destination=written[-1],
-                destination_format=f"safetensors, {len(written) - 1} shards",
+                written=bool(written),
+                destination=written[-1] if written else report.destination,
+                destination_format=_sharded_format(opts, written),
                 bytes_written=sum(os.path.getsize(p) for p in written),
+                warnings=report.warnings
+                + (() if written else ("this share of the shards is empty: nothing written",)),
             )
         save_checkpoint(
             dst,
@@ -330,6 +340,44 @@ def convert(
             to=opts.to,
         )
     return replace(report, written=True, bytes_written=os.path.getsize(dst))
+
+
+def _check_split(opts: ConvertOptions) -> None:
+    """``shards`` and ``index_only`` split a sharded output, one way at a time.
+
+    Raises:
+        SelectionError: either without ``max_shard_bytes``, both at once, or a share K/N with
+            K outside 1..N.
+    """
+    if opts.shards is None and not opts.index_only:
+        return
+    if opts.max_shard_bytes is None:
+        raise SelectionError(
+            "writing a share of the shards or only the index needs a sharded output",
+            hint=Note("pass {fix0} (the same in every run)", (Option("max_shard_bytes", "5GB"),)),
+        )
+    if opts.shards is not None and opts.index_only:
+        raise SelectionError(
+            "a run writes either a share of the shards or only the index, not both",
+            hint="run the shares first, then one run with only the index",
+        )
+    if opts.shards is not None:
+        part, parts = opts.shards
+        if parts < 1 or not 1 <= part <= parts:
+            raise SelectionError(
+                f"share {part}/{parts} does not exist: K/N needs 1 <= K <= N",
+                hint=f"the shares of {max(parts, 1)} runs are 1/{max(parts, 1)} .. "
+                f"{max(parts, 1)}/{max(parts, 1)}",
+            )
+
+
+def _sharded_format(opts: ConvertOptions, written: list[str]) -> str:
+    if opts.index_only:
+        return "safetensors index"
+    if opts.shards is not None:
+        part, parts = opts.shards
+        return f"safetensors, {len(written)} shards (share {part}/{parts}, no index)"
+    return f"safetensors, {len(written) - 1} shards"
 
 
 def _fits(items: list[PlanItem], target: Specs) -> bool:
@@ -706,9 +754,9 @@ def _lost_in_output(
 
 def _sources(src: str | os.PathLike[str], ckpt: Checkpoint) -> list[str]:
     paths = [os.fspath(src)]
-    if ckpt.sharding is not None:
-        base = os.path.dirname(os.fspath(src))
-        paths.extend(os.path.join(base, s) for s in ckpt.sharding.shards)
+    if ckpt.sharding is not None:  # shards sit beside the index (src may be its directory)
+        base = os.path.dirname(ckpt.sharding.index)
+        paths.extend([ckpt.sharding.index, *(os.path.join(base, s) for s in ckpt.sharding.shards)])
     return paths
 
 

@@ -15,6 +15,7 @@ from ckptctl.sources.local import (
     PERMISSION_HINT,
     ByteSource,
     MemorySource,
+    SliceSource,
     copy_range,
     read_chunks,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "PERMISSION_HINT",
     "ByteSource",
     "MemorySource",
+    "SliceSource",
     "copy_range",
     "open_source",
     "read_chunks",

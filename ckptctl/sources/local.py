@@ -156,6 +156,49 @@ class MemorySource(ByteSource):
         """Nothing to release."""
 
 
+class SliceSource(ByteSource):
+    """A :class:`ByteSource` over ``length`` bytes of ``parent`` from ``base`` on (one item of a
+    file that holds several concatenated archives, such as a DCP ``.distcp`` file).
+
+    Offsets are relative to ``base``. It has no file descriptor of its own (zero-copy paths fall
+    back to reads); :meth:`absolute` maps an offset to the parent's, for readers that want to
+    hand out ranges of the parent instead. Closing it leaves the parent open.
+
+    Raises:
+        CorruptCheckpointError: the slice is not inside ``parent``.
+    """
+
+    def __init__(self, parent: ByteSource, base: int, length: int, name: str) -> None:
+        parent.check_range(base, length, "an item")
+        self.path = name
+        self.size = length
+        self.parent = parent
+        self.base = base
+        self._map = None
+
+    def fileno(self) -> int:
+        raise OSError(f"{self.path} is part of a file, it has no file descriptor of its own")
+
+    @property
+    def buffer(self) -> memoryview:
+        return self.parent.view(self.base, self.size)
+
+    def read(self, offset: int, length: int) -> bytes:
+        self.check_range(offset, length, "read")
+        return self.parent.read(self.base + offset, length)
+
+    def view(self, offset: int, length: int) -> memoryview:
+        self.check_range(offset, length, "view")
+        return self.parent.view(self.base + offset, length)
+
+    def absolute(self, offset: int) -> int:
+        """Where byte ``offset`` of the slice is in the parent."""
+        return self.base + offset
+
+    def close(self) -> None:
+        """Nothing to release: the parent owns the file."""
+
+
 def _file_kind(mode: int) -> str:
     if stat.S_ISFIFO(mode):
         return "named pipe"

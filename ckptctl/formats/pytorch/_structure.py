@@ -139,6 +139,22 @@ def _plain(value: object) -> object:
     return value
 
 
+def plain_value(value: object) -> object:
+    """A value of any type for an objects table: plain data whole (as :func:`_plain` keeps it),
+    mappings by text key, anything else as ``<qualname>`` (a DCP ``BYTE_IO`` value)."""
+    if isinstance(value, _PLAIN):
+        return _plain(value)
+    if isinstance(value, list | tuple) and len(value) <= MAX_OBJECT_LIST:
+        return [plain_value(v) for v in value]
+    if isinstance(value, list | tuple):
+        return _plain(value)
+    if isinstance(value, dict):
+        return {str(k): plain_value(v) for k, v in list(value.items())[:MAX_OBJECT_LIST]}
+    if isinstance(value, TensorRef):
+        return "<tensor>"
+    return f"<{getattr(value, 'qualname', type(value).__name__)}>"
+
+
 def _rough_size(plain: object) -> int:
     if isinstance(plain, str):
         return len(plain) + 8

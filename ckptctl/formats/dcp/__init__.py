@@ -1,0 +1,465 @@
+"""torch.distributed.checkpoint (DCP) directories, read without torch.
+
+What torch 2.13 writes (``torch/distributed/checkpoint/metadata.py`` and ``filesystem.py``;
+checked against the files it writes, ``fixtures/make_distributed.py``)::
+
+    DIR/.metadata       a pickle of Metadata(state_dict_metadata, planner_data, storage_data,
+                        storage_meta, version)
+    DIR/__R_N.distcp    rank R's N-th file: items back to back, each a complete torch.save zip
+
+* ``state_dict_metadata``: flat name -> ``TensorStorageMetadata(properties=TensorProperties(dtype,
+  ...), size, chunks=[ChunkStorageMetadata(offsets, sizes), ...])`` for tensors (a DTensor or
+  FSDP parameter has one chunk per shard), ``BytesStorageMetadata()`` for other values;
+* ``storage_data``: ``MetadataIndex(fqn, offset, index)`` -> ``_StorageInfo(relative_path, offset,
+  length, transform_descriptors)``: where each chunk (keyed by its offsets; ``index`` is only a
+  hint) or value (offset None) is stored;
+* ``planner_data``: flat name -> the nested key path it came from (``('optim', 'state', 0,
+  'exp_avg')``);
+* each item is ``torch.save`` of the chunk (a tensor of the chunk's ``sizes``) or, for a value,
+  of the object (``BYTE_IO``). ``transform_descriptors`` (``stream.zstd/1``) name stream
+  transforms applied to the item's bytes.
+
+torch's reader loads ``.metadata`` with a plain ``pickle.load``. Here it is judged first (the
+allowlist verdict of ``pytorch/_safety.py``: the DCP classes are outside torch's weights-only
+list, so the verdict is needs-trust; a hostile one is unsafe and never unpickled), then read by
+the inert unpickler, whose stand-ins this module reads as data. Every item is opened with the
+PyTorch zip reader and gets its own verdict: the non-tensor values at once (torch's
+``DefaultLoadPlanner.load_bytes`` loads them with ``weights_only=False``; their verdicts join the
+checkpoint's), the tensor chunks when their bytes are first read (torch loads them with
+``weights_only=True``; an unsafe one is refused then), so listing 100,000 chunks opens none.
+
+Opening checks that every referenced file exists, every item lies inside its file with no two
+overlapping, and every tensor's chunks tile it with no gap or overlap. Entries are the tensors in
+``.metadata`` order, named by their flat names (``model.fc.weight``, which is how ``ls`` names
+the nested ``.pt`` torch's ``dcp_to_torch_save`` writes); their bytes are assembled from the
+chunks on demand: a tensor stored whole is a range of its rank file, one split by rows is read a
+range at a time, and any other split is gathered into one tensor-sized buffer.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from ckptctl.errors import CkptError, CorruptCheckpointError, InputError, UnsupportedError
+from ckptctl.formats._base import FormatSpec
+from ckptctl.formats.dcp._assemble import AssembledData, Piece, absolute
+from ckptctl.formats.dcp._metadata import (
+    FILES_SHOWN,
+    MAX_VALUES,
+    METADATA_FILE,
+    Chunk,
+    DcpMetadata,
+    Item,
+    TensorMeta,
+    ValueMeta,
+    all_items,
+    beside,
+    open_files,
+    read_metadata,
+)
+from ckptctl.model import (
+    OMITTED_KEY,
+    Checkpoint,
+    CheckpointKind,
+    HeaderLayout,
+    Region,
+    RegionKind,
+    Sharding,
+    Structure,
+    TensorEntry,
+    describe_groups,
+)
+from ckptctl.safety import GlobalUse, PickleSafety, Problem
+from ckptctl.sources import ByteSource, SliceSource
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ckptctl.model import JSONValue
+
+__all__ = ["METADATA_FILE", "SPEC", "open_dcp", "read_metadata", "sniff"]
+
+#: The module every DCP metadata pickle names first (``Metadata``'s).
+_MODULE = b"torch.distributed.checkpoint.metadata"
+
+
+def sniff(head: bytes, source: ByteSource) -> bool:
+    """A protocol 2+ pickle that names ``torch.distributed.checkpoint.metadata`` at once."""
+    try:
+        return head[:1] == b"\x80" and _MODULE in head[:512]
+    except Exception:  # sniffing must never raise
+        return False
+
+
+# --- opening ----------------------------------------------------------------------------------
+
+
+class _Opened:
+    """The rank files of one checkpoint, opened once each, and the verdicts of its items."""
+
+    def __init__(self, source: ByteSource, meta: DcpMetadata) -> None:
+        self.metadata = source
+        self.sources: dict[str, ByteSource] = {}
+        self.globals: dict[tuple[str, str, bool], GlobalUse] = {}
+        self.problems: dict[tuple[str, str], Problem] = {}
+        for what, item in all_items(meta):  # before anything is read: exit 4, not a late failure
+            if item.transforms:
+                raise UnsupportedError(
+                    f"{what} is stored with the stream transform {', '.join(item.transforms)}, "
+                    "which ckptctl does not decode yet",
+                    path=beside(source, item.file),
+                    hint="re-save the checkpoint without _extensions (dcp.FileSystemWriter)",
+                )
+        # every rank file now, so the checkpoint owns (and closes) them all
+        self.sources = open_files(source, meta)
+
+    def path(self, item: Item) -> str:
+        """The rank file of ``item`` (for messages)."""
+        return self.sources[item.file].path
+
+    def slice(self, item: Item) -> SliceSource:
+        return SliceSource(self.sources[item.file], item.offset, item.length,
+                           f"{item.file}@{item.offset}")  # fmt: skip
+
+    def judged(self, safety: PickleSafety | None, what: str) -> None:
+        """Keep an item's verdict; a use or problem repeated by later items is kept once."""
+        if safety is None:
+            return
+        from dataclasses import replace
+
+        for use in safety.globals:
+            self.globals.setdefault(
+                (use.name, use.verdict.value, use.reached),
+                replace(use, where=f"{what}: {use.where}"),
+            )
+        for problem in safety.problems:
+            self.problems.setdefault(
+                (problem.message, problem.verdict.value),
+                replace(problem, where=f"{what}: {problem.where}"),
+            )
+
+    def close(self) -> None:
+        for source in self.sources.values():
+            source.close()
+
+
+def _read_item(opened: _Opened, item: Item, what: str) -> Checkpoint:
+    """Open one item as the torch.save archive it is."""
+    from ckptctl.formats.pytorch import open_pytorch
+
+    source = opened.slice(item)
+    try:
+        ckpt = open_pytorch(source)
+    except CkptError as exc:
+        exc.message = f"{what} (bytes {item.offset}..{item.offset + item.length}): {exc.message}"
+        exc.path = opened.path(item)
+        raise
+    opened.judged(ckpt.safety, f"{item.file} ({what})")
+    return ckpt
+
+
+def _chunk_entry(opened: _Opened, tensor: TensorMeta, chunk: Chunk) -> TensorEntry:
+    what = f"tensor {tensor.name!r} chunk {list(chunk.offsets)}"
+    ckpt = _read_item(opened, chunk.item, what)
+    entries = ckpt.entries()
+    if ckpt.kind is not CheckpointKind.TENSOR or len(entries) != 1:
+        raise CorruptCheckpointError(
+            f"{what}: the item holds {ckpt.kind}, not one tensor",
+            path=opened.path(chunk.item),
+        )
+    entry = entries[0]
+    if entry.dtype is not tensor.dtype or entry.shape != chunk.sizes:
+        raise CorruptCheckpointError(
+            f"{what}: the item holds a {entry.dtype} tensor of shape {list(entry.shape)}, "
+            f".metadata says {tensor.dtype} {list(chunk.sizes)}",
+            path=opened.path(chunk.item),
+        )
+    where = entry.data.file_range()
+    if where is not None and isinstance(where[0], SliceSource):
+        return absolute(entry, where[0])
+    return entry
+
+
+def _value(opened: _Opened, value: ValueMeta) -> object:
+    """A non-tensor value, as plain data for the objects table (``<qualname>`` otherwise)."""
+    from ckptctl.formats.pytorch._containers import read_zip
+    from ckptctl.formats.pytorch._safety import Ledger
+    from ckptctl.formats.pytorch._structure import plain_value
+
+    what = f"value {value.name!r}"
+    source = opened.slice(value.item)
+    ledger = Ledger()
+    try:
+        parsed = read_zip(source, ledger)
+    except CkptError as exc:
+        exc.message = f"{what} (bytes {value.item.offset}..): {exc.message}"
+        exc.path = opened.path(value.item)
+        raise
+    finally:
+        opened.judged(ledger.safety, f"{value.item.file} ({what})")
+    return plain_value(parsed.root)
+
+
+def _objects(pairs: Iterable[tuple[tuple[str, ...], object]]) -> dict[str, object]:
+    """Values nested by their key paths (one mapping per container), at most ``MAX_VALUES``."""
+    out: dict[str, object] = {}
+    omitted = 0
+    for number, (path, value) in enumerate(pairs):
+        if number >= MAX_VALUES:
+            omitted += 1
+            continue
+        node = out
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
+        node[path[-1]] = value
+    if omitted:
+        out[OMITTED_KEY] = omitted
+    return out
+
+
+def _structure(meta: DcpMetadata) -> tuple[CheckpointKind, Structure, list[str]]:
+    top = sum(1 for t in meta.tensors if len(t.path) == 1)
+    containers = dict(Counter(".".join(t.path[:-1]) for t in meta.tensors if len(t.path) > 1))
+    paths = [t.path for t in meta.tensors] + [v.path for v in meta.values]
+    keys = tuple(dict.fromkeys(p[0] for p in paths))[:100]
+    structure = Structure(top, containers, None, keys)
+    if not meta.tensors:
+        return CheckpointKind.EMPTY, structure, ["the checkpoint holds no tensors"]
+    if top == len(meta.tensors):
+        return CheckpointKind.STATE_DICT, structure, []
+    note = f"nested checkpoint: tensors are under {describe_groups(structure.groups)}"
+    return CheckpointKind.NESTED, structure, [note]
+
+
+def _describe(meta: DcpMetadata) -> str:
+    chunks = sum(len(t.chunks) for t in meta.tensors)
+    shown = ", ".join(meta.files[:FILES_SHOWN])
+    more = f" and {len(meta.files) - FILES_SHOWN} more" if len(meta.files) > FILES_SHOWN else ""
+    split = sum(1 for t in meta.tensors if len(t.chunks) > 1)
+    split_note = f", {_count(split, 'tensor')} split into several" if split else ""
+    return (
+        f"a torch.distributed.checkpoint directory: {_count(len(meta.tensors), 'tensor')} in "
+        f"{_count(chunks, 'chunk')}{split_note}, {_count(len(meta.values), 'other value')}, "
+        f"in {_count(len(meta.files), 'rank file')} ({shown}{more})"
+    )
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def open_dcp(source: ByteSource) -> Checkpoint:
+    """Open a DCP directory from its ``.metadata``: one lazy checkpoint over every rank file.
+
+    The returned checkpoint owns ``source`` and every rank file.
+
+    Raises:
+        UnsafePickleError: ``.metadata`` or an item is an unsafe pickle.
+        CorruptCheckpointError: inconsistent metadata, a missing or truncated rank file, an item
+            that is not what ``.metadata`` says.
+        UnsupportedError: a dtype or stream transform ckptctl cannot read.
+    """
+    meta = read_metadata(source)
+    opened = _Opened(source, meta)
+    try:
+        entries = []
+        for tensor in meta.tensors:
+            pieces = tuple(
+                Piece(c.offsets, c.sizes, functools.partial(_chunk_entry, opened, tensor, c))
+                for c in tensor.chunks
+            )
+            data = AssembledData(pieces, tensor.dtype, tensor.shape)
+            files = len({c.item.file for c in tensor.chunks})
+            entries.append(
+                TensorEntry(
+                    tensor.name,
+                    tensor.dtype,
+                    tensor.shape,
+                    data.nbytes,
+                    None,
+                    data,
+                    extra={"chunks": str(len(tensor.chunks)), "rank_files": str(files)},
+                )
+            )
+        objects = _objects((v.path, _value(opened, v)) for v in meta.values)
+    except BaseException:
+        opened.close()
+        raise
+    kind, structure, notes = _structure(meta)
+    try:
+        megatron_notes, common, common_safety = _megatron(source)
+    except BaseException:
+        opened.close()
+        raise
+    notes = [*megatron_notes, *notes]
+    objects.update((k, v) for k, v in common.items() if k not in objects)
+    opened.judged(common_safety, MEGATRON_COMMON)
+    items = PickleSafety(tuple(opened.globals.values()), tuple(opened.problems.values()))
+    return Checkpoint(
+        entries,
+        path=source.path,
+        format="dcp",
+        # The metadata version stays in the header view: it is no user metadata a converted
+        # file should carry (safetensors' save_file of the same tensors writes none).
+        metadata={},
+        kind=kind,
+        notes=[_describe(meta), *notes, TORCH_READS],
+        structure=structure,
+        objects=objects,
+        sharding=Sharding(source.path, meta.files),
+        sources=[source, *opened.sources.values()],
+        safety=meta.safety.merge(items),
+    )
+
+
+#: Megatron-core's ``torch_dist`` format adds these beside the DCP files
+#: (``megatron/core/dist_checkpointing/core.py`` and ``serialization.py``, 0.16.1): a JSON config
+#: naming the backends, and ``torch.save`` of the state that is not sharded.
+MEGATRON_CONFIG = "metadata.json"
+MEGATRON_COMMON = "common.pt"
+#: Largest ``metadata.json`` read (Megatron's has four keys).
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def _megatron(source: ByteSource) -> tuple[list[str], dict[str, object], PickleSafety | None]:
+    """Notes, the objects of ``common.pt`` and its verdict, for a Megatron-core ``torch_dist``
+    directory; nothing for a plain DCP one.
+
+    Raises:
+        UnsafePickleError: ``common.pt`` is unsafe (Megatron loads it with ``torch.load``).
+        CorruptCheckpointError: ``common.pt`` is damaged.
+    """
+    import json
+
+    from ckptctl.formats.pytorch import open_pytorch
+    from ckptctl.sources import open_source
+
+    try:
+        config_source = open_source(beside(source, MEGATRON_CONFIG))
+    except InputError:  # no metadata.json (a URL answers 404): a plain DCP directory
+        return [], {}, None
+    with config_source:
+        try:
+            raw = config_source.read(0, min(config_source.size, MAX_CONFIG_BYTES))
+            config = json.loads(raw)
+        except (CkptError, ValueError):
+            config = None
+    if not isinstance(config, dict) or "sharded_backend" not in config:
+        return [f"{MEGATRON_CONFIG} is there but is no Megatron-core config (ignored)"], {}, None
+    notes = [
+        f"a Megatron-core {config.get('sharded_backend')} checkpoint ({MEGATRON_CONFIG}: "
+        f"sharded backend {config.get('sharded_backend')} v{config.get('sharded_backend_version')}"
+        f", common backend {config.get('common_backend')} v{config.get('common_backend_version')})"
+    ]
+    try:
+        common = open_source(beside(source, MEGATRON_COMMON))
+    except InputError:
+        notes.append(f"{MEGATRON_COMMON} is missing: the state that is not sharded is not here")
+        return notes, {}, None
+    with common:
+        try:
+            ckpt = open_pytorch(common)
+        except CkptError as exc:
+            raise exc.with_path(common.path) from None
+        with ckpt:
+            objects = dict(ckpt.objects)
+            if len(ckpt):
+                notes.append(
+                    f"{MEGATRON_COMMON} holds {_count(len(ckpt), 'tensor')} beside the sharded "
+                    f"state, not listed here (ckptctl ls lists them from {MEGATRON_COMMON})"
+                )
+            return notes, objects, ckpt.safety
+
+
+#: How torch itself reads the metadata (said in every listing).
+TORCH_READS = (
+    "torch's DCP reader loads .metadata and the non-tensor values with plain pickle.load (full "
+    "trust); ckptctl judged them and read them as inert data. Tensor chunks (which torch loads "
+    "with weights_only=True) are opened and judged when their bytes are read"
+)
+
+
+# --- header -----------------------------------------------------------------------------------
+
+
+def _item_json(item: Item) -> dict[str, JSONValue]:
+    out: dict[str, JSONValue] = {"file": item.file, "offset": item.offset, "length": item.length}
+    if item.transforms:
+        out["transforms"] = list(item.transforms)
+    return out
+
+
+def layout_dcp(source: ByteSource) -> HeaderLayout:
+    """The decoded ``.metadata`` and how every byte of every rank file is used.
+
+    ``header`` holds the tensors (dtype, global shape, chunks with their items), the values and
+    the rank files, each with its size, the bytes its items cover and any bytes they do not.
+    The regions are those of ``.metadata`` itself (one pickle).
+
+    Raises:
+        UnsafePickleError: ``.metadata`` is unsafe.
+        CorruptCheckpointError: inconsistent metadata, a missing or truncated rank file.
+    """
+    meta = read_metadata(source)
+    rank_files = open_files(source, meta)
+    sizes = {name: f.size for name, f in rank_files.items()}
+    for rank_file in rank_files.values():
+        rank_file.close()
+    files = []
+    for file in meta.files:
+        items = sorted((i for _, i in all_items(meta) if i.file == file), key=lambda i: i.offset)
+        covered = sum(i.length for i in items)
+        files.append(
+            {
+                "file": file,
+                "bytes": sizes[file],
+                "items": len(items),
+                "item_bytes": covered,
+                "unaccounted_bytes": sizes[file] - covered,
+            }
+        )
+    header = {
+        "version": meta.version,
+        "tensors": [
+            {
+                "name": t.name,
+                "path": list(t.path),
+                "dtype": t.dtype.value,
+                "shape": list(t.shape),
+                "chunks": [
+                    {"offsets": list(c.offsets), "sizes": list(c.sizes), **_item_json(c.item)}
+                    for c in t.chunks
+                ],
+            }
+            for t in meta.tensors
+        ],
+        "values": [
+            {"name": v.name, "path": list(v.path), **_item_json(v.item)} for v in meta.values
+        ],
+        "files": files,
+    }
+    region = Region(RegionKind.METADATA, 0, source.size, note="DCP metadata (pickle)")
+    return HeaderLayout(
+        "dcp",
+        source.size,
+        header,
+        (region,) if source.size else (),
+        {
+            "tensors": len(meta.tensors),
+            "chunks": sum(len(t.chunks) for t in meta.tensors),
+            "values": len(meta.values),
+            "rank_files": len(meta.files),
+            "unaccounted_bytes": sum(f["unaccounted_bytes"] for f in files),
+        },
+    )
+
+
+SPEC = FormatSpec(name="dcp", extensions=(), sniff=sniff, open=open_dcp, layout=layout_dcp)
+
+#: The formats this module adds to the registry (``ckptctl.formats``).
+SPECS = (SPEC,)

@@ -1,0 +1,203 @@
+"""A DCP tensor's bytes, assembled from its chunks: whole, by file ranges, or gathered."""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ckptctl.errors import CorruptCheckpointError
+from ckptctl.model import FileData, TensorData, TensorEntry, iter_row_blocks
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from numpy.typing import NDArray
+
+    from ckptctl.dtypes import DType
+    from ckptctl.sources import ByteSource, SliceSource
+
+
+class Piece:
+    """One chunk of a tensor: where it goes (``offsets``, ``sizes``, from ``.metadata``) and its
+    entry, opened from its item the first time its bytes are needed (listing a checkpoint of
+    100,000 items opens none of them)."""
+
+    def __init__(
+        self, offsets: tuple[int, ...], sizes: tuple[int, ...], opener: Callable[[], TensorEntry]
+    ) -> None:
+        self.offsets = offsets
+        self.sizes = sizes
+        self._opener = opener
+        self._entry: TensorEntry | None = None
+        self._lock = threading.Lock()  # sharded writes read tensors in threads
+
+    @property
+    def entry(self) -> TensorEntry:
+        """The chunk's values, as the entry of its item.
+
+        Raises:
+            CkptError: the item is damaged, unsafe or not what ``.metadata`` says.
+        """
+        with self._lock:
+            if self._entry is None:
+                self._entry = self._opener()
+            return self._entry
+
+
+@dataclass(frozen=True, eq=False)
+class AssembledData(TensorData):
+    """A tensor's bytes assembled from its chunks.
+
+    Attributes:
+        pieces: the chunks.
+        dtype: the tensor's dtype.
+        shape: the global shape.
+    """
+
+    pieces: tuple[Piece, ...]
+    dtype: DType
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        """The tensor's size in bytes."""
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def _whole(self) -> TensorEntry | None:
+        """The one chunk, when it is the whole tensor."""
+        if len(self.pieces) == 1 and self.pieces[0].sizes == self.shape:
+            return self.pieces[0].entry
+        return None
+
+    def _by_rows(self) -> list[tuple[int, int, Piece]] | None:
+        """``(first byte, bytes, piece)`` per chunk, when every chunk is whole rows."""
+        if not self.shape or (len(self.pieces) == 1 and self.pieces[0].sizes == self.shape):
+            return None
+        rest = self.shape[1:]
+        if any(p.sizes[1:] != rest or any(p.offsets[1:]) for p in self.pieces):
+            return None
+        row = math.prod(rest) * self.dtype.itemsize
+        rows = [(p.offsets[0] * row, p.sizes[0] * row, p) for p in self.pieces if p.sizes[0]]
+        return sorted(rows, key=lambda r: r[0])
+
+    def read(self) -> memoryview:
+        import numpy as np
+
+        whole = self._whole()
+        if whole is not None:
+            return memoryview(whole.data.read())
+        out: NDArray[Any] = np.empty(self.shape, dtype=self.dtype.numpy)
+        flat = out.reshape(-1).view(np.uint8).data
+        for piece in self.pieces:
+            entry = piece.entry
+            if not scatter(flat, self.shape, piece.offsets, entry):
+                for first, block in iter_row_blocks(entry):
+                    place = tuple(
+                        slice(o + (first if d == 0 else 0), o + (first if d == 0 else 0) + n)
+                        for d, (o, n) in enumerate(zip(piece.offsets, block.shape, strict=True))
+                    )
+                    out[place] = block
+        return flat
+
+    def file_pieces(self) -> list[tuple[ByteSource, int, int]] | None:
+        rows = self._by_rows()
+        if rows is None:
+            return None
+        pieces = []
+        for _, nbytes, piece in rows:
+            where = piece.entry.data.file_range()
+            if where is None:
+                return None
+            pieces.append((where[0], where[1], nbytes))
+        return pieces
+
+    def file_range(self) -> tuple[ByteSource, int] | None:
+        whole = self._whole()
+        return None if whole is None else whole.data.file_range()
+
+    def is_ranged(self) -> bool:
+        whole = self._whole()
+        if whole is not None:
+            return whole.data.is_ranged()
+        return self._by_rows() is not None
+
+    def read_range(self, start: int, length: int) -> bytes | memoryview:
+        whole = self._whole()
+        if whole is not None:
+            return whole.data.read_range(start, length)
+        rows = self._by_rows()
+        if rows is None:
+            return self.read()[start : start + length]
+        parts: list[bytes | memoryview] = []
+        end = start + length
+        for first, nbytes, piece in rows:
+            lo, hi = max(start, first), min(end, first + nbytes)
+            if lo < hi:
+                parts.append(piece.entry.data.read_range(lo - first, hi - lo))
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+#: Shortest contiguous run gathered by ``preadv`` straight into the tensor (shorter runs go
+#: through row blocks: one system call per few bytes would cost more than a copy).
+MIN_RUN_BYTES = 512
+#: Buffers per ``preadv`` call (Linux's ``IOV_MAX``).
+MAX_IOVECS = 1024
+
+
+def scatter(
+    flat: memoryview, shape: tuple[int, ...], offsets: tuple[int, ...], entry: TensorEntry
+) -> bool:
+    """Read a chunk stored contiguous in a file straight into its place in the C-order tensor
+    ``flat`` (bytes) with ``preadv``: each contiguous run of the chunk (its innermost partial
+    dimension and the whole dimensions after it) goes into its own buffer, so nothing passes
+    through an intermediate copy and no file page is mapped. False when it cannot (the chunk is
+    not contiguous in a file, or its runs are short); the caller then copies row blocks."""
+    import numpy as np
+
+    where = entry.data.file_range()
+    preadv = getattr(os, "preadv", None)
+    if where is None or preadv is None or entry.nbytes == 0:
+        return False
+    source, start = where
+    try:
+        fd = source.fileno()
+    except OSError:
+        return False
+    sizes = entry.shape
+    axis = max((d for d, (n, full) in enumerate(zip(sizes, shape, strict=True)) if n != full),
+               default=0)  # fmt: skip
+    itemsize = entry.dtype.itemsize
+    run = math.prod(sizes[axis:]) * itemsize
+    if run < MIN_RUN_BYTES:
+        return False
+    strides = [math.prod(shape[d + 1 :]) * itemsize for d in range(len(shape))]
+    base = sum(o * st for o, st in zip(offsets, strides, strict=True))
+    # Where each run starts in the tensor: the outer index grid (axes before ``axis``).
+    dest = np.zeros(1, dtype=np.int64) + base
+    for d in range(axis):
+        dest = (dest[:, None] + np.arange(sizes[d], dtype=np.int64) * strides[d]).reshape(-1)
+    for first in range(0, len(dest), MAX_IOVECS):
+        batch = dest[first : first + MAX_IOVECS]
+        buffers = [flat[int(d) : int(d) + run] for d in batch]
+        got = preadv(fd, buffers, start + first * run)
+        if got != run * len(batch):
+            raise CorruptCheckpointError(
+                f"tensor chunk at byte {start} of {source.path} is short ({got} bytes read)",
+                path=source.path,
+            )
+    return True
+
+
+def absolute(entry: TensorEntry, source: SliceSource) -> TensorEntry:
+    """A chunk entry whose bytes lie contiguous in the item, as a range of the rank file (so
+    writers copy it with ``copy_file_range``)."""
+    data = entry.data
+    if isinstance(data, FileData) and data.source is source:
+        from dataclasses import replace
+
+        offset = source.absolute(data.offset)
+        return replace(entry, offset=offset, data=FileData(source.parent, offset, data.nbytes))
+    return entry

@@ -1,0 +1,396 @@
+"""The ``.metadata`` of a DCP directory, judged, read as data and checked against its rank files
+(the layout is in ``formats/dcp/__init__.py``)."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ckptctl.dtypes import DType
+from ckptctl.errors import CorruptCheckpointError, InputError, UnsupportedError
+
+if TYPE_CHECKING:
+    from ckptctl.safety import PickleSafety
+    from ckptctl.sources import ByteSource
+
+#: The metadata file of a DCP directory (what ``formats.resolve_path`` opens for the directory).
+METADATA_FILE = ".metadata"
+#: Largest ``.metadata`` read (the unpickler's own limit; real ones are a few MiB).
+MAX_METADATA_BYTES = 1 << 30
+#: Most chunks in one checkpoint (bounds the work of the tiling check and of opening items).
+MAX_CHUNKS = 10_000_000
+#: Most dimensions of a tensor (as the PyTorch reader's ``MAX_RANK``).
+MAX_NDIM = 64
+#: Most non-tensor values kept for the objects table.
+MAX_VALUES = 1000
+#: Rank files named in notes before "and N more".
+FILES_SHOWN = 4
+
+
+@dataclass(frozen=True)
+class Item:
+    """One stored item: ``length`` bytes of the rank file ``file`` at ``offset``."""
+
+    file: str
+    offset: int
+    length: int
+    transforms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One stored piece of a tensor: its place in the global tensor and its item."""
+
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    item: Item
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """A tensor of the checkpoint: flat name, nested key path, dtype, global shape, chunks."""
+
+    name: str
+    path: tuple[str, ...]
+    dtype: DType
+    shape: tuple[int, ...]
+    chunks: tuple[Chunk, ...]
+
+
+@dataclass(frozen=True)
+class ValueMeta:
+    """A non-tensor value (``BYTE_IO``): flat name, nested key path, item."""
+
+    name: str
+    path: tuple[str, ...]
+    item: Item
+
+
+@dataclass(frozen=True)
+class DcpMetadata:
+    """What ``.metadata`` says, validated.
+
+    Attributes:
+        tensors: in the order of the nested state dict torch rebuilds from them.
+        values: the non-tensor values, in ``.metadata`` order.
+        files: every rank file an item is in, in first-use order.
+        version: the metadata's ``version`` field (``1.0.0``), when given.
+        safety: the verdict of the ``.metadata`` pickle.
+    """
+
+    tensors: tuple[TensorMeta, ...]
+    values: tuple[ValueMeta, ...]
+    files: tuple[str, ...]
+    version: str | None
+    safety: PickleSafety
+
+
+def _bad(message: str) -> CorruptCheckpointError:
+    return CorruptCheckpointError(
+        f".metadata: {message}", hint="the checkpoint's .metadata is damaged; re-save it"
+    )
+
+
+def _fields(obj: object, cls: str, what: str) -> dict[str, object]:
+    """The attributes of a stand-in for the DCP class ``cls`` (a dataclass pickled by BUILD)."""
+    from ckptctl.formats.pytorch._unpickler import Stub
+
+    if not isinstance(obj, Stub) or obj.qualname.rsplit(".", 1)[-1] != cls:
+        raise _bad(f"{what} is {type(obj).__name__}, not a {cls}")
+    state = obj.state
+    if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
+        state = {**(state[0] or {}), **state[1]}  # (dict, slots) form of a slotted class
+    if state is None:
+        return {}
+    if not isinstance(state, dict):
+        raise _bad(f"{what} has an unexpected state ({type(state).__name__})")
+    return {str(k): v for k, v in state.items()}
+
+
+def _ints(value: object, what: str) -> tuple[int, ...]:
+    if not isinstance(value, tuple | list) or len(value) > MAX_NDIM:
+        raise _bad(f"{what} is not a shape")
+    if any(type(v) is not int or v < 0 for v in value):
+        raise _bad(f"{what} is not a list of non-negative integers")
+    return tuple(value)
+
+
+def _dtype(properties: object, name: str) -> DType:
+    from ckptctl.formats.pytorch._unpickler import TorchDType
+
+    stub = getattr(properties, "state", None)
+    # TensorProperties.__setstate__ takes (dtype, layout, requires_grad, memory_format,
+    # pin_memory); older torch pickled its __dict__.
+    if isinstance(stub, tuple) and stub:
+        dtype = stub[0]
+    else:
+        dtype = _fields(properties, "TensorProperties", f"tensor {name!r}'s properties").get(
+            "dtype"
+        )
+    if not isinstance(dtype, TorchDType):
+        raise _bad(f"tensor {name!r} has no dtype")
+    try:
+        return DType.parse(dtype.name)
+    except ValueError:
+        raise UnsupportedError(f"tensor {name!r} has the dtype torch.{dtype.name}") from None
+
+
+def _relative(name: object) -> str:
+    """A storage file name, checked to stay inside the directory."""
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise _bad(f"a storage file name is {name!r}")
+    norm = os.path.normpath(name)
+    if os.path.isabs(name) or norm in (".", "..") or norm.startswith(".." + os.sep):
+        raise _bad(f"the storage file {name!r} is outside the checkpoint directory")
+    return norm
+
+
+def _storage(metadata: dict[str, object]) -> dict[tuple[str, tuple[int, ...] | None], Item]:
+    storage = metadata.get("storage_data")
+    if not isinstance(storage, dict):
+        raise _bad("storage_data is not a mapping")
+    if len(storage) > MAX_CHUNKS:
+        raise _bad(f"more than {MAX_CHUNKS} stored items")
+    out: dict[tuple[str, tuple[int, ...] | None], Item] = {}
+    for key, info in storage.items():
+        index = _fields(key, "MetadataIndex", "a storage_data key")
+        fqn = index.get("fqn")
+        if not isinstance(fqn, str):
+            raise _bad("a storage_data key has no name")
+        offset = index.get("offset")
+        offsets = None if offset is None else _ints(offset, f"the offsets of {fqn!r}")
+        where = _fields(info, "_StorageInfo", f"the storage of {fqn!r}")
+        start, length = where.get("offset"), where.get("length")
+        if type(start) is not int or type(length) is not int or start < 0 or length < 0:
+            raise _bad(f"the storage of {fqn!r} has no valid byte range")
+        transforms = where.get("transform_descriptors") or ()
+        if not isinstance(transforms, list | tuple) or not all(
+            isinstance(t, str) for t in transforms
+        ):
+            raise _bad(f"the storage of {fqn!r} has malformed transform descriptors")
+        item = Item(_relative(where.get("relative_path")), start, length, tuple(transforms))
+        out[(fqn, offsets)] = item
+    return out
+
+
+def _raw_path(planner: object, name: str) -> tuple[str | int, ...]:
+    """The nested key path of ``name`` (``planner_data``; ints are list indices), else
+    the flat name alone."""
+    path = planner.get(name) if isinstance(planner, dict) else None
+    if isinstance(path, tuple | list) and path and all(type(p) in (str, int) for p in path):
+        return tuple(path)
+    return (name,)
+
+
+def _path(planner: object, name: str) -> tuple[str, ...]:
+    return tuple(str(p) for p in _raw_path(planner, name))
+
+
+def _nested_order(names: list[str], planner: object) -> dict[str, int]:
+    """Each name's place in the nested state dict torch rebuilds (``dcp_to_torch_save``): keys
+    inserted in ``.metadata`` order, so a container sits where its first key came; list items
+    by index."""
+    tree: dict[object, Any] = {}
+    for name in names:
+        node: Any = tree
+        path = _raw_path(planner, name)
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):  # a name that is also a container: placed last
+                break
+        else:
+            node.setdefault(path[-1], name)
+    order: list[str] = []
+    stack: list[object] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            order.append(node)
+            continue
+        assert isinstance(node, dict)
+        keys = list(node)
+        if keys and all(type(k) is int for k in keys):
+            keys.sort()
+        stack.extend(node[k] for k in reversed(keys))
+    return {name: place for place, name in enumerate(order)}
+
+
+def _tensor(name: str, meta: object, items: dict[Any, Item], planner: object) -> TensorMeta:
+    fields = _fields(meta, "TensorStorageMetadata", f"the metadata of {name!r}")
+    shape = _ints(fields.get("size"), f"the size of {name!r}")
+    dtype = _dtype(fields.get("properties"), name)
+    raw = fields.get("chunks")
+    if not isinstance(raw, list | tuple):
+        raise _bad(f"tensor {name!r} has no chunk list")
+    chunks = []
+    for number, stub in enumerate(raw):
+        chunk = _fields(stub, "ChunkStorageMetadata", f"chunk {number} of {name!r}")
+        offsets = _ints(chunk.get("offsets"), f"the offsets of chunk {number} of {name!r}")
+        sizes = _ints(chunk.get("sizes"), f"the sizes of chunk {number} of {name!r}")
+        item = items.get((name, offsets))
+        if item is None:
+            raise _bad(f"chunk {list(offsets)} of tensor {name!r} has no storage entry")
+        chunks.append(Chunk(offsets, sizes, item))
+    tensor = TensorMeta(name, _path(planner, name), dtype, shape, tuple(chunks))
+    check_tiling(tensor)
+    return tensor
+
+
+def check_tiling(tensor: TensorMeta) -> None:
+    """Check that the chunks of ``tensor`` tile it: inside it, no two overlapping, no gap.
+
+    Raises:
+        CorruptCheckpointError: a chunk of the wrong rank, outside the tensor, two chunks that
+            overlap, or chunks that leave part of the tensor uncovered.
+    """
+    name, shape = tensor.name, tensor.shape
+    for chunk in tensor.chunks:
+        if len(chunk.offsets) != len(shape) or len(chunk.sizes) != len(shape):
+            raise _bad(
+                f"a chunk of tensor {name!r} has {len(chunk.sizes)} dimensions, not {len(shape)}"
+            )
+        for offset, size, dim in zip(chunk.offsets, chunk.sizes, shape, strict=True):
+            if offset + size > dim:
+                raise _bad(
+                    f"chunk {list(chunk.offsets)} {list(chunk.sizes)} of tensor {name!r} "
+                    f"lies outside its shape {list(shape)}"
+                )
+    # Sweep along the first dimension: only chunks whose row ranges meet can overlap.
+    ordered = sorted(tensor.chunks, key=lambda c: c.offsets[:1])
+    for i, a in enumerate(ordered):
+        for b in ordered[i + 1 :]:
+            if shape and b.offsets[0] >= a.offsets[0] + a.sizes[0]:
+                break
+            if all(
+                x < y + t and y < x + s
+                for x, s, y, t in zip(a.offsets, a.sizes, b.offsets, b.sizes, strict=True)
+            ):
+                raise _bad(
+                    f"chunks {list(a.offsets)} and {list(b.offsets)} of tensor {name!r} overlap"
+                )
+    covered = sum(math.prod(c.sizes) for c in tensor.chunks)
+    if covered != math.prod(shape):
+        raise _bad(
+            f"the chunks of tensor {name!r} cover {covered} of its {math.prod(shape)} elements"
+        )
+
+
+def read_metadata(source: ByteSource) -> DcpMetadata:
+    """Judge, then read, a DCP ``.metadata`` file.
+
+    Raises:
+        UnsafePickleError: the pickle is unsafe (nothing of it is unpickled).
+        CorruptCheckpointError: not the metadata of a DCP checkpoint, or inconsistent.
+        UnsupportedError: a tensor of a dtype ckptctl has no name for.
+    """
+    from ckptctl.formats.pytorch._safety import Ledger
+    from ckptctl.formats.pytorch._unpickler import load_pickle
+
+    if source.size > MAX_METADATA_BYTES:
+        raise _bad(f"{source.size} bytes, more than the limit of {MAX_METADATA_BYTES}")
+    ledger = Ledger()
+    root, _ = load_pickle(source.read(0, source.size), METADATA_FILE, ledger=ledger)
+    metadata = _fields(root, "Metadata", "the pickled object")
+    described = metadata.get("state_dict_metadata")
+    if not isinstance(described, dict):
+        raise _bad("state_dict_metadata is not a mapping")
+    items = _storage(metadata)
+    planner = metadata.get("planner_data")
+    tensors: list[TensorMeta] = []
+    values: list[ValueMeta] = []
+    for name, meta in described.items():
+        if not isinstance(name, str):
+            raise _bad(f"a tensor name is {type(name).__name__}, not text")
+        qualname = getattr(meta, "qualname", "")
+        if isinstance(qualname, str) and qualname.endswith(".BytesStorageMetadata"):
+            item = items.get((name, None))
+            if item is None:
+                raise _bad(f"value {name!r} has no storage entry")
+            values.append(ValueMeta(name, _path(planner, name), item))
+        else:
+            tensors.append(_tensor(name, meta, items, planner))
+    order = _nested_order([n for n in described if isinstance(n, str)], planner)
+    tensors.sort(key=lambda t: order.get(t.name, len(order)))
+    files = dict.fromkeys(
+        [c.item.file for t in tensors for c in t.chunks] + [v.item.file for v in values]
+    )
+    version = metadata.get("version")
+    return DcpMetadata(
+        tuple(tensors),
+        tuple(values),
+        tuple(files),
+        version if isinstance(version, str) else None,
+        ledger.safety,
+    )
+
+
+def all_items(meta: DcpMetadata) -> list[tuple[str, Item]]:
+    """Every item with what it holds (``tensor 'x' chunk [0, 0]`` / ``value 'step'``)."""
+    out = [
+        (f"tensor {t.name!r} chunk {list(c.offsets)}", c.item)
+        for t in meta.tensors
+        for c in t.chunks
+    ]
+    out += [(f"value {v.name!r}", v.item) for v in meta.values]
+    return out
+
+
+def beside(source: ByteSource, name: str) -> str:
+    """The path (or URL) of the file ``name`` in the directory of ``source``'s ``.metadata``."""
+    if source.is_remote:  # a URL: the rank files are fetched next to it
+        return source.sibling(name)  # type: ignore[attr-defined, no-any-return]  # RemoteSource
+    return os.path.join(os.path.dirname(os.path.abspath(source.path)), name)
+
+
+def open_files(source: ByteSource, meta: DcpMetadata) -> dict[str, ByteSource]:
+    """Open every rank file beside ``source`` and check that it holds its items, none
+    overlapping another; the files by name (the caller closes them).
+
+    Raises:
+        CorruptCheckpointError: a missing rank file, an item past a file's end, two items
+            sharing bytes.
+    """
+    by_file: dict[str, list[tuple[str, Item]]] = {}
+    for what, item in all_items(meta):
+        by_file.setdefault(item.file, []).append((what, item))
+    opened: dict[str, ByteSource] = {}
+    try:
+        for file, held in by_file.items():
+            opened[file] = _open_rank_file(source, file, len(held))
+            _check_items(file, opened[file], held)
+    except BaseException:
+        for rank_file in opened.values():
+            rank_file.close()
+        raise
+    return opened
+
+
+def _open_rank_file(source: ByteSource, file: str, items: int) -> ByteSource:
+    from ckptctl.sources import open_source
+
+    try:
+        return open_source(beside(source, file))
+    except InputError as exc:
+        raise CorruptCheckpointError(
+            f"rank file {file!r} is missing ({exc.message}; .metadata places {items} items in it)",
+            path=source.path,
+            hint="copy every file of the checkpoint directory: each __R_N.distcp is needed",
+        ) from None
+
+
+def _check_items(file: str, rank_file: ByteSource, held: list[tuple[str, Item]]) -> None:
+    held.sort(key=lambda pair: pair[1].offset)
+    end, last = 0, ""
+    for what, item in held:
+        if item.offset < end:
+            raise _bad(f"{what} and {last} share bytes of rank file {file!r}")
+        end, last = item.offset + item.length, what
+        if end > rank_file.size:
+            raise CorruptCheckpointError(
+                f"rank file {file!r} has {rank_file.size} bytes, but .metadata places {what} at "
+                f"bytes {item.offset}..{end}",
+                path=rank_file.path,
+                hint="the file looks truncated; copy it again from where it was written",
+            )

@@ -1,0 +1,321 @@
+"""torch.distributed.checkpoint directories, against what torch's own ``dcp_to_torch_save``
+returns for them (``fixtures/valid/distributed/truth.json``, written by make_distributed.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from safetensors.numpy import load_file
+
+from ckptctl import CorruptCheckpointError, UnsafePickleError, open_checkpoint
+from ckptctl.formats import read_layout, resolve_path
+from ckptctl.formats.pytorch import _unpickler
+from ckptctl.model import CheckpointKind
+from ckptctl.safety import Verdict
+from tests.conftest import VALID
+
+DIST = VALID / "distributed"
+TRUTH = json.loads((DIST / "truth.json").read_text())
+CASES = sorted(TRUTH)
+
+
+def _hash(raw: bytes | memoryview) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+def copy_case(case: str, tmp_path: Path) -> Path:
+    target = tmp_path / case
+    shutil.copytree(DIST / case, target)
+    return target
+
+
+def test_every_producer_has_a_fixture() -> None:
+    assert set(CASES) == {
+        "dcp_single", "fsdp2", "fsdp1", "dtensor_shard0", "dtensor_shard1",
+        "dtensor_replicate", "dtensor_2d", "megatron_torch_dist",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_tensors_equal_dcp_to_torch_save(case: str) -> None:
+    """Names (in order), dtypes, global shapes and bytes, assembled from the chunks."""
+    with open_checkpoint(DIST / case) as ckpt:
+        assert ckpt.format == "dcp"
+        got = [
+            {"name": e.name, "dtype": e.dtype.value, "shape": list(e.shape),
+             "sha256": _hash(e.data.read())}
+            for e in ckpt.values()
+        ]  # fmt: skip
+    assert got == TRUTH[case]["tensors"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_ranged_reads_agree_with_whole_reads(case: str) -> None:
+    """Row-split tensors are read a range at a time without assembling them (what convert
+    streams); odd range sizes cross chunk boundaries."""
+    want = {t["name"]: t["sha256"] for t in TRUTH[case]["tensors"]}
+    with open_checkpoint(DIST / case) as ckpt:
+        for entry in ckpt.values():
+            if not entry.data.is_ranged():
+                continue
+            step = 7
+            raw = b"".join(
+                bytes(entry.data.read_range(i, min(step, entry.nbytes - i)))
+                for i in range(0, entry.nbytes, step)
+            )
+            assert _hash(raw) == want[entry.name]
+
+
+@pytest.mark.parametrize("case", ["dtensor_shard1", "dtensor_2d", "fsdp1"])
+def test_gathers_straight_into_the_tensor(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Column splits are read with preadv into their place (runs of every length here)."""
+    from ckptctl.formats.dcp import _assemble
+
+    monkeypatch.setattr(_assemble, "MIN_RUN_BYTES", 1)
+    monkeypatch.setattr(_assemble, "MAX_IOVECS", 3)  # several calls per chunk
+    used: list[bool] = []
+    real = _assemble.scatter
+
+    def spy(*args: Any) -> bool:
+        used.append(real(*args))
+        return used[-1]
+
+    monkeypatch.setattr(_assemble, "scatter", spy)
+    want = {t["name"]: t["sha256"] for t in TRUTH[case]["tensors"]}
+    with open_checkpoint(DIST / case) as ckpt:
+        for entry in ckpt.values():
+            assert _hash(entry.data.read()) == want[entry.name]
+    assert any(used)
+
+
+def test_row_splits_are_copied_as_file_ranges(tmp_path: Path) -> None:
+    with open_checkpoint(DIST / "dtensor_shard0") as ckpt:
+        pieces = ckpt["weight"].data.file_pieces()
+        assert pieces is not None
+        assert [os.path.basename(s.path) for s, _, _ in pieces] == ["__0_0.distcp", "__1_0.distcp"]
+        assert sum(n for _, _, n in pieces) == ckpt["weight"].nbytes
+        assert ckpt["plain"].data.file_pieces() is None  # one chunk: one file range
+        assert ckpt["plain"].data.file_range() is not None
+
+
+def test_split_tensors_span_chunks_and_rank_files() -> None:
+    with open_checkpoint(DIST / "dtensor_2d") as ckpt:
+        assert ckpt["weight"].extra == {"chunks": "4", "rank_files": "4"}
+        assert ckpt["plain"].extra["chunks"] == "1"
+        assert ckpt.sharding is not None
+        assert ckpt.sharding.shards == tuple(f"__{r}_0.distcp" for r in range(4))
+    with open_checkpoint(DIST / "dtensor_shard0") as ckpt:
+        assert ckpt["weight"].data.is_ranged()  # rows: streamed
+    with open_checkpoint(DIST / "dtensor_shard1") as ckpt:
+        assert not ckpt["weight"].data.is_ranged()  # columns: gathered
+
+
+def test_single_process_checkpoint() -> None:
+    """Model with a tied head, optimizer state, and the non-tensor values in the objects."""
+    with open_checkpoint(DIST / "dcp_single") as ckpt:
+        assert ckpt.kind is CheckpointKind.NESTED
+        assert ckpt.structure is not None
+        assert ckpt.structure.groups == {"model": 5, "optim": 9}
+        assert (
+            ckpt["model.head.weight"].load().tobytes()
+            == ckpt["model.embed.weight"].load().tobytes()
+        )
+        # the values make_distributed.py saved
+        assert ckpt.objects["step"] == 7
+        assert ckpt.objects["run"] == "fixture"
+        assert ckpt.objects["extra"] == {"milestones": [1, 2, 3], "done": False}
+        assert ckpt.objects["optim"]["param_groups"]["0"]["lr"] == 0.001
+        assert ckpt.objects["optim"]["param_groups"]["0"]["betas"] == [0.9, 0.999]
+
+
+def test_megatron_torch_dist() -> None:
+    """megatron-core's torch_dist: the DCP part, with common.pt's state in the objects."""
+    with open_checkpoint(DIST / "megatron_torch_dist") as ckpt:
+        assert [e.name for e in ckpt.values()] == ["decoder.weight", "decoder.bias"]
+        assert ckpt.objects["iteration"] == 5
+        assert ckpt.objects["args"] == {"lr": 0.1, "micro_batch_size": 2}
+        assert any("Megatron-core torch_dist" in n for n in ckpt.notes)
+        assert any("common.pt holds 1 tensor" in n for n in ckpt.notes)
+
+
+def test_directory_resolves_to_its_metadata() -> None:
+    assert resolve_path(DIST / "fsdp2") == os.path.join(DIST / "fsdp2", ".metadata")
+
+
+def test_metadata_verdict_names_the_dcp_classes() -> None:
+    """torch would need the DCP classes allowed (its reader uses plain pickle.load)."""
+    with open_checkpoint(DIST / "fsdp1") as ckpt:
+        assert ckpt.safety is not None
+        assert ckpt.safety.verdict is Verdict.NEEDS_TRUST
+        untrusted = {g.name for g in ckpt.safety.untrusted()}
+        assert "torch.distributed.checkpoint.metadata.Metadata" in untrusted
+        assert "torch.distributed.checkpoint.filesystem._StorageInfo" in untrusted
+        assert any("pickle.load" in note for note in ckpt.notes)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_header_accounts_for_every_byte(case: str) -> None:
+    layout = read_layout(DIST / case)
+    assert layout.format == "dcp"
+    files = {f["file"]: f for f in layout.header["files"]}
+    assert sorted(files) == [f for f in TRUTH[case]["files"] if f.endswith(".distcp")]
+    for name, facts in files.items():
+        assert facts["bytes"] == (DIST / case / name).stat().st_size
+        assert facts["unaccounted_bytes"] == 0  # torch writes items back to back
+    assert layout.facts["unaccounted_bytes"] == 0
+
+
+def test_missing_rank_file_fails_naming_it(tmp_path: Path, run_cli) -> None:
+    case = copy_case("fsdp2", tmp_path)
+    (case / "__1_0.distcp").unlink()
+    with pytest.raises(CorruptCheckpointError, match=r"rank file '__1_0\.distcp' is missing"):
+        open_checkpoint(case)
+    result = run_cli("verify", "--trust", case)
+    assert result.code == 1
+    assert "__1_0.distcp" in result.stdout
+    assert "is missing" in result.stdout
+
+
+def test_truncated_rank_file_fails_naming_it(tmp_path: Path, run_cli) -> None:
+    case = copy_case("dtensor_2d", tmp_path)
+    victim = case / "__2_0.distcp"
+    victim.write_bytes(victim.read_bytes()[:-100])
+    with pytest.raises(CorruptCheckpointError, match=r"rank file '__2_0\.distcp' has") as caught:
+        open_checkpoint(case)
+    assert caught.value.path == str(victim)
+    result = run_cli("verify", "--trust", case)
+    assert result.code == 1
+    assert "__2_0.distcp" in result.stdout
+    assert run_cli("ls", case).code == 3
+
+
+def test_damaged_item_fails_naming_the_rank_file(tmp_path: Path) -> None:
+    case = copy_case("dtensor_shard0", tmp_path)
+    victim = case / "__0_0.distcp"
+    data = bytearray(victim.read_bytes())
+    data[-22:-18] = b"XXXX"  # the last item's end-of-central-directory signature
+    victim.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError) as caught, open_checkpoint(case) as ckpt:
+        for entry in ckpt.values():  # chunks are opened when read
+            entry.data.read()
+    assert caught.value.path == str(victim)
+
+
+#: A .metadata that names the DCP module first, then calls os.system in a BUILD.
+HOSTILE_METADATA = (
+    b"\x80\x04\x8c\x25torch.distributed.checkpoint.metadata\x94\x8c\x08Metadata\x94\x93\x94)\x81"
+    b"\x94cposix\nsystem\n(S'echo pwned'\ntRb."
+)
+
+
+def test_hostile_metadata_is_unsafe_and_never_unpickled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli
+) -> None:
+    case = copy_case("dcp_single", tmp_path)
+    (case / ".metadata").write_bytes(HOSTILE_METADATA)
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the hostile .metadata reached the unpickler")
+
+    monkeypatch.setattr(_unpickler.SafeUnpickler, "load", refuse)
+    with pytest.raises(UnsafePickleError, match=r"posix\.system"):
+        open_checkpoint(case)
+    result = run_cli("verify", "--trust", case)
+    assert result.code == 1
+    assert "unsafe" in result.stdout
+    assert "posix.system" in result.stdout
+
+
+def test_verify_passes_a_good_directory_with_trust(run_cli) -> None:
+    result = run_cli("verify", "--trust", DIST / "dtensor_2d")
+    assert result.code == 0, result.stdout
+    assert "dcp, 3 tensors" in result.stdout
+
+
+def test_verify_walks_dcp_subdirectories_as_checkpoints(tmp_path: Path, run_cli) -> None:
+    """The .distcp files are checked through their .metadata, not one by one."""
+    shutil.copytree(DIST / "dtensor_shard0", tmp_path / "run" / "step-1")
+    result = run_cli("verify", "--trust", "--format", "json", tmp_path / "run")
+    files = [f["path"] for f in json.loads(result.stdout)["files"]]
+    assert files == [str(tmp_path / "run" / "step-1" / ".metadata")]
+
+
+def test_diff_of_placements_of_the_same_tensors(run_cli) -> None:
+    """Shard(0), Shard(1), Replicate and a 2x2 mesh saved the same global tensors."""
+    for other in ("dtensor_shard1", "dtensor_replicate", "dtensor_2d"):
+        result = run_cli("diff", DIST / "dtensor_shard0", DIST / other)
+        assert result.code == 0, result.stdout
+    assert run_cli("diff", DIST / "dtensor_shard0", DIST / "fsdp2").code == 1
+
+
+def test_convert_writes_the_consolidated_tensors(tmp_path: Path, run_cli) -> None:
+    out = tmp_path / "full.safetensors"
+    assert run_cli("convert", DIST / "fsdp2", out).code == 0
+    got = {k: _hash(v.tobytes()) for k, v in load_file(out).items()}
+    assert got == {t["name"]: t["sha256"] for t in TRUTH["fsdp2"]["tensors"]}
+    model = tmp_path / "model.safetensors"
+    assert run_cli("convert", DIST / "fsdp2", model, "--state-key", "model").code == 0
+    assert sorted(load_file(model)) == ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"]
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+@pytest.mark.parametrize(("source", "shard_size"), [("fsdp2", "1KB"), ("dcp_single", "300")])
+def test_three_shares_and_the_index_equal_one_whole_run(
+    source: str, shard_size: str, tmp_path: Path, run_cli
+) -> None:
+    """``--shards K/N`` runs (as a job array would) plus ``--index-only``: byte for byte the
+    files of one run, and each run writes only its own files."""
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    whole.mkdir()
+    split.mkdir()
+    size = ("--max-shard-size", shard_size)
+    assert run_cli("convert", DIST / source, whole / "model.safetensors", *size).code == 0
+    written = _files(whole)
+    shards = [n for n in written if not n.endswith(".index.json")]
+    assert len(shards) >= 4  # more shards than runs: some runs write several
+    for part in ("2/3", "1/3", "3/3"):  # any order
+        before = set(_files(split))
+        result = run_cli("convert", DIST / source, split / "model.safetensors", *size,
+                         "--shards", part)  # fmt: skip
+        assert result.code == 0, result.stderr
+        k = int(part[0])
+        mine = {n for i, n in enumerate(sorted(shards)) if i % 3 == k - 1}
+        assert set(_files(split)) - before == mine
+    assert not any(n.endswith(".index.json") for n in _files(split))
+    assert run_cli("convert", DIST / source, split / "model.safetensors", *size,
+                   "--index-only").code == 0  # fmt: skip
+    assert _files(split) == written
+
+
+def test_shares_need_a_sharded_output_and_a_real_share(tmp_path: Path, run_cli) -> None:
+    out = tmp_path / "model.safetensors"
+    result = run_cli("convert", DIST / "fsdp2", out, "--shards", "1/2")
+    assert result.code == 2
+    assert "--max-shard-size" in result.stderr
+    for bad in ("0/3", "4/3"):
+        result = run_cli("convert", DIST / "fsdp2", out, "--max-shard-size", "1KB", "--shards", bad)
+        assert result.code == 2
+        assert f"share {bad} does not exist" in result.stderr
+    result = run_cli("convert", DIST / "fsdp2", out, "--max-shard-size", "1KB", "--shards", "x")
+    assert result.code == 2
+    result = run_cli("convert", DIST / "fsdp2", out, "--max-shard-size", "1KB", "--shards", "1/2",
+                     "--index-only")  # fmt: skip
+    assert result.code == 2
+    assert not list(tmp_path.iterdir())
+
+
+def test_convert_never_writes_over_a_rank_file(tmp_path: Path, run_cli) -> None:
+    case = copy_case("dtensor_shard0", tmp_path)
+    before = (case / "__1_0.distcp").read_bytes()
+    result = run_cli("convert", case, case / "__1_0.distcp", "--to", "safetensors", "--force")
+    assert result.code == 5
+    assert (case / "__1_0.distcp").read_bytes() == before

@@ -1,0 +1,160 @@
+"""DCP directories against torch 2.13 itself: ``convert`` writes the tensors
+``dcp_to_torch_save`` returns, byte for byte, a ``.pt`` output loads in torch with the same
+tensors, and ``.metadata`` files torch wrote but edited to break the tiling are refused."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptctl import CorruptCheckpointError, open_checkpoint
+from tests.conftest import FIXTURES, VALID, load_module
+
+torch = pytest.importorskip("torch")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+pytestmark = pytest.mark.torch
+
+DIST = VALID / "distributed"
+CASES = sorted(p.name for p in DIST.iterdir() if p.is_dir())
+make = load_module(FIXTURES / "make_distributed.py")
+
+
+def consolidated(directory: Path) -> dict[str, Any]:
+    """torch's own answer: ``dcp_to_torch_save``, loaded, flattened as ``ls`` names it."""
+    tensors: dict[str, Any] = make.flatten(make.consolidated(directory))
+    return tensors
+
+
+def _bytes(t: Any) -> bytes:
+    return bytes(make.tensor_bytes(t))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_convert_equals_dcp_to_torch_save_then_save_file(
+    case: str, tmp_path: Path, run_cli
+) -> None:
+    """Every tensor's bytes as torch consolidates them, read back by the safetensors library;
+    the file is the one ``save_file`` writes except for the order of the tensors (ckptctl keeps
+    the checkpoint's order, the reference writer sorts by dtype then name)."""
+    want = consolidated(DIST / case)
+    reference = tmp_path / "torch.safetensors"
+    safetensors_torch.save_file({k: v.contiguous() for k, v in want.items()}, reference)
+    got = tmp_path / "ckptctl.safetensors"
+    assert run_cli("convert", DIST / case, got).code == 0
+    loaded = safetensors_torch.load_file(got)
+    assert list(loaded) == list(want)
+    for name, tensor in want.items():
+        assert loaded[name].dtype == tensor.dtype
+        assert loaded[name].shape == tensor.shape
+        assert _bytes(loaded[name]) == _bytes(tensor), name
+    # The same tensors, so the reference writer makes the same file of them.
+    assert safetensors_torch.save(loaded) == reference.read_bytes()
+
+
+@pytest.mark.parametrize("case", ["dcp_single", "fsdp1", "dtensor_shard1", "dtensor_2d"])
+def test_pt_output_loads_in_torch_with_the_same_tensors(case: str, tmp_path: Path, run_cli) -> None:
+    out = tmp_path / "full.pt"
+    assert run_cli("convert", DIST / case, out).code == 0
+    loaded = torch.load(out, weights_only=True)
+    want = consolidated(DIST / case)
+    assert list(loaded) == list(want)
+    for name, tensor in want.items():
+        assert loaded[name].dtype == tensor.dtype
+        assert torch.equal(loaded[name], tensor), name
+
+
+def _edit_metadata(directory: Path, change: Any) -> None:
+    path = directory / ".metadata"
+    with path.open("rb") as f:
+        metadata = pickle.load(f)  # our own fixture, written by torch
+    change(metadata)
+    with path.open("wb") as f:
+        pickle.dump(metadata, f)
+
+
+def _copy(tmp_path: Path, case: str) -> Path:
+    target = tmp_path / case
+    shutil.copytree(DIST / case, target)
+    return target
+
+
+def test_overlapping_chunks_are_refused(tmp_path: Path) -> None:
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+
+    case = _copy(tmp_path, "dtensor_shard0")
+
+    def overlap(metadata: Any) -> None:
+        chunks = metadata.state_dict_metadata["weight"].chunks
+        chunks[1] = ChunkStorageMetadata(torch.Size([8, 0]), chunks[1].sizes)
+
+    _edit_metadata(case, overlap)
+    with pytest.raises(CorruptCheckpointError, match="tensor 'weight'"):
+        open_checkpoint(case)
+
+
+def test_a_gap_between_chunks_is_refused(tmp_path: Path) -> None:
+    case = _copy(tmp_path, "dtensor_shard1")
+
+    def gap(metadata: Any) -> None:
+        metadata.state_dict_metadata["weight"].chunks.pop()
+
+    _edit_metadata(case, gap)
+    with pytest.raises(CorruptCheckpointError, match=r"cover 96 of its 192 elements"):
+        open_checkpoint(case)
+
+
+def test_torch_reads_what_the_fixtures_say() -> None:
+    """The fixtures' truth is still what this torch returns."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for case in CASES:
+            with open_checkpoint(DIST / case) as ckpt:
+                assert list(ckpt) == list(consolidated(DIST / case))
+
+
+class _Evil:
+    """Pickles as a call of os.system (never called: nothing here unpickles it)."""
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        import os
+
+        return (os.system, ("echo pwned",))
+
+
+def test_a_hostile_value_is_unsafe_naming_its_rank_file(tmp_path: Path, run_cli) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    from ckptctl import UnsafePickleError
+
+    target = tmp_path / "evil"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"w": torch.ones(2), "evil": _Evil()}, checkpoint_id=str(target))
+    with pytest.raises(UnsafePickleError, match=r"system") as caught:
+        open_checkpoint(target)
+    assert caught.value.path == str(target / "__0_0.distcp")
+    result = run_cli("verify", "--trust", target)
+    assert result.code == 1
+    assert "unsafe" in result.stdout
+
+
+def test_a_stream_transform_is_unsupported_naming_the_item(tmp_path: Path, run_cli) -> None:
+    """zstd (``_extensions``) needs a module torch does not ship; the metadata is edited to
+    say so, as a writer with ``ZStandard()`` would."""
+    case = _copy(tmp_path, "dtensor_shard0")
+
+    def zstd(metadata: Any) -> None:
+        for info in metadata.storage_data.values():
+            info.transform_descriptors = ["stream.zstd/1"]
+
+    _edit_metadata(case, zstd)
+    result = run_cli("ls", case)
+    assert result.code == 4
+    assert "stream.zstd/1" in result.stderr
+    assert "distcp" in result.stderr
