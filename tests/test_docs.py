@@ -125,6 +125,7 @@ EXAMPLE_FILES = {
     "args.pt": "valid/trust/argparse_namespace.pt",
     "bert.safetensors": "valid/ports/bert.safetensors",
     "burn_bert.bpk": "valid/ports/bert_target.bpk",
+    "model-gptq.safetensors": "valid/quantized/gptq-4bit.safetensors",
 }
 
 

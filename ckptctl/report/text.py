@@ -250,6 +250,9 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
     if report.with_stats:
         for column in ("min", "max", "mean", "std", "absmax", "zeros", "NaN", "Inf"):
             table.add_column(column, justify="right")
+    part_of = {name: q for q in report.quantized for name in q.tensors}
+    if part_of:
+        table.add_column("quantized")
     for row in report.tensors:
         cells = [
             sanitize(row.name),
@@ -264,6 +267,11 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
             cells.append("" if row.param_id is None else str(row.param_id))
         if report.with_stats:
             cells += _stat_cells(row)
+        if part_of:
+            q = part_of.get(row.name)
+            cells.append(
+                "" if q is None else q.scheme.value + ("" if q.bits is None else f" {q.bits}-bit")
+            )
         table.add_row(*cells)
     if report.tree is not None:
         if report.tensors:
@@ -293,6 +301,9 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
         stored_numel, stored_bytes = report.stored
         line += f" ({stored_numel:,} parameters, {size(stored_bytes)} stored)"
     console.print(Text(line))
+    if report.quantized:
+        console.print()
+        _render_quantized(report, console, size)
     if report.metadata:
         console.print()
         meta = PlainTable()
@@ -317,6 +328,43 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
         for key, value in report.scalars.items():
             sc.add_row(sanitize(key), sanitize(json.dumps(value)))
         print_table(console, sc)
+
+
+def _render_quantized(report: LsReport, console: Console, size: Callable[[int], str]) -> None:
+    """``ls``' table of quantized modules: scheme, bits, group, the weight's shape and
+    parameters once unpacked next to what is stored, then any layout that disagrees."""
+    table = PlainTable()
+    for column in ("quantized module", "scheme", "bits", "group", "shape"):
+        table.add_column(column)
+    for column in ("parameters", "stored", "bytes"):
+        table.add_column(column, justify="right")
+    for q in report.quantized:
+        table.add_row(
+            sanitize(q.module),
+            q.scheme.value,
+            "-" if q.bits is None else str(q.bits),
+            q.describe_group(),
+            "-" if q.shape is None else format_shape(q.shape),
+            "-" if q.parameters is None else f"{q.parameters:,}",
+            f"{q.stored_parameters:,}",
+            size(q.nbytes),
+        )
+    print_table(console, table)
+    schemes = ", ".join(dict.fromkeys(q.scheme.value for q in report.quantized))
+    n = len(report.quantized)
+    line = f"{n:,} quantized module{'s' if n != 1 else ''} ({schemes})"
+    logical = report.logical_parameters
+    if logical is not None:
+        weights = sum(q.parameters or 0 for q in report.quantized)
+        stored = sum(q.stored_parameters for q in report.quantized)
+        line += (
+            f": {weights:,} weights stored in {stored:,} elements; {logical:,} parameters in all "
+            "once unpacked"
+        )
+    console.print(Text(line))
+    for q in report.quantized:
+        for problem in q.problems:
+            console.print(Text(f"  {sanitize(q.module)}: {sanitize(problem)}"))
 
 
 def _stat_cells(row: TensorRow) -> list[str]:
