@@ -1,0 +1,114 @@
+"""Issue 27, item 3, against the quantization packages themselves.
+
+The packages' own functions read the committed fixtures (``fixtures/valid/quantized/``, written
+by those packages): bitsandbytes' ``QuantState.from_dict`` and ``dequantize_4bit`` /
+``int8_vectorwise_dequant``, compressed-tensors' ``unpack_from_int32`` / ``pack_to_int32`` and
+its compressor's ``decompress``. What they unpack must have the shape and parameter count
+ckptctl reports from the tensors, and the bit width ckptctl infers must be the one that repacks
+the stored words exactly.
+
+Tier ``quant`` (with ``torch``): needs bitsandbytes and compressed-tensors (``.ci/run``
+installs them beside torch); each test skips alone when they are missing, and fails instead
+under ``CKPTCTL_REQUIRE_TIERS=torch,quant``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import pytest
+
+from ckptctl.formats import open_checkpoint
+from ckptctl.ops._quant import find_quantized
+from tests.conftest import VALID
+
+torch = pytest.importorskip("torch")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+pytestmark = [pytest.mark.torch, pytest.mark.quant]
+
+QUANT = VALID / "quantized"
+
+
+def _package(name: str) -> Any:
+    with warnings.catch_warnings():  # their imports warn about missing GPUs and deprecations
+        warnings.simplefilter("ignore")
+        return pytest.importorskip(name)
+
+
+def _ours(filename: str) -> dict[str, Any]:
+    with open_checkpoint(QUANT / filename) as ckpt:
+        return {m.module: m for m in find_quantized(ckpt.entries())}
+
+
+@pytest.mark.parametrize("filename", ["bnb-nf4.safetensors", "bnb-fp4.safetensors"])
+def test_bitsandbytes_4bit_unpacks_to_the_shape_and_block_we_report(filename):
+    functional = _package("bitsandbytes.functional")
+    tensors = safetensors_torch.load_file(str(QUANT / filename))
+    ours = _ours(filename)
+    assert ours
+    for module, m in ours.items():
+        prefix = f"{module}.weight."
+        qs = {k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            state = functional.QuantState.from_dict(qs, device=torch.device("cpu"))
+            weight = functional.dequantize_4bit(tensors[f"{module}.weight"], state)
+        assert tuple(state.shape) == m.shape
+        assert state.blocksize == m.group_size
+        assert f"bnb-{state.quant_type}" == m.scheme.value
+        assert tuple(weight.shape) == m.shape
+        assert weight.numel() == m.parameters
+        assert bool(torch.isfinite(weight).all())
+
+
+def test_bitsandbytes_int8_dequantizes_row_by_row_as_we_report():
+    functional = _package("bitsandbytes.functional")
+    tensors = safetensors_torch.load_file(str(QUANT / "bnb-int8.safetensors"))
+    for module, m in _ours("bnb-int8.safetensors").items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            weight = functional.int8_vectorwise_dequant(
+                tensors[f"{module}.weight"], tensors[f"{module}.SCB"]
+            )
+        assert tuple(weight.shape) == m.shape
+        assert m.group_size == m.shape[1]  # one SCB a row: the whole row shares it
+        assert tensors[f"{module}.SCB"].numel() == m.shape[0]
+
+
+@pytest.mark.parametrize("filename", ["ct-w4a16.safetensors", "ct-w4-asym.safetensors"])
+def test_compressed_tensors_repacks_exactly_at_the_bits_we_infer(filename):
+    helpers = _package("compressed_tensors.compressors.pack_quantized.helpers")
+    tensors = safetensors_torch.load_file(str(QUANT / filename))
+    for module, m in _ours(filename).items():
+        packed = tensors[f"{module}.weight_packed"]
+        shape = torch.Size(tensors[f"{module}.weight_shape"].tolist())
+        values = helpers.unpack_from_int32(packed, m.bits, shape)
+        assert tuple(values.shape) == m.shape
+        assert values.numel() == m.parameters
+        assert torch.equal(helpers.pack_to_int32(values, m.bits), packed)
+        zero = tensors.get(f"{module}.weight_zero_point")
+        if zero is not None:  # packed along the rows: [ceil(out * bits / 32), groups]
+            groups = math.ceil(m.shape[1] / m.group_size)
+            points = helpers.unpack_from_int32(zero, m.bits, (m.shape[0], groups), packed_dim=0)
+            assert torch.equal(helpers.pack_to_int32(points, m.bits, packed_dim=0), zero)
+
+
+def test_compressed_tensors_decompresses_with_the_scheme_we_report():
+    base = _package("compressed_tensors.compressors.pack_quantized.base")
+    quantization = _package("compressed_tensors.quantization")
+    tensors = safetensors_torch.load_file(str(QUANT / "ct-w4a16.safetensors"))
+    for module, m in _ours("ct-w4a16.safetensors").items():
+        args = quantization.QuantizationArgs(
+            num_bits=m.bits, type="int", symmetric=True, strategy="group", group_size=m.group_size
+        )
+        scheme = quantization.QuantizationScheme(targets=["Linear"], weights=args)
+        state = {k.removeprefix(module + "."): v for k, v in tensors.items()
+                 if k.startswith(module + ".")}  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = base.PackedQuantizationCompressor.decompress(state, scheme)
+        assert tuple(out["weight"].shape) == m.shape
+        assert bool(torch.isfinite(out["weight"]).all())
