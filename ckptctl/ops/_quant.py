@@ -52,6 +52,11 @@ _FP8 = (DType.F8_E4M3, DType.F8_E5M2)
 _INT_PACKED = (DType.I32, DType.U32)
 
 
+def _cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` in integers (sizes read from a file may be past a float's precision)."""
+    return -(-a // b)
+
+
 def _shape(shape: Sequence[int]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
@@ -121,8 +126,8 @@ def _groups(m: _Module, inputs: int, groups: int) -> None:
     if groups == 1:
         m.granularity, m.group_size = Granularity.CHANNEL, inputs
         return
-    size = math.ceil(inputs / groups)
-    if math.ceil(inputs / size) != groups:
+    size = _cdiv(inputs, groups)
+    if _cdiv(inputs, size) != groups:
         m.problems.append(f"{groups} scale groups do not divide {inputs} inputs into equal groups")
         return
     m.granularity, m.group_size = Granularity.GROUP, size
@@ -211,7 +216,7 @@ def _bnb_state(m: _Module, read: Callable[[TensorEntry], bytes | None]) -> dict[
         return None
     try:
         state = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         state = None
     if not isinstance(state, dict):
         m.problems.append("quant_state is not the JSON object bitsandbytes writes")
@@ -247,12 +252,12 @@ def _bnb_4bit(m: _Module, read: Callable[[TensorEntry], bytes | None]) -> None:
     if kind != m.scheme.value.removeprefix("bnb-"):
         m.problems.append(f"quant_state says quant_type {kind!r}, its name says {m.scheme.value}")
     values = math.prod(shape)
-    if weight.numel != math.ceil(values / 2):
+    if weight.numel != _cdiv(values, 2):
         m.problems.append(
             f"weight holds {weight.numel:,} bytes, but {_shape(shape)} at 4 bits packs into "
-            f"{math.ceil(values / 2):,}"
+            f"{_cdiv(values, 2):,}"
         )
-    blocks = math.ceil(values / blocksize)
+    blocks = _cdiv(values, blocksize)
     if absmax.numel != blocks:
         m.problems.append(
             f"absmax has {absmax.numel:,} scales, but {values:,} values in blocks of "
@@ -261,7 +266,7 @@ def _bnb_4bit(m: _Module, read: Callable[[TensorEntry], bytes | None]) -> None:
     nested = m.part("nested_absmax")
     nested_size = state.get("nested_blocksize")
     if nested is not None and isinstance(nested_size, int) and nested_size > 0:
-        need = math.ceil(absmax.numel / nested_size)
+        need = _cdiv(absmax.numel, nested_size)
         if nested.numel != need:
             m.problems.append(
                 f"nested_absmax has {nested.numel:,} scales, but {absmax.numel:,} absmax in "
@@ -291,7 +296,7 @@ def _block_candidates(shape: tuple[int, ...], grid: tuple[int, ...]) -> set[int]
     return {
         b
         for b in (1 << k for k in range(17))
-        if all(math.ceil(d / b) == g for d, g in zip(shape, grid, strict=True))
+        if all(_cdiv(d, b) == g for d, g in zip(shape, grid, strict=True))
     }
 
 
@@ -382,7 +387,7 @@ def _compressed(m: _Module, read: Callable[[TensorEntry], bytes | None]) -> None
         )
         return
     inputs, words = shape[-1], packed.shape[-1]
-    bits = next((b for b in range(1, 9) if math.ceil(inputs * b / 32) == words), None)
+    bits = next((b for b in range(1, 9) if _cdiv(inputs * b, 32) == words), None)
     if bits is None:
         m.problems.append(
             f"weight_packed has {words} words a row, which no width of 1 to 8 bits gives for "
@@ -409,7 +414,7 @@ def _compressed(m: _Module, read: Callable[[TensorEntry], bytes | None]) -> None
         rows = shape[-2] if len(shape) >= 2 else out
         m.expect(
             "weight_zero_point",
-            (*shape[:-2], math.ceil(rows * bits / 32), groups),
+            (*shape[:-2], _cdiv(rows * bits, 32), groups),
             f"{rows} rows at {bits} bits and {groups} groups",
         )
 
@@ -616,7 +621,7 @@ def _fp8_blocks(modules: Sequence[_Module]) -> None:
             m.block, m.group_size = (block, block), block * block
             continue
         m.granularity = None
-        want = tuple(math.ceil(d / block) for d in weight.shape) if block else None
+        want = tuple(_cdiv(d, block) for d in weight.shape) if block else None
         m.problems.append(
             f"weight_scale_inv is {_shape(scale.shape)}, but {_shape(weight.shape)} in the "
             f"{block}x{block} blocks of the other modules make it {_shape(want)}"
@@ -649,7 +654,7 @@ def check_group_index(module: QuantModule, entries: Mapping[str, TensorEntry]) -
 
     g_idx = entry.load().reshape(-1)
     inputs = module.shape[1]
-    groups = math.ceil(inputs / module.group_size)
+    groups = _cdiv(inputs, module.group_size)
     problems: list[str] = []
     if g_idx.size and (int(g_idx.min()) < 0 or int(g_idx.max()) >= groups):
         problems.append(

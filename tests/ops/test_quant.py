@@ -17,9 +17,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from ckptctl.errors import CkptError
 from ckptctl.formats import open_checkpoint
-from ckptctl.ops._quant import find_quantized
+from ckptctl.ops._quant import check_group_index, find_quantized
 from tests.conftest import VALID
 
 QUANT = VALID / "quantized"
@@ -302,3 +305,56 @@ def test_skip_quant_layout_leaves_it_out(run_cli, tmp_path):
     path = _broken(tmp_path, filename, change)
     result = run_cli("verify", path, "--skip", "quant-layout")
     assert result.code == 0, result.stdout
+
+
+# --- hostile layouts ----------------------------------------------------------------------------
+
+_SUFFIXES = ["qweight", "qzeros", "scales", "g_idx", "weight", "weight.absmax", "weight.quant_map",
+             "weight.nested_absmax", "weight.quant_state.bitsandbytes__nf4", "SCB",
+             "weight_scale_inv", "weight_scale", "input_scale", "weight_packed", "weight_shape",
+             "weight_zero_point", "weight_global_scale", "bias"]  # fmt: skip
+_DTYPES = ["I32", "I64", "U8", "I8", "F32", "F16"]
+_HOSTILE_STATES = [
+    b'{"shape": [4, 9], "blocksize": 0}',
+    b"[" * 3000,
+    b'{"shape": [1e999], "blocksize": 64}',
+    b'{"shape": [99999999999999999999], "blocksize": 1}',
+]
+
+
+@st.composite
+def _hostile_file(draw):
+    tensors = {}
+    for _ in range(draw(st.integers(1, 8))):
+        name = f"m{draw(st.integers(0, 1))}.{draw(st.sampled_from(_SUFFIXES))}"
+        dtype = draw(st.sampled_from(_DTYPES))
+        shape = draw(st.lists(st.integers(0, 40), max_size=3))
+        size = math.prod(shape) * np.dtype(_NUMPY[dtype]).itemsize
+        if name.endswith(("quant_state.bitsandbytes__nf4", "weight_shape")) and draw(st.booleans()):
+            text = draw(st.sampled_from(_HOSTILE_STATES))
+            tensors[name] = _Raw("U8", [len(text)], text)
+            continue
+        data = draw(st.binary(min_size=size, max_size=size)) if size <= 256 else bytes(size)
+        tensors[name] = _Raw(dtype, shape, data)
+    return tensors
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(tensors=_hostile_file())
+def test_any_layout_is_named_or_left_alone_never_a_crash(tmp_path, tensors):
+    path = tmp_path / "hostile.safetensors"
+    save_file(tensors, path)
+    with open_checkpoint(path) as ckpt:
+        entries = ckpt.entries()
+        try:
+            modules = find_quantized(entries)
+            by_name = {e.name: e for e in entries}
+            for m in modules:
+                check_group_index(m, by_name)
+        except CkptError:
+            return
+    for m in modules:
+        assert set(m.tensors) <= set(tensors)
+        assert m.parameters is None or m.parameters >= 0
