@@ -113,7 +113,7 @@ class _Module:
             parameters=numel,
             stored_parameters=sum(e.numel for e in entries),
             nbytes=sum(e.nbytes for e in entries),
-            tensors=tuple(e.name for e in sorted(entries, key=lambda e: natural_key(e.name))),
+            tensors=tuple(e.name for e in entries),  # in the order of _ROLES
             problems=tuple(self.problems),
         )
 
