@@ -435,7 +435,7 @@ def _nvfp4(m: _Module) -> None:
 
 # --- recognition --------------------------------------------------------------------------------
 
-#: suffix -> (role, scheme anchored by it, or None for a member only). Longer suffixes first.
+#: Tensor name suffix -> its role in a quantized module (``weight`` last: longer ones first).
 _MEMBERS: tuple[tuple[str, str], ...] = (
     ("qweight", "qweight"), ("qzeros", "qzeros"), ("scales", "scales"), ("g_idx", "g_idx"),
     ("weight.absmax", "absmax"), ("weight.quant_map", "quant_map"),
