@@ -7,9 +7,14 @@ its compressor's ``decompress``. What they unpack must have the shape and parame
 ckptctl reports from the tensors, and the bit width ckptctl infers must be the one that repacks
 the stored words exactly.
 
-Tier ``quant`` (with ``torch``): needs bitsandbytes and compressed-tensors (``.ci/run``
-installs them beside torch); each test skips alone when they are missing, and fails instead
-under ``CKPTCTL_REQUIRE_TIERS=torch,quant``.
+auto-gptq's ``QuantLinear`` (cuda-old, its CPU path) built from the bits, group size and shape
+ckptctl reports must load the stored tensors (``load_state_dict`` refuses any other shape) and
+unpack them; autoawq's ``dequantize_gemm`` must unpack at the reported bits and group size.
+
+Tier ``quant`` (with ``torch``): needs bitsandbytes, compressed-tensors, auto-gptq and autoawq
+(``.ci/run`` installs them beside torch; the last two without their dependencies, as only
+their packing modules are imported); each test skips alone when its package is missing, and
+fails instead under ``CKPTCTL_REQUIRE_TIERS=torch,quant``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import pytest
 
 from ckptctl.formats import open_checkpoint
 from ckptctl.ops._quant import find_quantized
-from tests.conftest import VALID
+from tests.conftest import FIXTURES, VALID, load_module
 
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -38,9 +43,53 @@ def _package(name: str) -> Any:
         return pytest.importorskip(name)
 
 
+def _packing_module(name: str) -> Any:
+    """One module of auto-gptq or autoawq, imported without the package's ``__init__`` (which
+    needs CUDA or a training stack), as ``fixtures/make_quantized.py`` imports it."""
+    import importlib.util
+    import sys
+
+    top = name.split(".")[0]
+    if top not in sys.modules and importlib.util.find_spec(top) is None:
+        pytest.skip(f"{top} is not installed")
+    maker = load_module(FIXTURES / "make_quantized.py")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return maker._load_without_package_init(name)
+
+
 def _ours(filename: str) -> dict[str, Any]:
     with open_checkpoint(QUANT / filename) as ckpt:
         return {m.module: m for m in find_quantized(ckpt.entries())}
+
+
+@pytest.mark.parametrize("filename", ["gptq-4bit.safetensors", "gptq-3bit.safetensors"])
+def test_gptq_module_built_from_what_we_report_loads_and_unpacks_the_tensors(filename):
+    qlinear = _packing_module("auto_gptq.nn_modules.qlinear.qlinear_cuda_old")
+    tensors = safetensors_torch.load_file(str(QUANT / filename))
+    for module, m in _ours(filename).items():
+        out, inputs = m.shape
+        q = qlinear.QuantLinear(m.bits, m.group_size, inputs, out, bias=True, trainable=True)
+        state = {k.removeprefix(module + "."): v for k, v in tensors.items()
+                 if k.startswith(module + ".")}  # fmt: skip
+        q.load_state_dict(state, strict=True)  # torch refuses any tensor of another shape
+        with torch.no_grad():
+            y = q(torch.eye(inputs, dtype=torch.float16))  # row i: the weights of input i
+        assert tuple(y.shape) == (inputs, out)
+        assert bool(torch.isfinite(y).all())
+
+
+def test_awq_dequantizes_at_the_bits_and_group_we_report():
+    packing = _packing_module("awq.utils.packing_utils")
+    tensors = safetensors_torch.load_file(str(QUANT / "awq-4bit.safetensors"))
+    for module, m in _ours("awq-4bit.safetensors").items():
+        weight = packing.dequantize_gemm(
+            tensors[f"{module}.qweight"], tensors[f"{module}.qzeros"],
+            tensors[f"{module}.scales"], m.bits, m.group_size,
+        )  # fmt: skip
+        assert tuple(weight.shape) == (m.shape[1], m.shape[0])  # AWQ's is [in, out]
+        assert weight.numel() == m.parameters
+        assert bool(torch.isfinite(weight).all())
 
 
 @pytest.mark.parametrize("filename", ["bnb-nf4.safetensors", "bnb-fp4.safetensors"])
