@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from ckptctl.model import JSONValue
     from ckptctl.report.model import ConvertReport, HeaderReport, LsReport, TensorRow
+    from ckptctl.report.quant import QuantModule
     from ckptctl.report.tree import TreeNode
 
 #: Regions of one kind beyond this many are summarised in the byte table (``--all`` shows them).
@@ -275,7 +276,11 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
         table.add_row(*cells)
     if report.tree is not None:
         if report.tensors:
-            print_table(console, _tree_table(report.tree, size, unicode=_is_utf8(console)))
+            quantized = {q.module: q for q in report.quantized}
+            print_table(
+                console,
+                _tree_table(report.tree, size, unicode=_is_utf8(console), quantized=quantized),
+            )
     elif report.tensors:
         print_table(console, table)
     totals = PlainTable()
@@ -388,9 +393,17 @@ def _is_utf8(console: Console) -> bool:
 _BRANCHES = {True: ("├── ", "└── ", "│   ", "    "), False: ("|-- ", "`-- ", "|   ", "    ")}
 
 
-def _tree_table(root: TreeNode, size: Callable[[int], str], *, unicode: bool) -> PlainTable:
+def _tree_table(
+    root: TreeNode,
+    size: Callable[[int], str],
+    *,
+    unicode: bool,
+    quantized: Mapping[str, QuantModule] | None = None,
+) -> PlainTable:
     """``ls --tree``: one row per module and tensor, drawn as a tree; a collapsed run of
-    blocks is one row (``layers.{0..31} x32``, totals of all blocks) over its first block."""
+    blocks is one row (``layers.{0..31} x32``, totals of all blocks) over its first block; a
+    quantized module says its scheme and its parameters once unpacked."""
+    quantized = quantized or {}
     mid, last, down, blank = _BRANCHES[unicode]
     times = "\u00d7" if unicode else "x"  # the multiplication sign
     table = PlainTable()
@@ -412,6 +425,11 @@ def _tree_table(root: TreeNode, size: Callable[[int], str], *, unicode: bool) ->
             note = f"below: {sanitize(first)}, one of {node.repeat}"
         elif node.hidden:
             note = f"{node.hidden:,} {'child' if node.hidden == 1 else 'children'} not shown"
+        q = None if node.is_tensor else quantized.get(node.path)
+        if q is not None:
+            bits = "" if q.bits is None else f" {q.bits}-bit"
+            unpacked = "" if q.parameters is None else f", {q.parameters:,} parameters unpacked"
+            note = f"{q.scheme.value}{bits}{unpacked}" + (f"; {note}" if note else "")
         table.add_row(
             lead + branch + label,
             node.dtype or "",

@@ -358,3 +358,13 @@ def test_any_layout_is_named_or_left_alone_never_a_crash(tmp_path, tensors):
     for m in modules:
         assert set(m.tensors) <= set(tensors)
         assert m.parameters is None or m.parameters >= 0
+
+
+def test_ls_tree_marks_each_quantized_module_with_its_unpacked_parameters(run_cli):
+    result = run_cli("ls", QUANT / "bnb-nf4.safetensors", "--tree")
+    assert result.code == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if "bnb-nf4 4-bit" in line]
+    want = EXPECTED["bnb-nf4.safetensors"]
+    assert len(rows) == len(want)
+    for row, name in zip(rows, sorted(want), strict=True):
+        assert row.split()[-3:] == [f"{math.prod(want[name]['shape']):,}", "parameters", "unpacked"]
