@@ -7,9 +7,12 @@ its compressor's ``decompress``. What they unpack must have the shape and parame
 ckptctl reports from the tensors, and the bit width ckptctl infers must be the one that repacks
 the stored words exactly.
 
-auto-gptq's ``QuantLinear`` (cuda-old, its CPU path) built from the bits, group size and shape
-ckptctl reports must load the stored tensors (``load_state_dict`` refuses any other shape) and
-unpack them; autoawq's ``dequantize_gemm`` must unpack at the reported bits and group size.
+Beyond the committed files, the fixture script's makers (the packages' packing) run over a
+grid of bits, group and block sizes, and ckptctl must read every result back as the package
+describes it. auto-gptq's ``QuantLinear`` (cuda-old, its CPU path) built from the bits, group
+size and shape ckptctl reports must load the stored tensors (``load_state_dict`` refuses any
+other shape) and unpack them; autoawq's ``dequantize_gemm`` must unpack at the reported bits
+and group size.
 
 Tier ``quant`` (with ``torch``): needs bitsandbytes, compressed-tensors, auto-gptq and autoawq
 (``.ci/run`` installs them beside torch; the last two without their dependencies, as only
@@ -161,3 +164,68 @@ def test_compressed_tensors_decompresses_with_the_scheme_we_report():
             out = base.PackedQuantizationCompressor.decompress(state, scheme)
         assert tuple(out["weight"].shape) == m.shape
         assert bool(torch.isfinite(out["weight"]).all())
+
+
+# --- beyond the committed fixtures: the packages' packing over a grid of bits and groups ---------
+
+
+def _write(tmp_path: Any, made: tuple[dict[str, Any], dict[str, Any]]) -> tuple[Any, dict]:
+    tensors, expected = made
+    path = tmp_path / "grid.safetensors"
+    safetensors_torch.save_file(tensors, str(path))
+    with open_checkpoint(path) as ckpt:
+        return {m.module: m for m in find_quantized(ckpt.entries())}, expected
+
+
+def _same_grouping(m: Any, want: dict) -> None:
+    """The package's group size and ours split the inputs into the same groups (one group of
+    everything is ``channel`` to us, whatever size the package was given)."""
+    inputs = want["shape"][1]
+    assert math.ceil(inputs / m.group_size) == math.ceil(inputs / min(want["group_size"], inputs))
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+@pytest.mark.parametrize("group", [32, 64, 128])
+def test_gptq_packing_of_any_bits_and_group_is_read_back(tmp_path, bits, group):
+    _packing_module("auto_gptq.nn_modules.qlinear.qlinear_cuda_old")
+    maker = load_module(FIXTURES / "make_quantized.py")
+    ours, expected = _write(tmp_path, maker.gptq(bits, group))
+    assert sorted(ours) == sorted(expected)
+    for name, want in expected.items():
+        m = ours[name]
+        assert (m.scheme.value, m.bits, list(m.shape)) == ("gptq", bits, want["shape"])
+        assert m.problems == ()
+        _same_grouping(m, want)
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 5, 8])
+@pytest.mark.parametrize("group", [16, 32])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_compressed_tensors_packing_of_any_bits_and_group_is_read_back(
+    tmp_path, bits, group, symmetric
+):
+    _package("compressed_tensors")
+    maker = load_module(FIXTURES / "make_quantized.py")
+    ours, expected = _write(tmp_path, maker.ct_pack(bits, group, symmetric=symmetric))
+    assert sorted(ours) == sorted(expected)
+    for name, want in expected.items():
+        m = ours[name]
+        assert (m.bits, m.group_size, list(m.shape)) == (bits, group, want["shape"])
+        assert m.problems == ()
+
+
+@pytest.mark.parametrize("blocksize", [64, 128, 256])
+@pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
+@pytest.mark.parametrize("nested", [True, False])
+def test_bitsandbytes_4bit_of_any_block_is_read_back(tmp_path, blocksize, quant_type, nested):
+    _package("bitsandbytes")
+    maker = load_module(FIXTURES / "make_quantized.py")
+    ours, expected = _write(tmp_path, maker.bnb_4bit(quant_type, nested, blocksize=blocksize))
+    for name, want in expected.items():
+        m = ours[name]
+        assert (m.scheme.value, m.group_size, list(m.shape)) == (
+            f"bnb-{quant_type}",
+            blocksize,
+            want["shape"],
+        )
+        assert m.problems == ()
