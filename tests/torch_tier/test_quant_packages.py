@@ -169,7 +169,7 @@ def test_compressed_tensors_decompresses_with_the_scheme_we_report():
 # --- beyond the committed fixtures: the packages' packing over a grid of bits and groups ---------
 
 
-def _write(tmp_path: Any, made: tuple[dict[str, Any], dict[str, Any]]) -> tuple[Any, dict]:
+def _write(tmp_path: Any, made: tuple[dict[str, Any], dict[str, Any]]) -> tuple[Any, Any]:
     tensors, expected = made
     path = tmp_path / "grid.safetensors"
     safetensors_torch.save_file(tensors, str(path))
@@ -177,7 +177,7 @@ def _write(tmp_path: Any, made: tuple[dict[str, Any], dict[str, Any]]) -> tuple[
         return {m.module: m for m in find_quantized(ckpt.entries())}, expected
 
 
-def _same_grouping(m: Any, want: dict) -> None:
+def _same_grouping(m: Any, want: dict[str, Any]) -> None:
     """The package's group size and ours split the inputs into the same groups (one group of
     everything is ``channel`` to us, whatever size the package was given)."""
     inputs = want["shape"][1]
