@@ -1,7 +1,8 @@
 """Shared fixtures: fixture paths, the CLI runner, golden files, required test tiers.
 
-Test tiers are markers: ``torch`` (needs torch installed; ``tests/torch_tier/``) and ``corpus``
-(needs ``../shared/corpus``; given automatically to every test that uses the ``corpus`` fixture).
+Test tiers are markers: ``torch`` (needs torch installed; ``tests/torch_tier/``), ``quant``
+(beside ``torch``: needs bitsandbytes and compressed-tensors) and ``corpus`` (needs
+``../shared/corpus``; given automatically to every test that uses the ``corpus`` fixture).
 Such tests skip when what they need is absent -- fine in a user's clone, not in CI. With
 ``CKPTCTL_REQUIRE_TIERS=torch,corpus`` (comma-separated), a skipped test of a listed tier fails
 instead, and so does a run that selects no test of a listed tier (see ``.ci/run``).
@@ -54,7 +55,7 @@ def time_bound(bound: float) -> float:
     return bound * TIME_SLACK
 
 
-TIERS = ("torch", "corpus")
+TIERS = ("torch", "corpus", "quant")
 _tier_counts = pytest.StashKey[dict[str, int]]()
 REQUIRE_TIERS_ENV = "CKPTCTL_REQUIRE_TIERS"
 

@@ -130,6 +130,7 @@ EXAMPLE_FILES = {
     "llama.safetensors": "valid/ports/llama.safetensors",
     "burn_llama.bpk": "valid/ports/llama_target.bpk",
     "checkpoint/step-1000": "valid/distributed/fsdp2",  # a DCP directory
+    "model-gptq.safetensors": "valid/quantized/gptq-4bit.safetensors",
 }
 
 

@@ -74,13 +74,16 @@ def command(
 ) -> int:
     """List the tensors in each FILE (name, dtype, shape, parameters, bytes) with totals by dtype.
 
-    Only the header is read. For PyTorch files, says what the file really is: a flat
-    state_dict, a nested checkpoint (and where the tensors are), a whole pickled model or a
-    TorchScript archive. A directory stands for the checkpoint in it (its *.index.json, or its
-    one checkpoint file); several files are listed one after the other (one JSON object per line
-    with --json). A FILE may be a URL (https://, hf://ORG/REPO/FILE, s3://): a safetensors
-    header costs two or three range requests, and --json adds "remote": {requests,
-    bytes_fetched}.
+    Only the header is read. For PyTorch files, says what the file really is: a flat state_dict,
+    a nested checkpoint (and where the tensors are), a whole pickled model or a TorchScript
+    archive. A directory stands for the checkpoint in it (its *.index.json, or its one
+    checkpoint file); several files are listed one after the other (one JSON object per line
+    with --json). Quantized modules (GPTQ, AWQ, bitsandbytes 4/8-bit, FP8 with scales,
+    compressed-tensors) are named: a second table gives each one's scheme, bits, group size and
+    the weight's shape and parameters once unpacked next to what is stored (--json:
+    "quantized"); their layout descriptors (a few bytes each) are read too. A FILE may be a URL
+    (https://, hf://ORG/REPO/FILE, s3://): a safetensors header costs two or three range
+    requests, and --json adds "remote": {requests, bytes_fetched}.
 
     \b
     Examples:
@@ -90,6 +93,7 @@ def command(
       ckptctl ls checkpoint.pt --tree --depth 2
       ckptctl ls model.safetensors --stats
       ckptctl ls checkpoint/step-1000
+      ckptctl ls model-gptq.safetensors
     """
     from ckptctl.ops.inspect import list_tensors
 

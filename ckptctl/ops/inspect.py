@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from ckptctl.errors import SelectionError, TruncatedError
 from ckptctl.formats import open_checkpoint, read_layout, resolve_path
 from ckptctl.model import damaged_layout
+from ckptctl.ops._quant import find_quantized
 from ckptctl.ops._select import (
     OUTSIDE_NAMES_SHOWN,
     compile_regex,
@@ -66,6 +67,11 @@ def list_tensors(
         stats: read every tensor (one at a time, in blocks) for its statistics
             (:attr:`TensorRow.stats`: min, max, mean, std, absmax, zeros, NaN, Inf).
 
+    Quantized modules (GPTQ, AWQ, bitsandbytes, FP8 with scales, compressed-tensors) are
+    recognised by their tensor names (:attr:`LsReport.quantized`); for their layout
+    descriptors (``weight_shape``, bitsandbytes' ``quant_state``, a few bytes each) the
+    listing reads those bytes too.
+
     Returns:
         An :class:`~ckptctl.report.model.LsReport`.
 
@@ -85,8 +91,10 @@ def list_tensors(
         entries = select_state_key(everything, state_key, ckpt)
         total = len(entries)
         outside = outside_state_key(everything, state_key)
+        quantized = find_quantized(entries)
         if regex is not None:
             entries = [e for e in entries if regex.search(e.name)]
+            quantized = tuple(q for q in quantized if any(regex.search(n) for n in q.tensors))
         rows = [_row(e) for e in entries]
         if stats:
             from dataclasses import replace
@@ -119,6 +127,7 @@ def list_tensors(
             stored=_stored(entries),
             tree=_tree(entries, rows, depth, expand) if tree else None,
             with_stats=stats,
+            quantized=quantized,
         )
 
 

@@ -40,6 +40,7 @@ from ckptctl.formats._base import ranged_step
 from ckptctl.model import CheckpointKind, StridedData, describe_groups
 from ckptctl.ops._optimizer import OptimizerRecord, check_optimizer, load_record
 from ckptctl.ops._pickle_check import safe_pickle_finding
+from ckptctl.ops._quant import check_group_index, find_quantized
 from ckptctl.ops._select import select_state_key, top_level_groups
 from ckptctl.ops._walk import Target, expand, glob_matches
 from ckptctl.ops.manifest import check_hashes, read_manifest
@@ -382,6 +383,13 @@ def _verify_file(path: str, opts: _Options, walked: bool = False) -> FileResult 
         findings.append(flat)
         if entries is None:  # nothing below --state-key: the other checks have nothing to see
             return FileResult(path, ckpt.format, ckpt.kind, 0, tuple(findings))
+        if "quant-layout" in opts.checks:
+            try:
+                quantized = _quantized(entries)
+            except CkptError as exc:  # a layout descriptor that cannot be read
+                quantized = _fail_from("quant-layout", exc)
+            if quantized is not None:
+                findings.append(quantized)
         if opts.min_tensors is not None:
             findings.append(_min_tensors(entries, opts.min_tensors, opts.state_key))
         if opts.expect is not None:
@@ -756,6 +764,49 @@ def _no_nan(entries: list[TensorEntry], jobs: int = 1) -> Finding:
         f"NaN or Inf in {len(bad):,} of {_plural(scanned, 'float tensor')}: {listed}",
         "the training run diverged or the file was written from a broken state; "
         "use an earlier checkpoint",
+        details=details,
+    )
+
+
+# --- quant-layout ---------------------------------------------------------------------------
+
+
+def _quantized(entries: list[TensorEntry]) -> Finding | None:
+    """Packed shapes, scales and group sizes of every quantized module agree (None: the file
+    has none)."""
+    by_name = {e.name: e for e in entries}
+    modules = [check_group_index(q, by_name) for q in find_quantized(entries)]
+    if not modules:
+        return None
+    kinds = ", ".join(
+        dict.fromkeys(
+            q.scheme.value + ("" if q.bits is None else f" {q.bits}-bit") for q in modules
+        )
+    )
+    bad = [(q, p) for q in modules for p in q.problems]
+    details: dict[str, JSONValue] = {
+        "modules": len(modules),
+        "schemes": list(dict.fromkeys(q.scheme.value for q in modules)),
+        "problems": [{"module": q.module, "scheme": q.scheme.value, "problem": p} for q, p in bad],
+    }
+    if not bad:
+        return Finding(
+            "quant-layout",
+            Status.OK,
+            f"{_plural(len(modules), 'quantized module')} ({kinds}): packed shapes, scales and "
+            "group sizes agree",
+            details=details,
+        )
+    failing = len({q.module for q, _ in bad})
+    listed = "; ".join(f"{q.module!r} ({q.scheme.value}): {p}" for q, p in bad[:MESSAGE_LIMIT])
+    return Finding(
+        "quant-layout",
+        Status.FAIL,
+        f"{_plural(failing, 'quantized module')} of {len(modules):,} with a broken layout: "
+        + listed
+        + _more(len(bad)),
+        "the tensors of a quantized module no longer fit together (a damaged file, or a "
+        "conversion that renamed, cast or reshaped part of them); re-download or re-quantize it",
         details=details,
     )
 

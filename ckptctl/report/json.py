@@ -17,6 +17,7 @@ from ckptctl.report.diff import DiffReport, OnlyIn, TensorDiff
 from ckptctl.report.manifest import HashCheck, HashReport, TensorHash
 from ckptctl.report.model import SCHEMA_VERSION, ConvertReport, HeaderReport, LsReport
 from ckptctl.report.optimizer import OptimizerCheck, Orphan
+from ckptctl.report.quant import QuantModule
 from ckptctl.report.render_summary import error_message
 from ckptctl.report.safe_globals import SafeGlobalsReport
 from ckptctl.report.summary import LoadingSummary
@@ -92,7 +93,28 @@ def _ls(report: LsReport) -> dict[str, JSONValue]:
         out["stored"] = {"parameters": report.stored[0], "nbytes": report.stored[1]}
     if report.tree is not None:
         out["tree"] = to_json(report.tree)
+    if report.quantized:
+        out["quantized"] = [to_json(q) for q in report.quantized]
+        out["logical_parameters"] = report.logical_parameters
     return out
+
+
+@to_json.register(QuantModule)
+def _quant(module: QuantModule) -> dict[str, JSONValue]:
+    return {
+        "module": module.module,
+        "scheme": module.scheme.value,
+        "bits": module.bits,
+        "granularity": None if module.granularity is None else module.granularity.value,
+        "group_size": module.group_size,
+        "block": None if module.block is None else list(module.block),
+        "shape": None if module.shape is None else list(module.shape),
+        "parameters": module.parameters,
+        "stored_parameters": module.stored_parameters,
+        "nbytes": module.nbytes,
+        "tensors": list(module.tensors),
+        "problems": list(module.problems),
+    }
 
 
 @to_json.register(TreeNode)

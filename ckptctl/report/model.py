@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ckptctl.errors import CkptError
     from ckptctl.fix import Note, Option
     from ckptctl.model import HeaderLayout, JSONValue
+    from ckptctl.report.quant import QuantModule
     from ckptctl.report.summary import LoadingSummary
     from ckptctl.report.tree import TreeNode
     from ckptctl.report.values import TensorStats
@@ -76,6 +77,18 @@ class LsReport:
     tree: TreeNode | None = None
     #: ``ls --stats``: every row carries its statistics
     with_stats: bool = False
+    #: quantized modules (GPTQ, AWQ, bitsandbytes, FP8, compressed-tensors), natural order
+    quantized: tuple[QuantModule, ...] = ()
+
+    @property
+    def logical_parameters(self) -> int | None:
+        """Parameters once the quantized weights are unpacked (None: nothing quantized, or a
+        layout that does not give its weight's size)."""
+        if not self.quantized or any(q.parameters is None for q in self.quantized):
+            return None
+        packed = {name for q in self.quantized for name in q.tensors}
+        plain = sum(r.numel for r in self.tensors if r.name not in packed)
+        return plain + sum(q.parameters or 0 for q in self.quantized)
 
     @property
     def totals(self) -> tuple[DTypeTotal, ...]:

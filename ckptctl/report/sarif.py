@@ -66,6 +66,12 @@ RULES: dict[str, tuple[str, str]] = {
         "Readers such as candle's from_pth or safetensors' load expect a top-level name -> "
         "tensor map; nested checkpoints, whole pickled models and TorchScript archives fail.",
     ),
+    "quant-layout": (
+        "The tensors of every quantized module fit together",
+        "GPTQ, AWQ, bitsandbytes, FP8 and compressed-tensors modules: the packed weight's "
+        "shape, the scales, zero points and group index agree on one weight shape, bit width "
+        "and group size.",
+    ),
     "min-tensors": ("The file holds at least the required number of tensors", ""),
     "expect": (
         "Tensor names and shapes match the reference checkpoint",

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from ckptctl.model import JSONValue
     from ckptctl.report.model import ConvertReport, HeaderReport, LsReport, TensorRow
+    from ckptctl.report.quant import QuantModule
     from ckptctl.report.tree import TreeNode
 
 #: Regions of one kind beyond this many are summarised in the byte table (``--all`` shows them).
@@ -250,6 +251,9 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
     if report.with_stats:
         for column in ("min", "max", "mean", "std", "absmax", "zeros", "NaN", "Inf"):
             table.add_column(column, justify="right")
+    part_of = {name: q for q in report.quantized for name in q.tensors}
+    if part_of:
+        table.add_column("quantized")
     for row in report.tensors:
         cells = [
             sanitize(row.name),
@@ -264,10 +268,19 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
             cells.append("" if row.param_id is None else str(row.param_id))
         if report.with_stats:
             cells += _stat_cells(row)
+        if part_of:
+            q = part_of.get(row.name)
+            cells.append(
+                "" if q is None else q.scheme.value + ("" if q.bits is None else f" {q.bits}-bit")
+            )
         table.add_row(*cells)
     if report.tree is not None:
         if report.tensors:
-            print_table(console, _tree_table(report.tree, size, unicode=_is_utf8(console)))
+            quantized = {q.module: q for q in report.quantized}
+            print_table(
+                console,
+                _tree_table(report.tree, size, unicode=_is_utf8(console), quantized=quantized),
+            )
     elif report.tensors:
         print_table(console, table)
     totals = PlainTable()
@@ -293,6 +306,9 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
         stored_numel, stored_bytes = report.stored
         line += f" ({stored_numel:,} parameters, {size(stored_bytes)} stored)"
     console.print(Text(line))
+    if report.quantized:
+        console.print()
+        _render_quantized(report, console, size)
     if report.metadata:
         console.print()
         meta = PlainTable()
@@ -319,6 +335,43 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
         print_table(console, sc)
 
 
+def _render_quantized(report: LsReport, console: Console, size: Callable[[int], str]) -> None:
+    """``ls``' table of quantized modules: scheme, bits, group, the weight's shape and
+    parameters once unpacked next to what is stored, then any layout that disagrees."""
+    table = PlainTable()
+    for column in ("quantized module", "scheme", "bits", "group", "shape"):
+        table.add_column(column)
+    for column in ("parameters", "stored", "bytes"):
+        table.add_column(column, justify="right")
+    for q in report.quantized:
+        table.add_row(
+            sanitize(q.module),
+            q.scheme.value,
+            "-" if q.bits is None else str(q.bits),
+            q.describe_group(),
+            "-" if q.shape is None else format_shape(q.shape),
+            "-" if q.parameters is None else f"{q.parameters:,}",
+            f"{q.stored_parameters:,}",
+            size(q.nbytes),
+        )
+    print_table(console, table)
+    schemes = ", ".join(dict.fromkeys(q.scheme.value for q in report.quantized))
+    n = len(report.quantized)
+    line = f"{n:,} quantized module{'s' if n != 1 else ''} ({schemes})"
+    logical = report.logical_parameters
+    if logical is not None:
+        weights = sum(q.parameters or 0 for q in report.quantized)
+        stored = sum(q.stored_parameters for q in report.quantized)
+        line += (
+            f": {weights:,} weights stored in {stored:,} elements; {logical:,} parameters in all "
+            "once unpacked"
+        )
+    console.print(Text(line))
+    for q in report.quantized:
+        for problem in q.problems:
+            console.print(Text(f"  {sanitize(q.module)}: {sanitize(problem)}"))
+
+
 def _stat_cells(row: TensorRow) -> list[str]:
     """``ls --stats``' columns of one row (``-`` where a statistic does not exist)."""
     st = row.stats
@@ -340,9 +393,17 @@ def _is_utf8(console: Console) -> bool:
 _BRANCHES = {True: ("├── ", "└── ", "│   ", "    "), False: ("|-- ", "`-- ", "|   ", "    ")}
 
 
-def _tree_table(root: TreeNode, size: Callable[[int], str], *, unicode: bool) -> PlainTable:
+def _tree_table(
+    root: TreeNode,
+    size: Callable[[int], str],
+    *,
+    unicode: bool,
+    quantized: Mapping[str, QuantModule] | None = None,
+) -> PlainTable:
     """``ls --tree``: one row per module and tensor, drawn as a tree; a collapsed run of
-    blocks is one row (``layers.{0..31} x32``, totals of all blocks) over its first block."""
+    blocks is one row (``layers.{0..31} x32``, totals of all blocks) over its first block; a
+    quantized module says its scheme and its parameters once unpacked."""
+    quantized = quantized or {}
     mid, last, down, blank = _BRANCHES[unicode]
     times = "\u00d7" if unicode else "x"  # the multiplication sign
     table = PlainTable()
@@ -364,6 +425,11 @@ def _tree_table(root: TreeNode, size: Callable[[int], str], *, unicode: bool) ->
             note = f"below: {sanitize(first)}, one of {node.repeat}"
         elif node.hidden:
             note = f"{node.hidden:,} {'child' if node.hidden == 1 else 'children'} not shown"
+        q = None if node.is_tensor else quantized.get(node.path)
+        if q is not None:
+            bits = "" if q.bits is None else f" {q.bits}-bit"
+            unpacked = "" if q.parameters is None else f", {q.parameters:,} parameters unpacked"
+            note = f"{q.scheme.value}{bits}{unpacked}" + (f"; {note}" if note else "")
         table.add_row(
             lead + branch + label,
             node.dtype or "",

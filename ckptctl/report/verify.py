@@ -26,6 +26,7 @@ CHECKS = (
     "safe-pickle",
     "sharded-index",
     "flat-reader",
+    "quant-layout",
     "min-tensors",
     "expect",
     "no-nan",
