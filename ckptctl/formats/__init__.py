@@ -52,9 +52,9 @@ def _ensure_loaded() -> None:
     _LOADED = True
     # Imported here so that `ckptctl --help` does not pay for numpy and cbor2. Each module lists
     # its formats in ``SPECS`` and never imports this package (no import circle).
-    from ckptctl.formats import burnpack, burnrecord, pytorch, safetensors, sharded
+    from ckptctl.formats import burnpack, burnrecord, deepspeed, pytorch, safetensors, sharded
 
-    for module in (burnpack, burnrecord, pytorch, safetensors, sharded):
+    for module in (burnpack, burnrecord, deepspeed, pytorch, safetensors, sharded):
         for spec in module.SPECS:
             register_format(spec)
 
@@ -88,8 +88,8 @@ CHECKPOINT_SUFFIXES = (
 
 
 def resolve_path(path: str | os.PathLike[str]) -> str:
-    """``path``, or for a directory the checkpoint in it: its ``*.index.json``, else its one
-    checkpoint file.
+    """``path``, or for a directory the checkpoint in it: a DeepSpeed save's ``latest`` or rank-0
+    model states file, else its ``*.index.json``, else its one checkpoint file.
 
     Raises:
         InputError: the directory holds no checkpoint, or several (named, to choose from).
@@ -102,6 +102,11 @@ def resolve_path(path: str | os.PathLike[str]) -> str:
             return resolve_url(name, CHECKPOINT_SUFFIXES)
     if not os.path.isdir(name):
         return name
+    from ckptctl.formats.deepspeed import find_checkpoint  # a DeepSpeed save, by its files
+
+    deepspeed = find_checkpoint(name)
+    if deepspeed is not None:
+        return deepspeed
     try:
         listing = os.listdir(name)
     except PermissionError:

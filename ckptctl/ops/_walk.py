@@ -1,7 +1,8 @@
 """The files ``verify DIR`` checks: a directory's files, recursively, in sorted order (issue 28).
 
 A directory that *is* a checkpoint keeps being one: a directory with one ``*.index.json`` at its
-top opens as that sharded checkpoint (``formats.resolve_path``), as before. Any other directory
+top opens as that sharded checkpoint (``formats.resolve_path``), as before, and so does a
+DeepSpeed save (``latest``, ``global_step*/``). Any other directory
 is walked: every file below it, sorted by name at each level, files before subdirectories.
 Hidden directories (``.git``, ``.venv``, ...) are not entered and symbolic links to
 directories are not followed (no cycles). In a walked directory that holds ``*.index.json``
@@ -40,11 +41,18 @@ def expand(paths: list[str]) -> list[Target]:
     directory with no file at all is checked as given: ``resolve_path`` says it is empty)."""
     out: list[Target] = []
     for path in paths:
-        if "://" in path or not os.path.isdir(path) or _is_sharded_dir(path):
+        if "://" in path or not os.path.isdir(path) or _is_checkpoint_dir(path):
             out.append(Target(path))
         else:
             out.extend(_walk(path) or [Target(path)])
     return out
+
+
+def _is_checkpoint_dir(path: str) -> bool:
+    """A directory that opens as one checkpoint: sharded, or a DeepSpeed save."""
+    from ckptctl.formats.deepspeed import is_deepspeed_dir
+
+    return _is_sharded_dir(path) or is_deepspeed_dir(path)
 
 
 def _is_sharded_dir(path: str) -> bool:

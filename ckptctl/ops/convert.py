@@ -179,7 +179,7 @@ def convert(
             made = [(_rule_text(p, r), e) for p, r, e in inferred]
             write_rules_file(opts.write_rules, [*given, *made], force=opts.force)
         warnings: list[str | Note] = [*notes, *ambiguous]
-        outside = outside_state_key(everything, opts.state_key)
+        outside = outside_state_key(everything, opts.state_key, ckpt)
         if outside and opts.state_key is not None:
             warnings.insert(0, describe_outside(outside, len(everything), opts.state_key))
         outputs = [item.entry for item in items if item.entry is not None]

@@ -84,7 +84,7 @@ def list_tensors(
         everything = ckpt.entries()
         entries = select_state_key(everything, state_key, ckpt)
         total = len(entries)
-        outside = outside_state_key(everything, state_key)
+        outside = outside_state_key(everything, state_key, ckpt)
         if regex is not None:
             entries = [e for e in entries if regex.search(e.name)]
         rows = [_row(e) for e in entries]
