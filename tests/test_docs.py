@@ -125,6 +125,7 @@ EXAMPLE_FILES = {
     "args.pt": "valid/trust/argparse_namespace.pt",
     "bert.safetensors": "valid/ports/bert.safetensors",
     "burn_bert.bpk": "valid/ports/bert_target.bpk",
+    "ckpt": "valid/deepspeed/zero2_bf16_2rank",  # a DeepSpeed save: a folder
 }
 
 
@@ -142,7 +143,10 @@ def test_help_examples_run(name, line, code, run_cli, tmp_path, monkeypatch):
 
     for example, fixture in EXAMPLE_FILES.items():
         (tmp_path / example).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / "fixtures" / fixture, tmp_path / example)
+        if (REPO / "fixtures" / fixture).is_dir():
+            shutil.copytree(REPO / "fixtures" / fixture, tmp_path / example)
+        else:
+            shutil.copy(REPO / "fixtures" / fixture, tmp_path / example)
     monkeypatch.chdir(tmp_path)
     args = shlex.split(line, comments=True)
     assert args[0] == "ckptctl"

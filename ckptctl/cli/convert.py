@@ -215,7 +215,9 @@ def command(
     Tensors go through: --state-key, --include/--exclude, --remap rules (in order), then
     adapters (in order). Streams one tensor at a time; tensors that need no change are copied
     as raw bytes. Writes atomically: on any failure DST is left as it was. Refuses to overwrite
-    DST without --force, and never writes over SRC.
+    DST without --force, and never writes over SRC. SRC may be a DeepSpeed ZeRO save (a folder
+    with latest and global_step*/): DST gets the fp32 weights deepspeed's zero_to_fp32 returns
+    (plus frozen parameters at stage 1), read from the rank files piece by piece.
 
     \b
     Examples:
@@ -229,6 +231,7 @@ def command(
         --write-rules bert-rules.txt
       ckptctl convert model-10.mpk model-10.bpk
       ckptctl convert optim-10.mpk optim-10.bpk --paths-from model-10.mpk
+      ckptctl convert ckpt consolidated.safetensors
     """
     from ckptctl.ops.convert import ConvertOptions
 

@@ -76,7 +76,8 @@ def command(
 
     Only the header is read. For PyTorch files, says what the file really is: a flat
     state_dict, a nested checkpoint (and where the tensors are), a whole pickled model or a
-    TorchScript archive. A directory stands for the checkpoint in it (its *.index.json, or its
+    TorchScript archive. A directory stands for the checkpoint in it (a DeepSpeed ZeRO save:
+    latest + global_step*/, read as its consolidated fp32 weights; its *.index.json, or its
     one checkpoint file); several files are listed one after the other (one JSON object per line
     with --json). A FILE may be a URL (https://, hf://ORG/REPO/FILE, s3://): a safetensors
     header costs two or three range requests, and --json adds "remote": {requests,
@@ -89,6 +90,7 @@ def command(
       ckptctl ls model.bpk --json
       ckptctl ls checkpoint.pt --tree --depth 2
       ckptctl ls model.safetensors --stats
+      ckptctl ls ckpt --state-key exp_avg
     """
     from ckptctl.ops.inspect import list_tensors
 
