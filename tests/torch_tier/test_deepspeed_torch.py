@@ -85,3 +85,69 @@ def test_torch_refuses_exactly_the_files_the_note_names(case: str) -> None:
             assert "refuses every rank file" in note
         else:
             assert f"refuses {len(refused)} of the {len(files)} rank files" in note
+
+
+#: Runs ckptctl and writes its own peak RSS (VmHWM after exec): ``wait4``'s ``ru_maxrss`` would
+#: count the pytest process (with torch and the test's tensors) it forked from.
+_CHILD = """
+import sys
+from ckptctl.cli import main
+report = sys.argv.pop()
+try:
+    main()
+finally:
+    with open("/proc/self/status") as status, open(report, "w") as out:
+        out.write(next(line for line in status if line.startswith("VmHWM:")))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
+def test_convert_of_a_1_gib_save_stays_within_64_mib_plus_the_largest_tensor(
+    tmp_path: Path,
+) -> None:
+    """A ZeRO-2 save of 2 ranks laid out as deepspeed writes it (built with torch alone: the
+    classes deepspeed pickles are not needed to exercise the layout), 1 GiB of fp32 partitions:
+    the consolidated output is right and ckptctl's peak memory stays within the bound."""
+    import collections
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    shapes = collections.OrderedDict(
+        [(f"layers.{i}.weight", torch.Size([4096, 4096])) for i in range(16)]
+    )
+    shapes["head.bias"] = torch.Size([3])  # 16 * 2**24 + 3 elements: padded to 2 * world
+    total = sum(s.numel() for s in shapes.values())
+    padded = -(-total // 4) * 4
+    step = tmp_path / "ckpt" / "global_step7"
+    step.mkdir(parents=True)
+    (tmp_path / "ckpt" / "latest").write_text("global_step7")
+    model: dict[str, object] = {"module": collections.OrderedDict(), "buffer_names": [],
+             "param_shapes": [shapes],
+             "frozen_param_shapes": None, "shared_params": {}, "frozen_param_fragments": None,
+             "ds_version": "0.19.8"}  # fmt: skip
+    torch.save(model, step / "mp_rank_00_model_states.pt")
+    flat = torch.arange(padded, dtype=torch.float32).mul_(1e-3)
+    half = padded // 2
+    for rank in range(2):
+        optim = {"optimizer_state_dict": {"zero_stage": 2, "partition_count": [2],
+                 "single_partition_of_fp32_groups": [flat[rank * half : (rank + 1) * half].clone()],
+                 "base_optimizer_state": {"state": {}, "param_groups": []}}}  # fmt: skip
+        torch.save(optim, step / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt")
+    out = tmp_path / "model.safetensors"
+    report = tmp_path / "rss.txt"
+    args = ["convert", str(tmp_path / "ckpt"), str(out), str(report)]
+    done = subprocess.run([sys.executable, "-c", _CHILD, *args], cwd=REPO, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    peak_mib = int(report.read_text().split()[1]) / 1024  # "VmHWM:  12345 kB"
+    largest_mib = 4096 * 4096 * 4 / (1 << 20)
+    assert peak_mib <= 64 + largest_mib, f"peak RSS {peak_mib:.0f} MiB"
+    offset = 0
+    with safetensors_torch.safe_open(str(out), framework="pt") as f:
+        assert list(f.keys()) == sorted(shapes)
+        for name, shape in shapes.items():
+            want = flat.narrow(0, offset, shape.numel()).view(shape)
+            assert torch.equal(f.get_tensor(name), want), name
+            offset += shape.numel()
