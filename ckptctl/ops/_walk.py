@@ -2,8 +2,9 @@
 
 A directory that *is* a checkpoint keeps being one: a directory with one ``*.index.json`` at its
 top opens as that sharded checkpoint (``formats.resolve_path``), as before, and so does a
-DeepSpeed save (``latest``, ``global_step*/``). Any other directory
-is walked: every file below it, sorted by name at each level, files before subdirectories.
+DeepSpeed save (``latest``, ``global_step*/``), also one found in a walked directory (it comes
+after the files of its parent). Any other directory is walked: every file below it, sorted by
+name at each level, files before subdirectories.
 Hidden directories (``.git``, ``.venv``, ...) are not entered and symbolic links to
 directories are not followed (no cycles). In a walked directory that holds ``*.index.json``
 files, the shards an index names are checked through the index, not one by one again.
@@ -70,8 +71,12 @@ def _walk(top: str) -> list[Target]:
     def unreadable(exc: OSError) -> None:  # listed as given: verify reports why it failed
         out.append(Target(exc.filename or top))
 
+    from ckptctl.formats.deepspeed import is_deepspeed_dir
+
     for root, dirs, files in os.walk(top, onerror=unreadable):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        saves = [d for d in dirs if is_deepspeed_dir(os.path.join(root, d))]
+        dirs[:] = [d for d in dirs if d not in saves]  # a DeepSpeed save is one checkpoint
         names = sorted(files)
         covered: set[str] = set()
         for name in names:
@@ -82,6 +87,7 @@ def _walk(top: str) -> list[Target]:
             for n in names
             if os.path.normpath(os.path.join(root, n)) not in covered
         )
+        out.extend(Target(os.path.join(root, d), top) for d in saves)
     return out
 
 

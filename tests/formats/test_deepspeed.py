@@ -288,3 +288,46 @@ def test_cli_ls_diff_verify(run_cli: Any, tmp_path: Path) -> None:
     passed = run_cli("verify", case, *allowed)
     assert passed.code == 0, passed.stdout
     assert passed.stdout.count("PASS") == 1  # the folder is one checkpoint, not five files
+
+
+def _hostile_zip(path: Path) -> None:
+    """A torch.save-shaped zip whose data.pkl calls ``os.system`` (never to be unpickled)."""
+    import zipfile
+
+    payload = b"\x80\x02cos\nsystem\nq\x00X\x04\x00\x00\x00trueq\x01\x85q\x02Rq\x03."
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", payload)
+        z.writestr("archive/byteorder", "little")
+        z.writestr("archive/version", "3\n")
+
+
+def test_a_hostile_rank_file_makes_the_save_unsafe(tmp_path: Path, monkeypatch: Any) -> None:
+    import os
+
+    from ckptctl import UnsafePickleError
+    from ckptctl.report.verify import FileVerdict
+
+    ran: list[object] = []
+    monkeypatch.setattr(os, "system", lambda *a: ran.append(a))
+    root = copy_case("zero2_fp32_2rank", tmp_path)
+    victim = "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    _hostile_zip(root / STEP / victim)
+    with pytest.raises(UnsafePickleError, match=victim):
+        open_checkpoint(root)
+    report = verify(root)
+    assert not report.ok
+    assert report.files[0].verdict is FileVerdict.UNSAFE
+    pickle = next(f for f in report.files[0].findings if f.check == "safe-pickle")
+    assert pickle.safety is not None
+    assert any(g.name == "os.system" and g.where.startswith(victim) for g in pickle.safety.globals)
+    assert ran == []
+
+
+def test_verify_of_a_folder_of_saves_checks_each_save_once(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    for case in ("zero1_fp32_1rank", "zero3_bf16_2rank"):
+        shutil.copytree(DEEPSPEED / case, runs / case)
+    report = verify(runs, allow_globals=DEEPSPEED_GLOBALS | {
+        "deepspeed.utils.tensor_fragment.fragment_address"})  # fmt: skip
+    assert [Path(f.path).name for f in report.files] == ["zero1_fp32_1rank", "zero3_bf16_2rank"]
+    assert report.ok

@@ -9,7 +9,6 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ckptctl.dtypes import DType
 from ckptctl.errors import CkptError, CorruptCheckpointError, UnsupportedError
 from ckptctl.formats.deepspeed._pieces import as_f32, pieces_entry, slice_elements, truncate
 from ckptctl.model import TensorEntry
@@ -375,14 +374,17 @@ def model_view(layout: Layout, params: list[Param]) -> list[TensorEntry]:
     buffer_names = _get(model.tree, "buffer_names", default=[])
     if not isinstance(buffer_names, list):
         raise CorruptCheckpointError(f"{model.name}: buffer_names is not a list")
-    buffers = [as_f32(e) for n, e in module.items() if n in set(buffer_names)]
+    names = {str(n) for n in buffer_names}
+    buffers = [as_f32(e) for n, e in module.items() if n in names]
     shared = _shared(layout)
     skip = {e.name for e in buffers} | {p.name for p in params} | set(shared)
     entries: dict[str, TensorEntry] = {e.name: e for e in buffers}
     entries.update((e.name, e) for e in _frozen(layout, module, skip))
+    flats = [_flat_groups(layout, r) for r in range(layout.world)]
     for param in params:
-        pieces = _gather(layout, param, lambda r: _flat_groups(layout, r))
-        entries[param.name] = pieces_entry(param.name, DType.F32, param.shape, pieces)
+        pieces = _gather(layout, param, flats.__getitem__)
+        dtype = flats[0][param.group if layout.stage < 3 else 0].dtype  # fp32, as a rule
+        entries[param.name] = pieces_entry(param.name, dtype, param.shape, pieces)
     _tie(entries, shared)
     return list(entries.values())
 
