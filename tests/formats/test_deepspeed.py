@@ -331,3 +331,23 @@ def test_verify_of_a_folder_of_saves_checks_each_save_once(tmp_path: Path) -> No
         "deepspeed.utils.tensor_fragment.fragment_address"})  # fmt: skip
     assert [Path(f.path).name for f in report.files] == ["zero1_fp32_1rank", "zero3_bf16_2rank"]
     assert report.ok
+
+
+def test_a_latest_file_of_another_program_is_not_a_save(tmp_path: Path) -> None:
+    (tmp_path / "latest").write_text("v2\n")  # some other tool's marker
+    shutil.copy(DEEPSPEED / "truth" / "zero1_fp32_1rank.pt", tmp_path / "model.pt")
+    assert resolve_path(tmp_path) == str(tmp_path / "model.pt")
+    with open_checkpoint(tmp_path) as ckpt:
+        assert ckpt.format == "pytorch-zip"
+
+
+def test_each_tensor_says_how_many_pieces_and_rank_files_it_spans() -> None:
+    with open_checkpoint(DEEPSPEED / "zero3_fp32_2rank") as ckpt:
+        # stage 3 splits every parameter over both ranks (the frozen ones too)
+        for name in ("fc1.weight", "out.bias", "frozen.weight"):
+            assert (ckpt[name].extra["chunks"], ckpt[name].extra["rank_files"]) == ("2", "2")
+    with open_checkpoint(DEEPSPEED / "zero2_fp32_1rank") as ckpt:
+        assert (ckpt["fc1.weight"].extra["chunks"], ckpt["fc1.weight"].extra["rank_files"]) == (
+            "1",
+            "1",
+        )

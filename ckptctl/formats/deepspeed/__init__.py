@@ -37,9 +37,10 @@ The consolidated tensors are ``deepspeed/utils/zero_to_fp32.py``'s
   drops frozen parameters; ckptctl keeps them, from ``module`` (in the training dtype, as stage 2
   would give them), and says so in the notes.
 
-No tensor is assembled in memory: each is a list of byte ranges in the rank files (``_Pieces``),
-copied straight into the output. ``--state-key exp_avg`` (``exp_avg_sq``, ``step``) selects the
-optimizer state of every trainable parameter, by parameter name, laid out like the weights.
+No tensor is assembled in memory: each is a list of byte ranges in the rank files
+(``_pieces.Pieces``), copied straight into the output. ``--state-key exp_avg`` (``exp_avg_sq``,
+``step``) selects the optimizer state of every trainable parameter, by parameter name, laid out
+like the weights.
 
 Every file is judged by the allowlist (``safety``): deepspeed's globals make each one
 needs-trust, and torch 2.6+ refuses them with ``weights_only=True`` (its default).
@@ -122,6 +123,12 @@ def _read_tag(path: str) -> str | None:
     return match.group(1).decode() if match else None
 
 
+def _names_a_save(folder: str, tag: str) -> bool:
+    """A ``latest`` tag is DeepSpeed's when its folder holds model states, or when it is
+    spelled as the engine spells tags (``global_stepN``: opening it says the folder is gone)."""
+    return _STEP_DIR.fullmatch(tag) is not None or bool(_model_files(os.path.join(folder, tag)))
+
+
 def find_checkpoint(folder: str) -> str | None:
     """The file that stands for a DeepSpeed checkpoint folder, or None if it is not one.
 
@@ -136,7 +143,7 @@ def find_checkpoint(folder: str) -> str | None:
         return _rank0_model_file(folder)
     latest = os.path.join(folder, LATEST)
     tag = _read_tag(latest) if os.path.isfile(latest) else None
-    if tag is not None:
+    if tag is not None and _names_a_save(folder, tag):
         return latest
     try:
         steps = sorted(n for n in os.listdir(folder) if _STEP_DIR.fullmatch(n))
@@ -190,8 +197,9 @@ def sniff(head: bytes, source: ByteSource) -> bool:
             return False
         path = os.path.abspath(source.path)
         name = os.path.basename(path)
-        if name == LATEST:  # opening it says when the save it names is missing
-            return source.size <= MAX_TAG_BYTES and _TAG.fullmatch(head) is not None
+        if name == LATEST:
+            match = _TAG.fullmatch(head) if source.size <= MAX_TAG_BYTES else None
+            return match is not None and _names_a_save(os.path.dirname(path), match[1].decode())
         return (
             head.startswith(b"PK\x03\x04")
             and MODEL_FILE.fullmatch(name) is not None

@@ -109,10 +109,13 @@ def truncate(pieces: list[Piece], nbytes: int) -> tuple[Piece, ...]:
 def pieces_entry(
     name: str, dtype: DType, shape: tuple[int, ...], pieces: Sequence[Piece]
 ) -> TensorEntry:
+    """An entry over ``pieces``; ``extra`` counts them and the rank files they lie in."""
     nbytes = math.prod(shape) * dtype.itemsize
     data = Pieces(tuple(pieces), nbytes)
     where = data.file_range()
-    return TensorEntry(name, dtype, shape, nbytes, where[1] if where else None, data)
+    files = {id(r[0]) if (r := p.data.file_range()) else id(p.data) for p in pieces}
+    extra = {"chunks": str(len(pieces)), "rank_files": str(len(files))}
+    return TensorEntry(name, dtype, shape, nbytes, where[1] if where else None, data, extra=extra)
 
 
 def as_f32(entry: TensorEntry) -> TensorEntry:

@@ -359,7 +359,7 @@ def _tie(entries: dict[str, TensorEntry], shared: Mapping[str, str]) -> None:
             continue
         target = entries[name]
         strides = [math.prod(target.shape[i + 1 :]) for i in range(len(target.shape))]
-        mark = {"storage": f"shared:{name}", "storage_offset": "0",
+        mark = {**target.extra, "storage": f"shared:{name}", "storage_offset": "0",
                 "stride": ",".join(map(str, strides)),
                 "storage_nbytes": str(target.nbytes)}  # fmt: skip
         entries[name] = TensorEntry(
