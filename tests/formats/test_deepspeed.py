@@ -204,11 +204,12 @@ def test_a_partition_that_does_not_cover_the_parameters_is_corrupt(tmp_path: Pat
     root = copy_case("zero2_fp32_2rank", tmp_path)
     rank1 = root / STEP / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
     rank0 = root / STEP / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
-    rank1.write_bytes(rank0.read_bytes().replace(b"rank_0", b"rank_1"))  # same partition twice
-    with open_checkpoint(root) as ckpt:  # same sizes: only the values are rank 0's
-        assert len(ckpt) == 10
+    # rank 1 holds 56 of group 0's 114 elements (rank 0: 58): twice rank 1 is 2 short
+    rank0.write_bytes(rank1.read_bytes().replace(b"rank_1", b"rank_0"))
+    with pytest.raises(CorruptCheckpointError, match="group 0 needs 114 elements but the ranks"):
+        open_checkpoint(root)
     # a rank-count mismatch: a third rank's file left from another run
-    shutil.copy(rank0, root / STEP / "zero_pp_rank_2_mp_rank_00_optim_states.pt")
+    shutil.copy(rank1, root / STEP / "zero_pp_rank_2_mp_rank_00_optim_states.pt")
     with pytest.raises(CorruptCheckpointError, match="rank 2, but partition_count says 2"):
         open_checkpoint(root)
 
