@@ -88,8 +88,9 @@ CHECKPOINT_SUFFIXES = (
 
 
 def resolve_path(path: str | os.PathLike[str]) -> str:
-    """``path``, or for a directory the checkpoint in it: a DeepSpeed save's ``latest`` or rank-0
-    model states file, else its ``*.index.json``, else its one checkpoint file.
+    """``path``, or for a directory the checkpoint in it: a DeepSpeed save's ``latest`` (a tag
+    folder stays itself: see :func:`_open_resolved`), else its ``*.index.json``, else its one
+    checkpoint file.
 
     Raises:
         InputError: the directory holds no checkpoint, or several (named, to choose from).
@@ -129,6 +130,19 @@ def resolve_path(path: str | os.PathLike[str]) -> str:
     )
 
 
+def _open_resolved(path: str | os.PathLike[str]) -> tuple[ByteSource, FormatSpec | None]:
+    """The source to read for ``path`` and, when its format is not sniffed, that format: a
+    DeepSpeed tag folder is read through its rank-0 model states file, which alone is a .pt."""
+    resolved = resolve_path(path)
+    if "://" not in resolved and os.path.isdir(resolved):
+        from ckptctl.formats import deepspeed
+
+        stand_in = deepspeed.stand_in(resolved)
+        if stand_in is not None:
+            return open_source(stand_in), deepspeed.SPEC
+    return open_source(resolved), None
+
+
 def detect_format(path: str | os.PathLike[str]) -> FormatSpec:
     """Detect a file's format from its content (never its extension).
 
@@ -137,9 +151,10 @@ def detect_format(path: str | os.PathLike[str]) -> FormatSpec:
         UnknownFormatError: no format recognises it; the message says what the file looks like.
     """
     _ensure_loaded()
-    with open_source(resolve_path(path)) as source:
+    source, spec = _open_resolved(path)
+    with source:
         try:
-            return _sniff(source)
+            return spec or _sniff(source)
         except UnknownFormatError as exc:
             raise _with_embedded(exc, source) from None
 
@@ -163,9 +178,9 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         ...     print(ckpt["fc.weight"].shape)
     """
     _ensure_loaded()
-    source = open_source(resolve_path(path))
+    source, spec = _open_resolved(path)
     try:
-        spec = _sniff(source)
+        spec = spec or _sniff(source)
         return spec.open(source)
     except UnknownFormatError as exc:
         try:
@@ -198,8 +213,9 @@ def read_layout(path: str | os.PathLike[str]) -> HeaderLayout:
         UnsupportedError: the format has no byte-level layout view.
     """
     _ensure_loaded()
-    with open_source(resolve_path(path)) as source:
-        spec = _sniff(source)
+    source, spec = _open_resolved(path)
+    with source:
+        spec = spec or _sniff(source)
         if spec.layout is None:
             raise UnsupportedError(f"no header view for {spec.name} files", path=source.path)
         try:

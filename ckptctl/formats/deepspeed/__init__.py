@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from ckptctl.model import TensorEntry
     from ckptctl.sources import ByteSource
 
-__all__ = ["SPEC", "SPECS", "find_checkpoint", "is_deepspeed_dir", "open_deepspeed"]
+__all__ = ["SPEC", "SPECS", "find_checkpoint", "is_deepspeed_dir", "open_deepspeed", "stand_in"]
 
 #: Largest ``latest`` file read (it holds one tag).
 MAX_TAG_BYTES = 4096
@@ -130,17 +130,19 @@ def _names_a_save(folder: str, tag: str) -> bool:
 
 
 def find_checkpoint(folder: str) -> str | None:
-    """The file that stands for a DeepSpeed checkpoint folder, or None if it is not one.
+    """What stands for a DeepSpeed checkpoint folder, or None if it is not one.
 
     ``CKPT`` (with ``latest``, or one ``global_step*`` folder) and ``CKPT/global_stepN`` are
-    both DeepSpeed checkpoints: the first stands for its ``latest`` file, the tag folder for its
-    rank-0 model states file (either is what :func:`sniff` recognises).
+    both DeepSpeed checkpoints: the first stands for its ``latest`` file (what :func:`sniff`
+    recognises), the tag folder for itself (:func:`stand_in` gives the file to read it from).
+    A rank file named alone is not the save: it opens as the one ``.pt`` it is, so ``verify``
+    judges just that file, as ``torch.load`` would load it.
 
     Raises:
         InputError: a folder of several ``global_step*`` saves and no ``latest`` file.
     """
     if _model_files(folder) and _has_optim_files(folder):
-        return _rank0_model_file(folder)
+        return folder
     latest = os.path.join(folder, LATEST)
     tag = _read_tag(latest) if os.path.isfile(latest) else None
     if tag is not None and _names_a_save(folder, tag):
@@ -151,7 +153,7 @@ def find_checkpoint(folder: str) -> str | None:
         return None
     steps = [s for s in steps if _model_files(os.path.join(folder, s))]
     if len(steps) == 1:
-        return _rank0_model_file(os.path.join(folder, steps[0]))
+        return os.path.join(folder, steps[0])
     if steps:
         shown = ", ".join(steps[:5]) + (f" and {len(steps) - 5} more" if len(steps) > 5 else "")
         raise InputError(
@@ -160,6 +162,14 @@ def find_checkpoint(folder: str) -> str | None:
             hint=f"name the save, e.g. {os.path.join(folder, steps[-1])}",
         )
     return None
+
+
+def stand_in(folder: str) -> str | None:
+    """The file a DeepSpeed tag folder is read through (its rank-0 model states), or None when
+    ``folder`` is not one."""
+    if not (_model_files(folder) and _has_optim_files(folder)):
+        return None
+    return _rank0_model_file(folder)
 
 
 def is_deepspeed_dir(folder: str) -> bool:
@@ -190,21 +200,14 @@ def _tag_folder(source: ByteSource) -> tuple[str, str | None]:
 
 
 def sniff(head: bytes, source: ByteSource) -> bool:
-    """A ``latest`` file whose tag folder holds DeepSpeed model states, or a model states file
-    with optimizer states beside it. Never raises."""
+    """A ``latest`` file naming a DeepSpeed save beside it. Never raises. (A tag folder has no
+    file of its own: ``formats`` opens it through :func:`stand_in` without sniffing.)"""
     try:
-        if source.is_remote:
-            return False
         path = os.path.abspath(source.path)
-        name = os.path.basename(path)
-        if name == LATEST:
-            match = _TAG.fullmatch(head) if source.size <= MAX_TAG_BYTES else None
-            return match is not None and _names_a_save(os.path.dirname(path), match[1].decode())
-        return (
-            head.startswith(b"PK\x03\x04")
-            and MODEL_FILE.fullmatch(name) is not None
-            and _has_optim_files(os.path.dirname(path))
-        )
+        if source.is_remote or os.path.basename(path) != LATEST or source.size > MAX_TAG_BYTES:
+            return False
+        match = _TAG.fullmatch(head)
+        return match is not None and _names_a_save(os.path.dirname(path), match[1].decode())
     except Exception:  # sniffing must never raise
         return False
 
@@ -212,10 +215,10 @@ def sniff(head: bytes, source: ByteSource) -> bool:
 def open_deepspeed(source: ByteSource) -> Checkpoint:
     """Open a DeepSpeed ZeRO checkpoint as one checkpoint of consolidated fp32 weights.
 
-    ``source`` is the ``latest`` file or a rank-0 model states file (what
-    ``formats.resolve_path`` gives for the folder). Entries are what deepspeed's
-    ``get_fp32_state_dict_from_zero_checkpoint`` returns, plus frozen parameters at stage 1;
-    ``views`` holds each optimizer state (``exp_avg``, ``exp_avg_sq``, ``step``) by parameter name.
+    ``source`` is the ``latest`` file, or the :func:`stand_in` of a tag folder. Entries are
+    what deepspeed's ``get_fp32_state_dict_from_zero_checkpoint`` returns, plus frozen
+    parameters at stage 1; ``views`` holds each optimizer state (``exp_avg``, ``exp_avg_sq``,
+    ``step``) by parameter name.
 
     Raises:
         CorruptCheckpointError: a missing, truncated or inconsistent rank file (named).
