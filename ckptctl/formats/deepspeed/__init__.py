@@ -314,7 +314,11 @@ def layout_deepspeed(source: ByteSource) -> HeaderLayout:
         source.size,
         header,
         own,
-        {"files": len(files), "bytes": sum(int(f["bytes"]) for f in files)},  # type: ignore[call-overload]  # JSON
+        {
+            "files": len(files),
+            "bytes": sum(int(f["bytes"]) for f in files),  # type: ignore[call-overload]  # JSON
+            "regions_of": os.path.basename(source.path),  # the file the regions tile
+        },
     )
 
 
