@@ -397,8 +397,20 @@ def state_view(layout: Layout, params: list[Param], key: str) -> list[TensorEntr
     def states_of(rank: int) -> list[TensorEntry]:
         if rank not in cache:
             _, path = _base_states(layout, rank)
-            groups = len(_flat_groups(layout, 0))
-            cache[rank] = [layout.optims[rank].tensor(*path, g, key) for g in range(groups)]
+            flat = _flat_groups(layout, rank)
+            found = [layout.optims[rank].tensor(*path, g, key) for g in range(len(flat))]
+            # laid out like the fp32 partitions; the last rank's states keep the group padding
+            # its stored fp32 partition drops (group_paddings), which lies past every parameter
+            last = rank == layout.world - 1
+            if found[0].shape != () and not all(
+                e.numel == f.numel or (last and e.numel > f.numel)
+                for e, f in zip(found, flat, strict=True)
+            ):
+                raise CorruptCheckpointError(
+                    f"{layout.optims[rank].name}: optimizer state {key!r} is not laid out like "
+                    "the fp32 partitions (other element counts)"
+                )
+            cache[rank] = found
         return cache[rank]
 
     starts = [0]
