@@ -394,6 +394,8 @@ class Checkpoint(Mapping[str, TensorEntry]):
             ``{"$truncated": LENGTH, "head": ...}``, values past the count limit are counted
             under ``$omitted``); pickle-based formats only.
         safety: the pickle safety verdict (pickle-based formats), None for other formats.
+        views: other tensor sets a state key selects instead of the entries, built on demand
+            (a DeepSpeed checkpoint's optimizer states by parameter name: ``exp_avg`` ...).
     """
 
     def __init__(
@@ -411,6 +413,7 @@ class Checkpoint(Mapping[str, TensorEntry]):
         objects: Mapping[str, JSONValue] | None = None,
         sources: list[ByteSource] | None = None,
         safety: PickleSafety | None = None,
+        views: Mapping[str, Callable[[], list[TensorEntry]]] | None = None,
     ) -> None:
         self._entries: dict[str, TensorEntry] = {}
         for entry in entries:
@@ -427,6 +430,7 @@ class Checkpoint(Mapping[str, TensorEntry]):
         self.sharding = sharding
         self.objects: Mapping[str, JSONValue] = dict(objects or {})
         self.safety = safety
+        self.views: Mapping[str, Callable[[], list[TensorEntry]]] = dict(views or {})
         self._sources = list(sources or [])
 
     def __getitem__(self, name: str) -> TensorEntry:

@@ -131,6 +131,7 @@ EXAMPLE_FILES = {
     "burn_llama.bpk": "valid/ports/llama_target.bpk",
     "checkpoint/step-1000": "valid/distributed/fsdp2",  # a DCP directory
     "model-gptq.safetensors": "valid/quantized/gptq-4bit.safetensors",
+    "ckpt": "valid/deepspeed/zero2_bf16_2rank",  # a DeepSpeed save: a folder
 }
 
 

@@ -27,7 +27,12 @@ from tests.loopback import LoopbackServer, serve
 FIXTURES = sorted(
     p.relative_to(VALID).as_posix()
     for p in VALID.rglob("*")
-    if p.is_file() and p.suffix not in (".md", ".py") and p.name != "truth.json"
+    if p.is_file()
+    and p.suffix not in (".md", ".py")
+    and p.name != "truth.json"
+    # a DeepSpeed save is a local folder: its `latest` and model states stand for the whole
+    # save only there (a URL of one of them is read as that one file)
+    and not p.relative_to(VALID).as_posix().startswith("deepspeed/")
 )
 
 

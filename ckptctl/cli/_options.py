@@ -324,7 +324,8 @@ def state_key_option(func: F) -> F:
     return click.option(
         "--state-key",
         metavar="KEY",
-        help="Descend into KEY (dotted path, e.g. 'model' or 'state_dict') and strip the prefix.",
+        help="Descend into KEY (dotted path, e.g. 'model' or 'state_dict') and strip the prefix; "
+        "of a DeepSpeed save, exp_avg, exp_avg_sq or step: that optimizer state by parameter name.",
     )(func)
 
 

@@ -246,7 +246,9 @@ def command(
     Tensors go through: --state-key, --include/--exclude, --remap rules (in order), then
     adapters (in order). Streams one tensor at a time; tensors that need no change are copied
     as raw bytes. Writes atomically: on any failure DST is left as it was. Refuses to overwrite
-    DST without --force, and never writes over SRC.
+    DST without --force, and never writes over SRC. SRC may be a DeepSpeed ZeRO save (a folder
+    with latest and global_step*/): DST gets the fp32 weights deepspeed's zero_to_fp32 returns
+    (plus frozen parameters at stage 1), read from the rank files piece by piece.
 
     \b
     Examples:
@@ -268,6 +270,7 @@ def command(
       ckptctl convert checkpoint/step-1000 full.safetensors --state-key model
       ckptctl convert checkpoint/step-1000 full.safetensors --max-shard-size 5GB --shards 1/8
       ckptctl convert checkpoint/step-1000 full.safetensors --max-shard-size 5GB --index-only
+      ckptctl convert ckpt consolidated.safetensors
     """
     from ckptctl.ops.convert import ConvertOptions
 

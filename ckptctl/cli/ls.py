@@ -76,14 +76,16 @@ def command(
 
     Only the header is read. For PyTorch files, says what the file really is: a flat state_dict,
     a nested checkpoint (and where the tensors are), a whole pickled model or a TorchScript
-    archive. A directory stands for the checkpoint in it (its *.index.json, or its one
-    checkpoint file); several files are listed one after the other (one JSON object per line
-    with --json). Quantized modules (GPTQ, AWQ, bitsandbytes 4/8-bit, FP8 with scales,
-    compressed-tensors) are named: a second table gives each one's scheme, bits, group size and
-    the weight's shape and parameters once unpacked next to what is stored (--json:
-    "quantized"); their layout descriptors (a few bytes each) are read too. A FILE may be a URL
-    (https://, hf://ORG/REPO/FILE, s3://): a safetensors header costs two or three range
-    requests, and --json adds "remote": {requests, bytes_fetched}.
+    archive. A directory stands for the checkpoint in it (a torch.distributed.checkpoint
+    directory through its .metadata; a DeepSpeed ZeRO save: latest + global_step*/, read as its
+    consolidated fp32 weights; its *.index.json, or its one checkpoint file); several files are
+    listed one after the other (one JSON object per line with --json). Quantized modules (GPTQ,
+    AWQ, bitsandbytes 4/8-bit, FP8 with scales, compressed-tensors) are named: a second table
+    gives each one's scheme, bits, group size and the weight's shape and parameters once
+    unpacked next to what is stored (--json: "quantized"); their layout descriptors (a few bytes
+    each) are read too. A FILE may be a URL (https://, hf://ORG/REPO/FILE, s3://): a safetensors
+    header costs two or three range requests, and --json adds "remote": {requests,
+    bytes_fetched}.
 
     \b
     Examples:
@@ -94,6 +96,7 @@ def command(
       ckptctl ls model.safetensors --stats
       ckptctl ls checkpoint/step-1000
       ckptctl ls model-gptq.safetensors
+      ckptctl ls ckpt --state-key exp_avg
     """
     from ckptctl.ops.inspect import list_tensors
 

@@ -52,9 +52,17 @@ def _ensure_loaded() -> None:
     _LOADED = True
     # Imported here so that `ckptctl --help` does not pay for numpy and cbor2. Each module lists
     # its formats in ``SPECS`` and never imports this package (no import circle).
-    from ckptctl.formats import burnpack, burnrecord, dcp, pytorch, safetensors, sharded
+    from ckptctl.formats import (
+        burnpack,
+        burnrecord,
+        dcp,
+        deepspeed,
+        pytorch,
+        safetensors,
+        sharded,
+    )
 
-    for module in (burnpack, burnrecord, dcp, pytorch, safetensors, sharded):
+    for module in (burnpack, burnrecord, dcp, deepspeed, pytorch, safetensors, sharded):
         for spec in module.SPECS:
             register_format(spec)
 
@@ -92,8 +100,9 @@ DCP_METADATA = ".metadata"
 
 
 def resolve_path(path: str | os.PathLike[str]) -> str:
-    """``path``, or for a directory the checkpoint in it: a DCP directory's ``.metadata``, its
-    ``*.index.json``, else its one checkpoint file.
+    """``path``, or for a directory the checkpoint in it: a DCP directory's ``.metadata``, a
+    DeepSpeed save's ``latest`` (a tag folder stays itself: see :func:`_open_resolved`), else
+    its ``*.index.json``, else its one checkpoint file.
 
     Raises:
         InputError: the directory holds no checkpoint, or several (named, to choose from).
@@ -106,6 +115,11 @@ def resolve_path(path: str | os.PathLike[str]) -> str:
             return resolve_url(name, CHECKPOINT_SUFFIXES)
     if not os.path.isdir(name):
         return name
+    from ckptctl.formats.deepspeed import find_checkpoint  # a DeepSpeed save, by its files
+
+    deepspeed = find_checkpoint(name)
+    if deepspeed is not None:
+        return deepspeed
     try:
         listing = os.listdir(name)
     except PermissionError:
@@ -130,6 +144,19 @@ def resolve_path(path: str | os.PathLike[str]) -> str:
     )
 
 
+def _open_resolved(path: str | os.PathLike[str]) -> tuple[ByteSource, FormatSpec | None]:
+    """The source to read for ``path`` and, when its format is not sniffed, that format: a
+    DeepSpeed tag folder is read through its rank-0 model states file, which alone is a .pt."""
+    resolved = resolve_path(path)
+    if "://" not in resolved and os.path.isdir(resolved):
+        from ckptctl.formats import deepspeed
+
+        stand_in = deepspeed.stand_in(resolved)
+        if stand_in is not None:
+            return open_source(stand_in), deepspeed.SPEC
+    return open_source(resolved), None
+
+
 def detect_format(path: str | os.PathLike[str]) -> FormatSpec:
     """Detect a file's format from its content (never its extension).
 
@@ -138,9 +165,10 @@ def detect_format(path: str | os.PathLike[str]) -> FormatSpec:
         UnknownFormatError: no format recognises it; the message says what the file looks like.
     """
     _ensure_loaded()
-    with open_source(resolve_path(path)) as source:
+    source, spec = _open_resolved(path)
+    with source:
         try:
-            return _sniff(source)
+            return spec or _sniff(source)
         except UnknownFormatError as exc:
             raise _with_embedded(exc, source) from None
 
@@ -164,9 +192,9 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         ...     print(ckpt["fc.weight"].shape)
     """
     _ensure_loaded()
-    source = open_source(resolve_path(path))
+    source, spec = _open_resolved(path)
     try:
-        spec = _sniff(source)
+        spec = spec or _sniff(source)
         return spec.open(source)
     except UnknownFormatError as exc:
         try:
@@ -199,8 +227,9 @@ def read_layout(path: str | os.PathLike[str]) -> HeaderLayout:
         UnsupportedError: the format has no byte-level layout view.
     """
     _ensure_loaded()
-    with open_source(resolve_path(path)) as source:
-        spec = _sniff(source)
+    source, spec = _open_resolved(path)
+    with source:
+        spec = spec or _sniff(source)
         if spec.layout is None:
             raise UnsupportedError(f"no header view for {spec.name} files", path=source.path)
         try:

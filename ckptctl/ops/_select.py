@@ -30,6 +30,8 @@ def select_state_key(
     if key is None:
         return list(entries)
     key = key.strip(".")
+    if ckpt is not None and key in ckpt.views:  # another tensor set (DeepSpeed's exp_avg ...)
+        return ckpt.views[key]()
     prefix = key + "."
     out = [e.renamed(e.name[len(prefix) :]) for e in entries if e.name.startswith(prefix)]
     if out:
@@ -51,9 +53,12 @@ def select_state_key(
 OUTSIDE_NAMES_SHOWN = 3
 
 
-def outside_state_key(entries: Sequence[TensorEntry], key: str | None) -> list[str]:
-    """The names of the tensors that :func:`select_state_key` leaves out (none without a key)."""
-    if key is None:
+def outside_state_key(
+    entries: Sequence[TensorEntry], key: str | None, ckpt: Checkpoint | None = None
+) -> list[str]:
+    """The names of the tensors that :func:`select_state_key` leaves out (none without a key,
+    or when the key names one of ``ckpt.views``)."""
+    if key is None or (ckpt is not None and key.strip(".") in ckpt.views):
         return []
     prefix = key.strip(".") + "."
     return [e.name for e in entries if not e.name.startswith(prefix)]

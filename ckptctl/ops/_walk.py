@@ -2,9 +2,12 @@
 
 A directory that *is* a checkpoint keeps being one: a directory with one ``*.index.json`` at its
 top opens as that sharded checkpoint (``formats.resolve_path``), as before, and so does a
-torch.distributed.checkpoint directory (a ``.metadata`` file); below a walked directory, the
-``.distcp`` files beside a ``.metadata`` are checked through it. Any other directory
-is walked: every file below it, sorted by name at each level, files before subdirectories.
+torch.distributed.checkpoint directory (a ``.metadata`` file) and a DeepSpeed save (``latest``,
+``global_step*/``); below a walked directory, the ``.distcp`` files beside a ``.metadata`` are
+checked through it, and a DeepSpeed save found there is one checkpoint too (it comes after the
+files of its parent). Any other directory is walked: every file below it, sorted by name at each
+level, files before subdirectories.
+
 Hidden directories (``.git``, ``.venv``, ...) are not entered and symbolic links to
 directories are not followed (no cycles). In a walked directory that holds ``*.index.json``
 files, the shards an index names are checked through the index, not one by one again.
@@ -44,11 +47,18 @@ def expand(paths: list[str]) -> list[Target]:
     directory with no file at all is checked as given: ``resolve_path`` says it is empty)."""
     out: list[Target] = []
     for path in paths:
-        if "://" in path or not os.path.isdir(path) or _is_sharded_dir(path):
+        if "://" in path or not os.path.isdir(path) or _is_checkpoint_dir(path):
             out.append(Target(path))
         else:
             out.extend(_walk(path) or [Target(path)])
     return out
+
+
+def _is_checkpoint_dir(path: str) -> bool:
+    """A directory that opens as one checkpoint: sharded, DCP, or a DeepSpeed save."""
+    from ckptctl.formats.deepspeed import is_deepspeed_dir
+
+    return _is_sharded_dir(path) or is_deepspeed_dir(path)
 
 
 def _is_sharded_dir(path: str) -> bool:
@@ -68,8 +78,12 @@ def _walk(top: str) -> list[Target]:
     def unreadable(exc: OSError) -> None:  # listed as given: verify reports why it failed
         out.append(Target(exc.filename or top))
 
+    from ckptctl.formats.deepspeed import is_deepspeed_dir
+
     for root, dirs, files in os.walk(top, onerror=unreadable):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        saves = [d for d in dirs if is_deepspeed_dir(os.path.join(root, d))]
+        dirs[:] = [d for d in dirs if d not in saves]  # a DeepSpeed save is one checkpoint
         names = sorted(files)
         covered: set[str] = set()
         if DCP_METADATA in names:  # a DCP directory below: its rank files through .metadata
@@ -83,6 +97,7 @@ def _walk(top: str) -> list[Target]:
             for n in names
             if os.path.normpath(os.path.join(root, n)) not in covered
         )
+        out.extend(Target(os.path.join(root, d), top) for d in saves)
     return out
 
 

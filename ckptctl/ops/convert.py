@@ -213,7 +213,7 @@ def convert(
         elif target_specs is not None:  # unproven: the check refuses them
             ambiguous += [AmbiguousTensor(out, AmbiguityKind.ROPE, (src,))
                           for src, out in rope if out in target_specs]  # fmt: skip
-        outside = outside_state_key(everything, opts.state_key)
+        outside = outside_state_key(everything, opts.state_key, ckpt)
         if outside and opts.state_key is not None:
             warnings.insert(0, describe_outside(outside, len(everything), opts.state_key))
         outputs = [item.entry for item in items if item.entry is not None]

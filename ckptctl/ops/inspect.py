@@ -90,7 +90,7 @@ def list_tensors(
         everything = ckpt.entries()
         entries = select_state_key(everything, state_key, ckpt)
         total = len(entries)
-        outside = outside_state_key(everything, state_key)
+        outside = outside_state_key(everything, state_key, ckpt)
         quantized = find_quantized(entries)
         if regex is not None:
             entries = [e for e in entries if regex.search(e.name)]

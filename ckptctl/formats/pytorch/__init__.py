@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ckptctl.model import JSONValue, TensorEntry
     from ckptctl.sources import ByteSource
 
-__all__ = ["layout_pytorch", "open_pytorch", "sniff_pytorch"]
+__all__ = ["layout_pytorch", "open_pytorch", "open_pytorch_tree", "sniff_pytorch"]
 
 
 @contextlib.contextmanager
@@ -68,6 +68,17 @@ def open_pytorch(source: ByteSource) -> Checkpoint:
         CorruptCheckpointError: truncated or malformed container or pickle.
         UnsupportedError: a tensor uses a dtype or layout ckptctl cannot represent.
     """
+    return open_pytorch_tree(source)[0]
+
+
+def open_pytorch_tree(source: ByteSource) -> tuple[Checkpoint, object]:
+    """:func:`open_pytorch`, and the unpickled object tree itself: plain values as they are,
+    tensors as ``TensorRef``, unknown globals as inert ``Stub`` objects (formats built on
+    ``torch.save`` files, such as DeepSpeed's, read their own metadata from it).
+
+    Raises:
+        UnsafePickleError, CorruptCheckpointError, UnsupportedError: as :func:`open_pytorch`.
+    """
     from ckptctl.formats.pytorch._safety import Ledger
     from ckptctl.formats.pytorch._structure import analyse, make_entries
 
@@ -85,7 +96,7 @@ def open_pytorch(source: ByteSource) -> Checkpoint:
         raise CorruptCheckpointError(
             f"checkpoint exceeds a resource limit ({type(exc).__name__})", path=source.path
         ) from None
-    return Checkpoint(
+    ckpt = Checkpoint(
         entries,
         path=source.path,
         format=parsed.format,
@@ -97,6 +108,7 @@ def open_pytorch(source: ByteSource) -> Checkpoint:
         sources=[source],
         safety=parsed.ledger.safety,
     )
+    return ckpt, parsed.root
 
 
 def layout_pytorch(source: ByteSource) -> HeaderLayout:

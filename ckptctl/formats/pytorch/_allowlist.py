@@ -122,6 +122,10 @@ _HARMLESS_FUNCTIONS = frozenset(
     }
 )  # fmt: skip
 _HARMLESS_FUNCTION_MODULES = ("torch.jit._pickle.",)
+#: Classes with a lower-case name, which would otherwise be judged as called functions:
+#: DeepSpeed's ``@dataclass class fragment_address(numel, start)`` is in every ZeRO optimizer
+#: states file (``param_slice_mappings``) since deepspeed 0.10.
+_LOWER_CASE_CLASSES = frozenset({"deepspeed.utils.tensor_fragment.fragment_address"})
 #: Globals whose call calls one of its arguments (argument index): that argument is called too.
 CALLS_ARGUMENT = {
     "torch._tensor._rebuild_from_type_v2": 0,
@@ -171,6 +175,7 @@ def classify(module: str, name: str, *, called: bool) -> tuple[Verdict, str | No
     if (
         full in _HARMLESS_STDLIB
         or full in _HARMLESS_FUNCTIONS
+        or full in _LOWER_CASE_CLASSES
         or full.startswith(_HARMLESS_FUNCTION_MODULES)
         or (full.startswith(_HARMLESS_STDLIB_CLASSES) and not _is_function_name(name))
     ):
