@@ -757,7 +757,7 @@ def _sources(src: str | os.PathLike[str], ckpt: Checkpoint) -> list[str]:
     if ckpt.sharding is not None:  # shards sit beside the index (src may be its directory)
         base = os.path.dirname(ckpt.sharding.index)
         paths.extend([ckpt.sharding.index, *(os.path.join(base, s) for s in ckpt.sharding.shards)])
-    return paths
+    return list(dict.fromkeys(paths))  # src may be the index itself
 
 
 @dataclass(frozen=True, eq=False)
