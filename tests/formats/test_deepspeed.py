@@ -24,6 +24,7 @@ from ckptctl.ops.convert import ConvertOptions, convert
 from ckptctl.ops.verify import verify
 from ckptctl.safety import Verdict
 from tests.conftest import VALID
+from tests.formats._shares import assert_shares_equal_one_run
 
 DEEPSPEED = VALID / "deepspeed"
 CASES = sorted(p.name for p in DEEPSPEED.iterdir() if p.name.startswith("zero"))
@@ -295,6 +296,19 @@ def test_convert_state_key_writes_one_optimizer_state(tmp_path: Path) -> None:
     assert sorted(tensors) == sorted(n for n, s in universal.items() if "exp_avg" in s)
     for name, (_, _, raw) in tensors.items():
         assert digest(raw) == universal[name]["exp_avg"]["sha256"]
+
+
+@pytest.mark.parametrize("case", ["zero2_bf16_2rank", "zero3_fp32_2rank"])
+def test_three_shares_and_the_index_equal_one_whole_run(
+    case: str, tmp_path: Path, run_cli: Any
+) -> None:
+    written = assert_shares_equal_one_run(run_cli, DEEPSPEED / case, tmp_path, "200")
+    index = json.loads(written["model.safetensors.index.json"])
+    got: dict[str, str] = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        tensors = read_safetensors(tmp_path / "split" / shard)
+        got.update((name, digest(raw)) for name, (_, _, raw) in tensors.items())
+    assert got == {name: one["sha256"] for name, one in expected(case)}
 
 
 def test_header_lists_every_file_and_accounts_for_its_bytes() -> None:
