@@ -184,7 +184,8 @@ class TensorData:
 
     def file_pieces(self) -> list[tuple[ByteSource, int, int]] | None:
         """``(source, absolute offset, length)`` ranges whose bytes, one after the other, are the
-        tensor's (a tensor stored as row ranges in several files); None when it is not so."""
+        tensor's (a tensor made of ranges of several files, :class:`PiecesData`); None when it is
+        not so."""
         return None
 
 
@@ -209,6 +210,70 @@ class FileData(TensorData):
 
     def is_ranged(self) -> bool:
         return True
+
+
+@dataclass(frozen=True)
+class Piece:
+    """``length`` bytes from byte ``start`` of ``data``."""
+
+    data: TensorData
+    start: int
+    length: int
+
+
+@dataclass(frozen=True, eq=False)
+class PiecesData(TensorData):
+    """A tensor whose bytes are byte ranges of other tensors, one after the other: a DeepSpeed
+    parameter across the ranks' flat partitions, a DCP tensor split by rows across rank files.
+
+    Nothing is assembled until the tensor is read; writers copy each piece that lies in a file
+    straight from it (:meth:`file_pieces`), or read a large tensor a range at a time.
+    """
+
+    pieces: tuple[Piece, ...]
+    nbytes: int
+
+    def read(self) -> memoryview:
+        if len(self.pieces) == 1:
+            p = self.pieces[0]
+            return memoryview(p.data.read_range(p.start, p.length)).cast("B")
+        out = bytearray(self.nbytes)
+        done = 0
+        for p in self.pieces:
+            out[done : done + p.length] = p.data.read_range(p.start, p.length)
+            done += p.length
+        return memoryview(out)
+
+    def file_range(self) -> tuple[ByteSource, int] | None:
+        if len(self.pieces) != 1:
+            return None
+        p = self.pieces[0]
+        where = p.data.file_range()
+        return None if where is None else (where[0], where[1] + p.start)
+
+    def read_range(self, start: int, length: int) -> bytes | memoryview:
+        if start < 0 or length < 0 or start + length > self.nbytes:
+            raise ValueError(f"range {start}+{length} outside a tensor of {self.nbytes} bytes")
+        parts: list[bytes | memoryview] = []
+        at = 0
+        for p in self.pieces:
+            lo, hi = max(start, at), min(start + length, at + p.length)
+            if lo < hi:
+                parts.append(p.data.read_range(p.start + lo - at, hi - lo))
+            at += p.length
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def is_ranged(self) -> bool:
+        return True
+
+    def file_pieces(self) -> list[tuple[ByteSource, int, int]] | None:
+        out = []
+        for p in self.pieces:
+            where = p.data.file_range()
+            if where is None:
+                return None
+            out.append((where[0], where[1] + p.start, p.length))
+        return out
 
 
 @dataclass(frozen=True, eq=False)

@@ -94,7 +94,7 @@ class FormatContract:
     ext: ClassVar[str]
     dtypes: ClassVar[tuple[DType, ...]] = tuple(DType)
     keeps_metadata: ClassVar[bool] = True
-    #: Tensor names the format cannot hold (its writer refuses them with OutputError).
+    #: Tensor names the format cannot hold (its writer refuses them with UnsupportedError).
     reserved_names: ClassVar[frozenset[str]] = frozenset()
 
     def make_unknown_dtype_file(self, path: Path) -> None:

@@ -119,7 +119,7 @@ def write_entry_bytes(out: IO[bytes], entry: TensorEntry) -> None:
     """
     where = entry.data.file_range()
     pieces = entry.data.file_pieces() if where is None and has_fileno(out) else None
-    if pieces is not None:  # rows in several files (a DCP tensor split by rows): each copied
+    if pieces is not None:  # ranges of several files (PiecesData): each copied
         start = out.tell()
         for source, offset, length in pieces:
             copy_range(source, offset, length, out)

@@ -180,6 +180,10 @@ def loads_strict(text: str, what: str) -> JSONValue:
         _corrupt(f"the {what} is not valid JSON: {exc}")
 
 
+#: The fix for a tensor name an output format cannot store.
+RENAME = Option("remap", takes_value=True)
+
+
 def check_tensor_name(name: str) -> str | None:
     """Why ``name`` is not an acceptable tensor name, or None when it is."""
     if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
@@ -516,9 +520,10 @@ def plan_header(entries: Sequence[TensorEntry], metadata: Mapping[str, str]) -> 
     serde_json writes it, and padded with spaces so the data section starts at a multiple of 8.
 
     Raises:
-        OutputError: duplicate or unacceptable tensor names, non-string metadata, a header over
+        OutputError: duplicate tensor names, non-string metadata, a header over
             ``MAX_HEADER_BYTES``.
-        UnsupportedError: a dtype safetensors cannot hold (``C128``).
+        UnsupportedError: a dtype safetensors cannot hold (``C128``), a tensor name it cannot
+            (control characters, too long, ``__metadata__``).
         CorruptCheckpointError: an entry's ``nbytes`` does not match its shape and dtype.
     """
     header: dict[str, JSONValue] = {}
@@ -530,11 +535,16 @@ def plan_header(entries: Sequence[TensorEntry], metadata: Mapping[str, str]) -> 
         header[METADATA_KEY] = dict(metadata)
     offset = 0
     for entry in entries:
-        if entry.name in header or entry.name == METADATA_KEY:
-            raise OutputError(f"tensor name {entry.name!r} appears twice or is reserved")
-        problem = check_tensor_name(entry.name)
+        if entry.name in header and entry.name != METADATA_KEY:
+            raise OutputError(f"tensor name {entry.name!r} appears twice")
+        # A name safetensors readers refuse (ckptctl's too) comes from a valid input that the
+        # format cannot hold, like a dtype it lacks: unsupported (exit 4), not an output error.
+        problem = "is reserved" if entry.name == METADATA_KEY else check_tensor_name(entry.name)
         if problem:
-            raise OutputError(f"tensor name {entry.name!r} {problem}")
+            raise UnsupportedError(
+                f"tensor name {entry.name!r} {problem}, which safetensors cannot store",
+                hint=Note("write a .pt instead, or rename it with {fix0}", (RENAME,)),
+            )
         if entry.dtype.value not in _SUPPORTED:
             raise UnsupportedError(
                 f"tensor {entry.name!r} has dtype {entry.dtype.value}, which safetensors "

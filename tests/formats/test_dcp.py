@@ -19,6 +19,7 @@ from ckptctl.formats.pytorch import _unpickler
 from ckptctl.model import CheckpointKind
 from ckptctl.safety import Verdict
 from tests.conftest import VALID
+from tests.formats._shares import assert_shares_equal_one_run
 
 DIST = VALID / "distributed"
 TRUTH = json.loads((DIST / "truth.json").read_text())
@@ -264,36 +265,11 @@ def test_convert_writes_the_consolidated_tensors(tmp_path: Path, run_cli) -> Non
     assert sorted(load_file(model)) == ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"]
 
 
-def _files(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
-
-
 @pytest.mark.parametrize(("source", "shard_size"), [("fsdp2", "1KB"), ("dcp_single", "300")])
 def test_three_shares_and_the_index_equal_one_whole_run(
     source: str, shard_size: str, tmp_path: Path, run_cli
 ) -> None:
-    """``--shards K/N`` runs (as a job array would) plus ``--index-only``: byte for byte the
-    files of one run, and each run writes only its own files."""
-    whole, split = tmp_path / "whole", tmp_path / "split"
-    whole.mkdir()
-    split.mkdir()
-    size = ("--max-shard-size", shard_size)
-    assert run_cli("convert", DIST / source, whole / "model.safetensors", *size).code == 0
-    written = _files(whole)
-    shards = [n for n in written if not n.endswith(".index.json")]
-    assert len(shards) >= 4  # more shards than runs: some runs write several
-    for part in ("2/3", "1/3", "3/3"):  # any order
-        before = set(_files(split))
-        result = run_cli("convert", DIST / source, split / "model.safetensors", *size,
-                         "--shards", part)  # fmt: skip
-        assert result.code == 0, result.stderr
-        k = int(part[0])
-        mine = {n for i, n in enumerate(sorted(shards)) if i % 3 == k - 1}
-        assert set(_files(split)) - before == mine
-    assert not any(n.endswith(".index.json") for n in _files(split))
-    assert run_cli("convert", DIST / source, split / "model.safetensors", *size,
-                   "--index-only").code == 0  # fmt: skip
-    assert _files(split) == written
+    assert_shares_equal_one_run(run_cli, DIST / source, tmp_path, shard_size)
 
 
 def test_shares_need_a_sharded_output_and_a_real_share(tmp_path: Path, run_cli) -> None:

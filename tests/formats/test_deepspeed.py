@@ -24,6 +24,7 @@ from ckptctl.ops.convert import ConvertOptions, convert
 from ckptctl.ops.verify import verify
 from ckptctl.safety import Verdict
 from tests.conftest import VALID
+from tests.formats._shares import assert_shares_equal_one_run
 
 DEEPSPEED = VALID / "deepspeed"
 CASES = sorted(p.name for p in DEEPSPEED.iterdir() if p.name.startswith("zero"))
@@ -254,6 +255,38 @@ def test_convert_writes_zero_to_fp32s_tensors(case: str, tmp_path: Path) -> None
         assert digest(raw) == one["sha256"], name
 
 
+@pytest.mark.parametrize("case", ["zero2_fp32_2rank", "zero3_fp32_2rank"])
+def test_convert_copies_each_piece_straight_from_its_rank_file(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parameter split over the ranks is copied piece by piece with the file-range copy
+    (``copy_file_range``), never gathered in memory; the output stays zero_to_fp32's bytes."""
+    from ckptctl.sources import copy_range as real
+
+    copied: list[tuple[str, int]] = []
+
+    def spy(source: Any, offset: int, length: int, out: Any) -> None:
+        copied.append((Path(source.path).name, length))
+        real(source, offset, length, out)
+
+    monkeypatch.setattr("ckptctl.formats._base.copy_range", spy)
+    out = tmp_path / "model.safetensors"
+    convert(DEEPSPEED / case, out)
+    want = expected(case)
+    tensors = read_safetensors(out)
+    assert {n: digest(raw) for n, (_, _, raw) in tensors.items()} == {
+        n: one["sha256"] for n, one in want
+    }
+    # every byte of the output's tensors came through the file-range copy, split ones in pieces
+    itemsize = {"F32": 4, "I64": 8}
+    assert sum(n for _, n in copied) == sum(
+        math.prod(one["shape"]) * itemsize[one["dtype"]] for _, one in want
+    )
+    assert len(copied) > len(want)
+    optim = {f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in range(2)}
+    assert optim <= {name for name, _ in copied}
+
+
 def test_convert_state_key_writes_one_optimizer_state(tmp_path: Path) -> None:
     case = "zero3_fp32_2rank"
     out = tmp_path / "exp_avg.safetensors"
@@ -263,6 +296,19 @@ def test_convert_state_key_writes_one_optimizer_state(tmp_path: Path) -> None:
     assert sorted(tensors) == sorted(n for n, s in universal.items() if "exp_avg" in s)
     for name, (_, _, raw) in tensors.items():
         assert digest(raw) == universal[name]["exp_avg"]["sha256"]
+
+
+@pytest.mark.parametrize("case", ["zero2_bf16_2rank", "zero3_fp32_2rank"])
+def test_three_shares_and_the_index_equal_one_whole_run(
+    case: str, tmp_path: Path, run_cli: Any
+) -> None:
+    written = assert_shares_equal_one_run(run_cli, DEEPSPEED / case, tmp_path, "200")
+    index = json.loads(written["model.safetensors.index.json"])
+    got: dict[str, str] = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        tensors = read_safetensors(tmp_path / "split" / shard)
+        got.update((name, digest(raw)) for name, (_, _, raw) in tensors.items())
+    assert got == {name: one["sha256"] for name, one in expected(case)}
 
 
 def test_header_lists_every_file_and_accounts_for_its_bytes() -> None:

@@ -415,9 +415,11 @@ def test_name_length_limit_is_inclusive():
     ok = array_entry("n" * stmod.MAX_NAME_BYTES, np.zeros((1,), dtype=np.uint8))
     assert stmod.plan_header([ok], {})[:8] != b""
     long = array_entry("n" * (stmod.MAX_NAME_BYTES + 1), np.zeros((1,), dtype=np.uint8))
-    with pytest.raises(OutputError) as info:
+    with pytest.raises(UnsupportedError) as info:
         stmod.plan_header([long], {})
-    assert info.value.message.endswith(" is longer than 16384 bytes")
+    assert info.value.message.endswith(
+        " is longer than 16384 bytes, which safetensors cannot store"
+    )
 
 
 def test_lone_surrogate_in_a_name_is_refused():

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from ckptctl.errors import CkptError, CorruptCheckpointError, InputError, UnsupportedError
 from ckptctl.formats._base import FormatSpec
-from ckptctl.formats.dcp._assemble import AssembledData, Piece, absolute
+from ckptctl.formats.dcp._assemble import AssembledData, LazyChunk, absolute
 from ckptctl.formats.dcp._metadata import (
     FILES_SHOWN,
     MAX_VALUES,
@@ -269,11 +269,11 @@ def open_dcp(source: ByteSource) -> Checkpoint:
     try:
         entries = []
         for tensor in meta.tensors:
-            pieces = tuple(
-                Piece(c.offsets, c.sizes, functools.partial(_chunk_entry, opened, tensor, c))
+            chunks = tuple(
+                LazyChunk(c.offsets, c.sizes, functools.partial(_chunk_entry, opened, tensor, c))
                 for c in tensor.chunks
             )
-            data = AssembledData(pieces, tensor.dtype, tensor.shape)
+            data = AssembledData(chunks, tensor.dtype, tensor.shape)
             files = len({c.item.file for c in tensor.chunks})
             entries.append(
                 TensorEntry(

@@ -9,7 +9,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ckptctl.errors import CorruptCheckpointError
-from ckptctl.model import FileData, TensorData, TensorEntry, iter_row_blocks
+from ckptctl.model import (
+    FileData,
+    Piece,
+    PiecesData,
+    TensorData,
+    TensorEntry,
+    iter_row_blocks,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -20,7 +27,7 @@ if TYPE_CHECKING:
     from ckptctl.sources import ByteSource, SliceSource
 
 
-class Piece:
+class LazyChunk:
     """One chunk of a tensor: where it goes (``offsets``, ``sizes``, from ``.metadata``) and its
     entry, opened from its item the first time its bytes are needed (listing a checkpoint of
     100,000 items opens none of them)."""
@@ -52,12 +59,12 @@ class AssembledData(TensorData):
     """A tensor's bytes assembled from its chunks.
 
     Attributes:
-        pieces: the chunks.
+        chunks: the chunks.
         dtype: the tensor's dtype.
         shape: the global shape.
     """
 
-    pieces: tuple[Piece, ...]
+    chunks: tuple[LazyChunk, ...]
     dtype: DType
     shape: tuple[int, ...]
 
@@ -68,20 +75,27 @@ class AssembledData(TensorData):
 
     def _whole(self) -> TensorEntry | None:
         """The one chunk, when it is the whole tensor."""
-        if len(self.pieces) == 1 and self.pieces[0].sizes == self.shape:
-            return self.pieces[0].entry
-        return None
+        return self.chunks[0].entry if self._is_one_chunk() else None
 
-    def _by_rows(self) -> list[tuple[int, int, Piece]] | None:
-        """``(first byte, bytes, piece)`` per chunk, when every chunk is whole rows."""
-        if not self.shape or (len(self.pieces) == 1 and self.pieces[0].sizes == self.shape):
-            return None
+    def _split_by_rows(self) -> bool:
+        """Whether the tensor is several chunks, each whole rows (of the first dimension)."""
+        if not self.shape or self._is_one_chunk():
+            return False
         rest = self.shape[1:]
-        if any(p.sizes[1:] != rest or any(p.offsets[1:]) for p in self.pieces):
+        return all(c.sizes[1:] == rest and not any(c.offsets[1:]) for c in self.chunks)
+
+    def _is_one_chunk(self) -> bool:
+        return len(self.chunks) == 1 and self.chunks[0].sizes == self.shape
+
+    def _rows(self) -> PiecesData | None:
+        """The chunks' bytes in row order, when split by rows (the chunks tile the tensor,
+        ``_metadata`` checks, so one after the other they are its bytes)."""
+        if not self._split_by_rows():
             return None
-        row = math.prod(rest) * self.dtype.itemsize
-        rows = [(p.offsets[0] * row, p.sizes[0] * row, p) for p in self.pieces if p.sizes[0]]
-        return sorted(rows, key=lambda r: r[0])
+        row = math.prod(self.shape[1:]) * self.dtype.itemsize
+        ordered = sorted((c for c in self.chunks if c.sizes[0]), key=lambda c: c.offsets[0])
+        pieces = tuple(Piece(c.entry.data, 0, c.sizes[0] * row) for c in ordered)
+        return PiecesData(pieces, self.nbytes)
 
     def read(self) -> memoryview:
         import numpy as np
@@ -91,28 +105,20 @@ class AssembledData(TensorData):
             return memoryview(whole.data.read())
         out: NDArray[Any] = np.empty(self.shape, dtype=self.dtype.numpy)
         flat = out.reshape(-1).view(np.uint8).data
-        for piece in self.pieces:
-            entry = piece.entry
-            if not scatter(flat, self.shape, piece.offsets, entry):
+        for chunk in self.chunks:
+            entry = chunk.entry
+            if not scatter(flat, self.shape, chunk.offsets, entry):
                 for first, block in iter_row_blocks(entry):
                     place = tuple(
                         slice(o + (first if d == 0 else 0), o + (first if d == 0 else 0) + n)
-                        for d, (o, n) in enumerate(zip(piece.offsets, block.shape, strict=True))
+                        for d, (o, n) in enumerate(zip(chunk.offsets, block.shape, strict=True))
                     )
                     out[place] = block
         return flat
 
     def file_pieces(self) -> list[tuple[ByteSource, int, int]] | None:
-        rows = self._by_rows()
-        if rows is None:
-            return None
-        pieces = []
-        for _, nbytes, piece in rows:
-            where = piece.entry.data.file_range()
-            if where is None:
-                return None
-            pieces.append((where[0], where[1], nbytes))
-        return pieces
+        rows = self._rows()
+        return None if rows is None else rows.file_pieces()
 
     def file_range(self) -> tuple[ByteSource, int] | None:
         whole = self._whole()
@@ -122,22 +128,16 @@ class AssembledData(TensorData):
         whole = self._whole()
         if whole is not None:
             return whole.data.is_ranged()
-        return self._by_rows() is not None
+        return self._split_by_rows()
 
     def read_range(self, start: int, length: int) -> bytes | memoryview:
         whole = self._whole()
         if whole is not None:
             return whole.data.read_range(start, length)
-        rows = self._by_rows()
+        rows = self._rows()
         if rows is None:
             return self.read()[start : start + length]
-        parts: list[bytes | memoryview] = []
-        end = start + length
-        for first, nbytes, piece in rows:
-            lo, hi = max(start, first), min(end, first + nbytes)
-            if lo < hi:
-                parts.append(piece.entry.data.read_range(lo - first, hi - lo))
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return rows.read_range(start, length)
 
 
 #: Shortest contiguous run gathered by ``preadv`` straight into the tensor (shorter runs go

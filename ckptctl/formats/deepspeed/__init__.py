@@ -38,7 +38,7 @@ The consolidated tensors are ``deepspeed/utils/zero_to_fp32.py``'s
   would give them), and says so in the notes.
 
 No tensor is assembled in memory: each is a list of byte ranges in the rank files
-(``_pieces.Pieces``), copied straight into the output. ``--state-key exp_avg`` (``exp_avg_sq``,
+(``model.PiecesData``), copied straight into the output. ``--state-key exp_avg`` (``exp_avg_sq``,
 ``step``) selects the optimizer state of every trainable parameter, by parameter name, laid out
 like the weights.
 

@@ -1,77 +1,22 @@
 """DeepSpeed tensors made of byte ranges of other tensors (the ranks' flat partitions).
 
-A consolidated parameter is a run of ``_Piece`` s: byte ranges of the flat fp32 tensors in the
-rank files, in order. Nothing is assembled until a tensor is read, and writers read a large one
-``CHUNK_BYTES`` at a time through :meth:`Pieces.read_range` (or copy a single range straight
-from the file).
+A consolidated parameter is a ``model.PiecesData``: byte ranges (``Piece`` s) of the flat fp32
+tensors in the rank files, in order, which writers copy straight from the files.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ckptctl.dtypes import DType
 from ckptctl.errors import CorruptCheckpointError
-from ckptctl.model import ComputedData, TensorData, TensorEntry
+from ckptctl.model import ComputedData, Piece, PiecesData, TensorEntry
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from numpy.typing import NDArray
-
-    from ckptctl.sources import ByteSource
-
-
-@dataclass(frozen=True)
-class Piece:
-    """``length`` bytes from byte ``start`` of ``data``."""
-
-    data: TensorData
-    start: int
-    length: int
-
-
-@dataclass(frozen=True, eq=False)
-class Pieces(TensorData):
-    """A tensor whose bytes are byte ranges of other tensors, one after the other."""
-
-    pieces: tuple[Piece, ...]
-    nbytes: int
-
-    def read(self) -> memoryview:
-        if len(self.pieces) == 1:
-            p = self.pieces[0]
-            return memoryview(p.data.read_range(p.start, p.length)).cast("B")
-        out = bytearray(self.nbytes)
-        done = 0
-        for p in self.pieces:
-            out[done : done + p.length] = p.data.read_range(p.start, p.length)
-            done += p.length
-        return memoryview(out)
-
-    def file_range(self) -> tuple[ByteSource, int] | None:
-        if len(self.pieces) != 1:
-            return None
-        p = self.pieces[0]
-        where = p.data.file_range()
-        return None if where is None else (where[0], where[1] + p.start)
-
-    def read_range(self, start: int, length: int) -> bytes | memoryview:
-        if start < 0 or length < 0 or start + length > self.nbytes:
-            raise ValueError(f"range {start}+{length} outside a tensor of {self.nbytes} bytes")
-        parts: list[bytes | memoryview] = []
-        at = 0
-        for p in self.pieces:
-            lo, hi = max(start, at), min(start + length, at + p.length)
-            if lo < hi:
-                parts.append(p.data.read_range(p.start + lo - at, hi - lo))
-            at += p.length
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def is_ranged(self) -> bool:
-        return True
 
 
 def slice_elements(parts: Sequence[TensorEntry], first: int, count: int) -> list[Piece]:
@@ -111,7 +56,7 @@ def pieces_entry(
 ) -> TensorEntry:
     """An entry over ``pieces``; ``extra`` counts them and the rank files they lie in."""
     nbytes = math.prod(shape) * dtype.itemsize
-    data = Pieces(tuple(pieces), nbytes)
+    data = PiecesData(tuple(pieces), nbytes)
     where = data.file_range()
     files = {id(r[0]) if (r := p.data.file_range()) else id(p.data) for p in pieces}
     extra = {"chunks": str(len(pieces)), "rank_files": str(len(files))}

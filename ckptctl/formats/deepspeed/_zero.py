@@ -18,8 +18,7 @@ from ckptctl.sources import open_source
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from ckptctl.formats.deepspeed._pieces import Piece
-    from ckptctl.model import Checkpoint
+    from ckptctl.model import Checkpoint, Piece
     from ckptctl.sources import ByteSource
 
 #: Most rank files in one tag folder.
