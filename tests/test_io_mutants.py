@@ -752,3 +752,21 @@ def test_libc_function_on_linux_passes_64_bit_arguments_and_keeps_errno(tmp_path
 def test_libc_function_is_none_off_linux(monkeypatch):
     monkeypatch.setattr(sys, "platform", "darwin")
     assert _io.libc_function("sync_file_range", "c_int") is None
+
+
+def test_memory_source_reads_inside_and_names_itself_when_a_read_runs_past_its_end():
+    src = _src.MemorySource(b"abcdef", "outer.pt/inner.pt")
+    assert (src.path, src.size, src.read(2, 3), bytes(src.buffer)) == (
+        "outer.pt/inner.pt",
+        6,
+        b"cde",
+        b"abcdef",
+    )
+    with pytest.raises(CorruptCheckpointError) as info:
+        src.read(4, 3)
+    assert info.value.path == "outer.pt/inner.pt"
+    assert info.value.message == (
+        "read of 3 bytes at offset 4 is past the end of the file (6 bytes)"
+    )
+    with pytest.raises(OSError, match=r"^outer.pt/inner.pt is in memory, it has no file descr"):
+        src.fileno()
