@@ -461,6 +461,10 @@ class Checkpoint(Mapping[str, TensorEntry]):
         safety: the pickle safety verdict (pickle-based formats), None for other formats.
         views: other tensor sets a state key selects instead of the entries, built on demand
             (a DeepSpeed checkpoint's optimizer states by parameter name: ``exp_avg`` ...).
+        check_rest: for formats that open parts only when their bytes are read (a DCP
+            directory's tensor chunks), opens and checks every such part and returns the verdict
+            over the whole checkpoint (``verify`` runs it; a damaged part raises ``CkptError``);
+            None where opening already checked everything.
     """
 
     def __init__(
@@ -479,6 +483,7 @@ class Checkpoint(Mapping[str, TensorEntry]):
         sources: list[ByteSource] | None = None,
         safety: PickleSafety | None = None,
         views: Mapping[str, Callable[[], list[TensorEntry]]] | None = None,
+        check_rest: Callable[[], PickleSafety | None] | None = None,
     ) -> None:
         self._entries: dict[str, TensorEntry] = {}
         for entry in entries:
@@ -496,6 +501,7 @@ class Checkpoint(Mapping[str, TensorEntry]):
         self.objects: Mapping[str, JSONValue] = dict(objects or {})
         self.safety = safety
         self.views: Mapping[str, Callable[[], list[TensorEntry]]] = dict(views or {})
+        self.check_rest = check_rest
         self._sources = list(sources or [])
 
     def __getitem__(self, name: str) -> TensorEntry:

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 
     from ckptctl.model import Checkpoint, JSONValue, TensorEntry
     from ckptctl.report.manifest import TensorHash
+    from ckptctl.safety import PickleSafety
 
     Shape = tuple[int, ...]
     Specs = Mapping[str, tuple[DType, Shape]]
@@ -371,14 +372,18 @@ def _verify_file(path: str, opts: _Options, walked: bool = False) -> FileResult 
             )
         return FileResult(path, fmt, None, None, tuple(findings))
     with ckpt:
-        findings.insert(0, _readable(ckpt))
-        if ckpt.safety is not None:
+        safety, rest = _check_rest(ckpt)
+        findings.insert(0, _readable(ckpt) if rest is None else _fail_from("readable", rest))
+        if safety is not None:
             findings.insert(
                 1,
                 safe_pickle_finding(
-                    ckpt.safety, allow_globals=opts.allowed(path), trust=opts.trust
+                    safety, allow_globals=opts.allowed(path), trust=opts.trust,
+                    readable=rest is None,
                 ),
-            )
+            )  # fmt: skip
+        if rest is not None:  # a damaged part: the other checks would fail on it again
+            return FileResult(path, ckpt.format, ckpt.kind, len(ckpt), tuple(findings))
         flat, entries = _flat_reader(ckpt, opts.state_key)
         findings.append(flat)
         if entries is None:  # nothing below --state-key: the other checks have nothing to see
@@ -408,6 +413,18 @@ def _verify_file(path: str, opts: _Options, walked: bool = False) -> FileResult 
             manifest, where = opts.manifest, opts.hashes
             findings.append(_guard("hashes", lambda: _hashes(entries, manifest, where)))
         return FileResult(path, ckpt.format, ckpt.kind, len(entries), tuple(findings))
+
+
+def _check_rest(ckpt: Checkpoint) -> tuple[PickleSafety | None, CkptError | None]:
+    """The verdict over the whole checkpoint once every part opened lazily (a DCP directory's
+    tensor chunks) is opened too, and the error of a damaged part (with the verdict over what
+    was judged before it)."""
+    if ckpt.check_rest is None:
+        return ckpt.safety, None
+    try:
+        return ckpt.check_rest(), None
+    except CkptError as exc:
+        return carried_safety(exc) or ckpt.safety, exc
 
 
 def _guard(check: str, run: Callable[[], Finding]) -> Finding:

@@ -233,6 +233,79 @@ def test_hostile_metadata_is_unsafe_and_never_unpickled(
     assert "posix.system" in result.stdout
 
 
+def _chunk_item(case: Path) -> tuple[Path, int, int]:
+    """The rank file, offset and length of the first tensor chunk of ``case``."""
+    layout = read_layout(resolve_path(case))
+    chunk = layout.header["tensors"][0]["chunks"][0]
+    return case / chunk["file"], chunk["offset"], chunk["length"]
+
+
+def _hostile_item(length: int) -> bytes:
+    """A torch.save-shaped zip whose data.pkl calls ``os.system``, padded to ``length`` bytes
+    with the archive comment (so ``.metadata``'s offsets still hold)."""
+    import io
+    import zipfile
+
+    def build(comment: bytes) -> bytes:
+        out = io.BytesIO()
+        payload = b"\x80\x02cos\nsystem\nq\x00X\x04\x00\x00\x00trueq\x01\x85q\x02Rq\x03."
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+            z.writestr("archive/data.pkl", payload)
+            z.writestr("archive/version", "3\n")
+            z.comment = comment
+        return out.getvalue()
+
+    raw = build(b"x" * (length - len(build(b""))))
+    assert len(raw) == length
+    return raw
+
+
+def test_verify_judges_every_tensor_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hostile chunk fails verify as unsafe, named, although no command read its bytes."""
+    import os
+
+    from ckptctl.ops.verify import verify
+    from ckptctl.report.verify import FileVerdict
+
+    ran: list[object] = []
+    monkeypatch.setattr(os, "system", lambda *a: ran.append(a))
+    case = copy_case("fsdp2", tmp_path)
+    rank_file, offset, length = _chunk_item(case)
+    data = bytearray(rank_file.read_bytes())
+    data[offset : offset + length] = _hostile_item(length)
+    rank_file.write_bytes(bytes(data))
+    with open_checkpoint(case) as ckpt:  # listing opens no chunk
+        assert ckpt.safety is not None and ckpt.safety.verdict is not Verdict.UNSAFE
+    report = verify(case, trust=True)
+    assert not report.ok
+    result = report.files[0]
+    assert result.verdict is FileVerdict.UNSAFE
+    pickle = next(f for f in result.findings if f.check == "safe-pickle")
+    assert pickle.safety is not None
+    hostile = [g for g in pickle.safety.globals if g.name == "os.system"]
+    assert hostile and hostile[0].where.startswith(rank_file.name)
+    assert "chunk" in hostile[0].where
+    assert ran == []
+
+
+def test_verify_fails_a_damaged_tensor_chunk(tmp_path: Path, run_cli) -> None:
+    """A chunk item that is no zip fails ``readable``, naming its rank file and bytes."""
+    case = copy_case("fsdp2", tmp_path)
+    rank_file, offset, length = _chunk_item(case)
+    data = bytearray(rank_file.read_bytes())
+    data[offset : offset + length] = bytes(length)
+    rank_file.write_bytes(bytes(data))
+    assert run_cli("ls", case).code == 0  # header-only: the chunk is not opened
+    result = run_cli("verify", "--trust", "--format", "json", case)
+    assert result.code == 1
+    findings = {f["check"]: f for f in json.loads(result.stdout)["files"][0]["findings"]}
+    assert findings["readable"]["status"] == "fail"
+    assert f"(bytes {offset}..{offset + length} of {rank_file.name})" in (
+        findings["readable"]["message"]
+    )
+    assert findings["safe-pickle"]["status"] != "fail"  # damaged, not hostile
+
+
 def test_verify_passes_a_good_directory_with_trust(run_cli) -> None:
     result = run_cli("verify", "--trust", DIST / "dtensor_2d")
     assert result.code == 0, result.stdout

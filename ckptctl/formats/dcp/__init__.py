@@ -42,7 +42,13 @@ import functools
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from ckptctl.errors import CkptError, CorruptCheckpointError, InputError, UnsupportedError
+from ckptctl.errors import (
+    CkptError,
+    CorruptCheckpointError,
+    InputError,
+    UnsafePickleError,
+    UnsupportedError,
+)
 from ckptctl.formats._base import FormatSpec
 from ckptctl.formats.dcp._assemble import AssembledData, LazyChunk, absolute
 from ckptctl.formats.dcp._metadata import (
@@ -71,7 +77,7 @@ from ckptctl.model import (
     TensorEntry,
     describe_groups,
 )
-from ckptctl.safety import GlobalUse, PickleSafety, Problem
+from ckptctl.safety import GlobalUse, PickleSafety, Problem, carried_safety
 from ckptctl.sources import ByteSource, SliceSource
 
 if TYPE_CHECKING:
@@ -140,6 +146,11 @@ class _Opened:
                 replace(problem, where=f"{what}: {problem.where}"),
             )
 
+    def safety(self, meta: DcpMetadata) -> PickleSafety:
+        """The verdict over ``.metadata`` and every item (and ``common.pt``) judged so far."""
+        items = PickleSafety(tuple(self.globals.values()), tuple(self.problems.values()))
+        return meta.safety.merge(items)
+
     def close(self) -> None:
         for source in self.sources.values():
             source.close()
@@ -153,7 +164,9 @@ def _read_item(opened: _Opened, item: Item, what: str) -> Checkpoint:
     try:
         ckpt = open_pytorch(source)
     except CkptError as exc:
-        exc.message = f"{what} (bytes {item.offset}..{item.offset + item.length}): {exc.message}"
+        opened.judged(carried_safety(exc), f"{item.file} ({what})")
+        where = f"bytes {item.offset}..{item.offset + item.length} of {item.file}"
+        exc.message = f"{what} ({where}): {exc.message}"
         exc.path = opened.path(item)
         raise
     opened.judged(ckpt.safety, f"{item.file} ({what})")
@@ -267,13 +280,15 @@ def open_dcp(source: ByteSource) -> Checkpoint:
     meta = read_metadata(source)
     opened = _Opened(source, meta)
     try:
-        entries = []
+        entries: list[TensorEntry] = []
+        chunks_of: list[tuple[LazyChunk, ...]] = []
         for tensor in meta.tensors:
             chunks = tuple(
                 LazyChunk(c.offsets, c.sizes, functools.partial(_chunk_entry, opened, tensor, c))
                 for c in tensor.chunks
             )
             data = AssembledData(chunks, tensor.dtype, tensor.shape)
+            chunks_of.append(chunks)
             files = len({c.item.file for c in tensor.chunks})
             entries.append(
                 TensorEntry(
@@ -299,7 +314,22 @@ def open_dcp(source: ByteSource) -> Checkpoint:
     notes = [*megatron_notes, *notes]
     objects.update((k, v) for k, v in common.items() if k not in objects)
     opened.judged(common_safety, MEGATRON_COMMON)
-    items = PickleSafety(tuple(opened.globals.values()), tuple(opened.problems.values()))
+
+    def check_rest() -> PickleSafety:
+        """Open every tensor chunk not opened yet: checked against ``.metadata`` and judged
+        (an unsafe one is kept in the verdict and the others still judged); a damaged one
+        raises, carrying the verdict over everything judged before it."""
+        for chunks in chunks_of:
+            for chunk in chunks:
+                try:
+                    chunk.entry  # noqa: B018  # opening it is the check
+                except UnsafePickleError:
+                    continue  # its verdict is kept (``_read_item``)
+                except CkptError as exc:
+                    exc.safety = opened.safety(meta)
+                    raise
+        return opened.safety(meta)
+
     return Checkpoint(
         entries,
         path=source.path,
@@ -313,7 +343,8 @@ def open_dcp(source: ByteSource) -> Checkpoint:
         objects=objects,
         sharding=Sharding(source.path, meta.files),
         sources=[source, *opened.sources.values()],
-        safety=meta.safety.merge(items),
+        safety=opened.safety(meta),
+        check_rest=check_rest,
     )
 
 
