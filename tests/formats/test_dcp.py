@@ -275,7 +275,8 @@ def test_verify_judges_every_tensor_chunk(tmp_path: Path, monkeypatch: pytest.Mo
     data[offset : offset + length] = _hostile_item(length)
     rank_file.write_bytes(bytes(data))
     with open_checkpoint(case) as ckpt:  # listing opens no chunk
-        assert ckpt.safety is not None and ckpt.safety.verdict is not Verdict.UNSAFE
+        assert ckpt.safety is not None
+        assert ckpt.safety.verdict is not Verdict.UNSAFE
     report = verify(case, trust=True)
     assert not report.ok
     result = report.files[0]
@@ -283,7 +284,8 @@ def test_verify_judges_every_tensor_chunk(tmp_path: Path, monkeypatch: pytest.Mo
     pickle = next(f for f in result.findings if f.check == "safe-pickle")
     assert pickle.safety is not None
     hostile = [g for g in pickle.safety.globals if g.name == "os.system"]
-    assert hostile and hostile[0].where.startswith(rank_file.name)
+    assert hostile
+    assert hostile[0].where.startswith(rank_file.name)
     assert "chunk" in hostile[0].where
     assert ran == []
 
@@ -300,8 +302,9 @@ def test_verify_fails_a_damaged_tensor_chunk(tmp_path: Path, run_cli) -> None:
     assert result.code == 1
     findings = {f["check"]: f for f in json.loads(result.stdout)["files"][0]["findings"]}
     assert findings["readable"]["status"] == "fail"
-    assert f"(bytes {offset}..{offset + length} of {rank_file.name})" in (
-        findings["readable"]["message"]
+    assert (
+        f"(bytes {offset}..{offset + length} of {rank_file.name})"
+        in (findings["readable"]["message"])
     )
     assert findings["safe-pickle"]["status"] != "fail"  # damaged, not hostile
 

@@ -195,6 +195,14 @@ def _chunk_entry(opened: _Opened, tensor: TensorMeta, chunk: Chunk) -> TensorEnt
     return entry
 
 
+def _judge(chunk: LazyChunk) -> None:
+    """Open ``chunk`` (checked and judged); an unsafe one only leaves its verdict behind."""
+    try:
+        chunk.entry  # noqa: B018  # opening it is the check
+    except UnsafePickleError:
+        return  # its verdict is kept (``_read_item``)
+
+
 def _value(opened: _Opened, value: ValueMeta) -> object:
     """A non-tensor value, as plain data for the objects table (``<qualname>`` otherwise)."""
     from ckptctl.formats.pytorch._containers import read_zip
@@ -319,15 +327,13 @@ def open_dcp(source: ByteSource) -> Checkpoint:
         """Open every tensor chunk not opened yet: checked against ``.metadata`` and judged
         (an unsafe one is kept in the verdict and the others still judged); a damaged one
         raises, carrying the verdict over everything judged before it."""
-        for chunks in chunks_of:
-            for chunk in chunks:
-                try:
-                    chunk.entry  # noqa: B018  # opening it is the check
-                except UnsafePickleError:
-                    continue  # its verdict is kept (``_read_item``)
-                except CkptError as exc:
-                    exc.safety = opened.safety(meta)
-                    raise
+        try:
+            for chunks in chunks_of:
+                for chunk in chunks:
+                    _judge(chunk)
+        except CkptError as exc:
+            exc.safety = opened.safety(meta)
+            raise
         return opened.safety(meta)
 
     return Checkpoint(
