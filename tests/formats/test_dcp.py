@@ -38,7 +38,7 @@ def copy_case(case: str, tmp_path: Path) -> Path:
 
 def test_every_producer_has_a_fixture() -> None:
     assert set(CASES) == {
-        "dcp_single", "fsdp2", "fsdp1", "dtensor_shard0", "dtensor_shard1",
+        "dcp_single", "dcp_zstd", "fsdp2", "fsdp1", "dtensor_shard0", "dtensor_shard1",
         "dtensor_replicate", "dtensor_2d", "megatron_torch_dist",
     }  # fmt: skip
 
@@ -307,6 +307,58 @@ def test_verify_fails_a_damaged_tensor_chunk(tmp_path: Path, run_cli) -> None:
         in (findings["readable"]["message"])
     )
     assert findings["safe-pickle"]["status"] != "fail"  # damaged, not hostile
+
+
+def test_zstd_items_read_as_the_uncompressed_checkpoint(tmp_path: Path, run_cli) -> None:
+    """torch's ZStandard extension: the same tensors, values and converted file as without."""
+    with open_checkpoint(DIST / "dcp_zstd") as zstd, open_checkpoint(DIST / "dcp_single") as plain:
+        assert zstd.objects == plain.objects
+        assert "items compressed (stream.zstd/1)" in zstd.notes[0]
+        for name, entry in plain.items():
+            assert zstd[name].data.file_range() is None  # decoded in memory, not a file range
+            assert bytes(zstd[name].data.read()) == bytes(entry.data.read()), name
+    for case in ("dcp_zstd", "dcp_single"):
+        assert run_cli("convert", DIST / case, tmp_path / f"{case}.safetensors").code == 0
+    assert (tmp_path / "dcp_zstd.safetensors").read_bytes() == (
+        tmp_path / "dcp_single.safetensors"
+    ).read_bytes()
+    assert run_cli("verify", "--trust", "--state-key", "model", DIST / "dcp_zstd").code == 0
+
+
+def test_zstd_without_a_decoder_is_unsupported(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptctl.formats.dcp import _transform
+
+    monkeypatch.setattr(_transform, "zstd_module", lambda: None)
+    result = run_cli("ls", DIST / "dcp_zstd")
+    assert result.code == 4
+    assert "compressed with zstd (stream.zstd/1), and no zstd decoder is installed" in result.stderr
+    assert "pip install 'ckptctl[zstd]'" in result.stderr
+
+
+def test_an_unknown_stream_transform_is_unsupported(tmp_path: Path, run_cli) -> None:
+    case = copy_case("dcp_zstd", tmp_path)
+    metadata = case / ".metadata"
+    raw = metadata.read_bytes()
+    assert b"stream.zstd/1" in raw
+    metadata.write_bytes(raw.replace(b"stream.zstd/1", b"stream.lz4x/1"))
+    result = run_cli("ls", case)
+    assert result.code == 4
+    assert "'stream.lz4x/1', which neither torch 2.13 nor ckptctl knows" in result.stderr
+
+
+def test_a_damaged_zstd_chunk_fails_verify(tmp_path: Path, run_cli) -> None:
+    case = copy_case("dcp_zstd", tmp_path)
+    rank_file, offset, length = _chunk_item(case)
+    data = bytearray(rank_file.read_bytes())
+    data[offset + length - 8 : offset + length] = bytes(8)  # the frame's last block, cut
+    rank_file.write_bytes(bytes(data))
+    result = run_cli("verify", "--trust", "--format", "json", case)
+    assert result.code == 1
+    readable = json.loads(result.stdout)["files"][0]["findings"][0]
+    assert readable["check"] == "readable"
+    assert readable["status"] == "fail"
+    assert f"of {rank_file.name}" in readable["message"]
+    assert "zstd" in readable["message"]
 
 
 def test_verify_passes_a_good_directory_with_trust(run_cli) -> None:

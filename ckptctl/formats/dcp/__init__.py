@@ -39,6 +39,7 @@ range at a time, and any other split is gathered into one tensor-sized buffer.
 from __future__ import annotations
 
 import functools
+import math
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -47,7 +48,6 @@ from ckptctl.errors import (
     CorruptCheckpointError,
     InputError,
     UnsafePickleError,
-    UnsupportedError,
 )
 from ckptctl.formats._base import FormatSpec
 from ckptctl.formats.dcp._assemble import AssembledData, LazyChunk, absolute
@@ -65,6 +65,7 @@ from ckptctl.formats.dcp._metadata import (
     open_files,
     read_metadata,
 )
+from ckptctl.formats.dcp._transform import check_transforms, decode
 from ckptctl.model import (
     OMITTED_KEY,
     Checkpoint,
@@ -78,7 +79,7 @@ from ckptctl.model import (
     describe_groups,
 )
 from ckptctl.safety import GlobalUse, PickleSafety, Problem, carried_safety
-from ckptctl.sources import ByteSource, SliceSource
+from ckptctl.sources import ByteSource, MemorySource, SliceSource
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -111,13 +112,7 @@ class _Opened:
         self.globals: dict[tuple[str, str, bool], GlobalUse] = {}
         self.problems: dict[tuple[str, str], Problem] = {}
         for what, item in all_items(meta):  # before anything is read: exit 4, not a late failure
-            if item.transforms:
-                raise UnsupportedError(
-                    f"{what} is stored with the stream transform {', '.join(item.transforms)}, "
-                    "which ckptctl does not decode yet",
-                    path=beside(source, item.file),
-                    hint="re-save the checkpoint without _extensions (dcp.FileSystemWriter)",
-                )
+            check_transforms(item.transforms, what, beside(source, item.file))
         # every rank file now, so the checkpoint owns (and closes) them all
         self.sources = open_files(source, meta)
 
@@ -125,9 +120,15 @@ class _Opened:
         """The rank file of ``item`` (for messages)."""
         return self.sources[item.file].path
 
-    def slice(self, item: Item) -> SliceSource:
-        return SliceSource(self.sources[item.file], item.offset, item.length,
-                           f"{item.file}@{item.offset}")  # fmt: skip
+    def slice(self, item: Item, limit: int, what: str) -> ByteSource:
+        """The bytes of ``item``: a range of its rank file, or, for an item stored with a
+        stream transform, its decoded bytes (at most ``limit``) in memory."""
+        name = f"{item.file}@{item.offset}"
+        raw = SliceSource(self.sources[item.file], item.offset, item.length, name)
+        if not item.transforms:
+            return raw
+        decoded = decode(raw.read(0, raw.size), item.transforms, limit, what, self.path(item))
+        return MemorySource(decoded, name)
 
     def judged(self, safety: PickleSafety | None, what: str) -> None:
         """Keep an item's verdict; a use or problem repeated by later items is kept once."""
@@ -156,12 +157,12 @@ class _Opened:
             source.close()
 
 
-def _read_item(opened: _Opened, item: Item, what: str) -> Checkpoint:
-    """Open one item as the torch.save archive it is."""
+def _read_item(opened: _Opened, item: Item, what: str, limit: int) -> Checkpoint:
+    """Open one item as the torch.save archive it is (at most ``limit`` bytes decoded)."""
     from ckptctl.formats.pytorch import open_pytorch
 
-    source = opened.slice(item)
     try:
+        source = opened.slice(item, limit, what)
         ckpt = open_pytorch(source)
     except CkptError as exc:
         opened.judged(carried_safety(exc), f"{item.file} ({what})")
@@ -175,7 +176,8 @@ def _read_item(opened: _Opened, item: Item, what: str) -> Checkpoint:
 
 def _chunk_entry(opened: _Opened, tensor: TensorMeta, chunk: Chunk) -> TensorEntry:
     what = f"tensor {tensor.name!r} chunk {list(chunk.offsets)}"
-    ckpt = _read_item(opened, chunk.item, what)
+    limit = math.prod(chunk.sizes) * tensor.dtype.itemsize + MAX_ITEM_OVERHEAD
+    ckpt = _read_item(opened, chunk.item, what, limit)
     entries = ckpt.entries()
     if ckpt.kind is not CheckpointKind.TENSOR or len(entries) != 1:
         raise CorruptCheckpointError(
@@ -195,6 +197,13 @@ def _chunk_entry(opened: _Opened, tensor: TensorMeta, chunk: Chunk) -> TensorEnt
     return entry
 
 
+#: What a chunk's ``torch.save`` archive may hold beyond its bytes (records, pickle, padding).
+MAX_ITEM_OVERHEAD = 1 << 20
+#: Least a non-tensor value's item may decode to (32 x its stored length when that is more, as
+#: the pickle budget of compressed archives).
+MAX_VALUE_BYTES = 64 << 20
+
+
 def _judge(chunk: LazyChunk) -> None:
     """Open ``chunk`` (checked and judged); an unsafe one only leaves its verdict behind."""
     try:
@@ -210,9 +219,9 @@ def _value(opened: _Opened, value: ValueMeta) -> object:
     from ckptctl.formats.pytorch._structure import plain_value
 
     what = f"value {value.name!r}"
-    source = opened.slice(value.item)
     ledger = Ledger()
     try:
+        source = opened.slice(value.item, max(MAX_VALUE_BYTES, 32 * value.item.length), what)
         parsed = read_zip(source, ledger)
     except CkptError as exc:
         exc.message = f"{what} (bytes {value.item.offset}..): {exc.message}"
@@ -263,10 +272,12 @@ def _describe(meta: DcpMetadata) -> str:
     more = f" and {len(meta.files) - FILES_SHOWN} more" if len(meta.files) > FILES_SHOWN else ""
     split = sum(1 for t in meta.tensors if len(t.chunks) > 1)
     split_note = f", {_count(split, 'tensor')} split into several" if split else ""
+    transforms = sorted({t for _, item in all_items(meta) for t in item.transforms})
+    compressed = f", items compressed ({', '.join(transforms)})" if transforms else ""
     return (
         f"a torch.distributed.checkpoint directory: {_count(len(meta.tensors), 'tensor')} in "
         f"{_count(chunks, 'chunk')}{split_note}, {_count(len(meta.values), 'other value')}, "
-        f"in {_count(len(meta.files), 'rank file')} ({shown}{more})"
+        f"in {_count(len(meta.files), 'rank file')} ({shown}{more}){compressed}"
     )
 
 
@@ -292,10 +303,12 @@ def open_dcp(source: ByteSource) -> Checkpoint:
         chunks_of: list[tuple[LazyChunk, ...]] = []
         for tensor in meta.tensors:
             chunks = tuple(
-                LazyChunk(c.offsets, c.sizes, functools.partial(_chunk_entry, opened, tensor, c))
+                LazyChunk(c.offsets, c.sizes, functools.partial(_chunk_entry, opened, tensor, c),
+                          keep=not c.item.transforms)
                 for c in tensor.chunks
-            )
-            data = AssembledData(chunks, tensor.dtype, tensor.shape)
+            )  # fmt: skip
+            decoded = any(c.item.transforms for c in tensor.chunks)
+            data = AssembledData(chunks, tensor.dtype, tensor.shape, decoded)
             chunks_of.append(chunks)
             files = len({c.item.file for c in tensor.chunks})
             entries.append(

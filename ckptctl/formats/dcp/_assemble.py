@@ -30,14 +30,20 @@ if TYPE_CHECKING:
 class LazyChunk:
     """One chunk of a tensor: where it goes (``offsets``, ``sizes``, from ``.metadata``) and its
     entry, opened from its item the first time its bytes are needed (listing a checkpoint of
-    100,000 items opens none of them)."""
+    100,000 items opens none of them) and kept when ``keep`` (a chunk whose item is decoded into
+    memory is opened again each time instead, so memory does not grow with the checkpoint)."""
 
     def __init__(
-        self, offsets: tuple[int, ...], sizes: tuple[int, ...], opener: Callable[[], TensorEntry]
+        self,
+        offsets: tuple[int, ...],
+        sizes: tuple[int, ...],
+        opener: Callable[[], TensorEntry],
+        keep: bool = True,
     ) -> None:
         self.offsets = offsets
         self.sizes = sizes
         self._opener = opener
+        self._keep = keep
         self._entry: TensorEntry | None = None
         self._lock = threading.Lock()  # sharded writes read tensors in threads
 
@@ -48,6 +54,8 @@ class LazyChunk:
         Raises:
             CkptError: the item is damaged, unsafe or not what ``.metadata`` says.
         """
+        if not self._keep:
+            return self._opener()
         with self._lock:
             if self._entry is None:
                 self._entry = self._opener()
@@ -62,11 +70,14 @@ class AssembledData(TensorData):
         chunks: the chunks.
         dtype: the tensor's dtype.
         shape: the global shape.
+        decoded: some chunk is decoded into memory (a stream transform): no file ranges, and
+            the tensor is read whole, each chunk decoded once.
     """
 
     chunks: tuple[LazyChunk, ...]
     dtype: DType
     shape: tuple[int, ...]
+    decoded: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -90,7 +101,7 @@ class AssembledData(TensorData):
     def _rows(self) -> PiecesData | None:
         """The chunks' bytes in row order, when split by rows (the chunks tile the tensor,
         ``_metadata`` checks, so one after the other they are its bytes)."""
-        if not self._split_by_rows():
+        if self.decoded or not self._split_by_rows():
             return None
         row = math.prod(self.shape[1:]) * self.dtype.itemsize
         ordered = sorted((c for c in self.chunks if c.sizes[0]), key=lambda c: c.offsets[0])
@@ -121,16 +132,20 @@ class AssembledData(TensorData):
         return None if rows is None else rows.file_pieces()
 
     def file_range(self) -> tuple[ByteSource, int] | None:
-        whole = self._whole()
+        whole = None if self.decoded else self._whole()
         return None if whole is None else whole.data.file_range()
 
     def is_ranged(self) -> bool:
+        if self.decoded:
+            return False
         whole = self._whole()
         if whole is not None:
             return whole.data.is_ranged()
         return self._split_by_rows()
 
     def read_range(self, start: int, length: int) -> bytes | memoryview:
+        if self.decoded:
+            return self.read()[start : start + length]
         whole = self._whole()
         if whole is not None:
             return whole.data.read_range(start, length)
