@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Generator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,55 @@ TIME_SLACK = 4.0 if os.environ.get("MUTANT_UNDER_TEST") else 1.0
 # the value for this process, so the children alone lose it (and run the original code).
 if os.environ.get("MUTANT_UNDER_TEST") == "stats":
     del os.environ["MUTANT_UNDER_TEST"]
+
+
+#: Runs ``ckptctl ARGV...`` and, whatever happens, writes its peak RSS and CPU time to the
+#: file named by its last argument (``/proc/self/status``'s ``VmHWM``).
+_MEASURED_CHILD = """
+import os, sys
+from ckptctl.cli import main
+report = sys.argv.pop()
+try:
+    main()
+finally:
+    with open("/proc/self/status") as status, open(report, "w") as out:
+        out.write(next(line for line in status if line.startswith("VmHWM:")))
+        times = os.times()
+        out.write(f"cpu: {times.user + times.system}\\n")
+"""
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """What :func:`run_measured` saw: exit code, output, CPU seconds, wall seconds, peak RSS."""
+
+    code: int
+    output: str
+    cpu_seconds: float
+    wall_seconds: float
+    peak_rss: int
+
+
+def run_measured(args: list[str], cwd: Path, timeout: float = 120) -> ChildRun:
+    """Run ``ckptctl ARGS`` in a child Python (this checkout first on its path) and measure it."""
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    report = Path(tempfile.mkdtemp(prefix="child-")) / "measured"
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURED_CHILD, *args, str(report)], capture_output=True,
+        text=True, cwd=cwd, env=env, timeout=timeout, check=False,
+    )  # fmt: skip
+    wall = time.monotonic() - start
+    fields = dict(line.split(":", 1) for line in report.read_text(encoding="ascii").splitlines())
+    shutil.rmtree(report.parent)
+    kib = int(fields["VmHWM"].split()[0])
+    return ChildRun(
+        done.returncode, done.stdout + done.stderr, float(fields["cpu"]), wall, kib * 1024
+    )
 
 
 def time_bound(bound: float) -> float:

@@ -14,8 +14,6 @@ and 256 MiB with the expected outcome, or is refused with a message naming the l
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -26,7 +24,7 @@ import pytest
 
 from ckptctl import open_checkpoint
 from ckptctl.ops.convert import convert
-from tests.conftest import time_bound
+from tests.conftest import run_measured, time_bound
 from tests.contract import exercise
 
 LIMITS = Path(__file__).resolve().parents[1] / "fixtures" / "hostile" / "limits"
@@ -198,38 +196,15 @@ def large_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 #: Runs the CLI and writes its own peak RSS (VmHWM of the process after exec) and CPU seconds to
 #: a file: the ``ru_maxrss`` that ``wait4`` reports also counts the (large) pytest process it
 #: forked from.
-_CHILD = """
-import os, sys
-from ckptctl.cli import main
-report = sys.argv.pop()
-try:
-    main()
-finally:
-    with open("/proc/self/status") as status, open(report, "w") as out:
-        out.write(next(line for line in status if line.startswith("VmHWM:")))
-        times = os.times()
-        out.write(f"cpu: {times.user + times.system}\\n")
-"""
-
-
 def run_child(args: list[str], cwd: Path) -> tuple[int, str, float, int]:
     """Run ``ckptctl ARGS``; return (exit code, stdout + stderr, CPU seconds, peak RSS in bytes).
 
     Raises:
         AssertionError: the command took more than ``CHILD_WALL_SECONDS`` of wall clock.
     """
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    hwm = cwd / "child.hwm"
-    start = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, *args, str(hwm)], capture_output=True, text=True,
-        cwd=cwd, env=env, timeout=120, check=False,
-    )  # fmt: skip
-    wall = time.monotonic() - start
-    assert wall < CHILD_WALL_SECONDS, f"took {wall:.1f} s of wall clock"
-    fields = dict(line.split(":", 1) for line in hwm.read_text(encoding="ascii").splitlines())
-    kib = int(fields["VmHWM"].split()[0])
-    return done.returncode, done.stdout + done.stderr, float(fields["cpu"]), kib * 1024
+    run = run_measured(args, cwd)
+    assert run.wall_seconds < CHILD_WALL_SECONDS, f"took {run.wall_seconds:.1f} s of wall clock"
+    return run.code, run.output, run.cpu_seconds, run.peak_rss
 
 
 @pytest.mark.parametrize(

@@ -89,18 +89,6 @@ def test_torch_refuses_exactly_the_files_the_note_names(case: str) -> None:
 
 #: Runs ckptctl and writes its own peak RSS (VmHWM after exec): ``wait4``'s ``ru_maxrss`` would
 #: count the pytest process (with torch and the test's tensors) it forked from.
-_CHILD = """
-import sys
-from ckptctl.cli import main
-report = sys.argv.pop()
-try:
-    main()
-finally:
-    with open("/proc/self/status") as status, open(report, "w") as out:
-        out.write(next(line for line in status if line.startswith("VmHWM:")))
-"""
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
 def test_convert_of_a_1_gib_save_stays_within_64_mib_plus_the_largest_tensor(
@@ -110,10 +98,8 @@ def test_convert_of_a_1_gib_save_stays_within_64_mib_plus_the_largest_tensor(
     classes deepspeed pickles are not needed to exercise the layout), 1 GiB of fp32 partitions:
     the consolidated output is right and ckptctl's peak memory stays within the bound."""
     import collections
-    import subprocess
-    import sys
 
-    from tests.conftest import REPO
+    from tests.conftest import REPO, run_measured
 
     shapes = collections.OrderedDict(
         [(f"layers.{i}.weight", torch.Size([4096, 4096])) for i in range(16)]
@@ -137,11 +123,9 @@ def test_convert_of_a_1_gib_save_stays_within_64_mib_plus_the_largest_tensor(
                  "base_optimizer_state": {"state": {}, "param_groups": []}}}  # fmt: skip
         torch.save(optim, step / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt")
     out = tmp_path / "model.safetensors"
-    report = tmp_path / "rss.txt"
-    args = ["convert", str(tmp_path / "ckpt"), str(out), str(report)]
-    done = subprocess.run([sys.executable, "-c", _CHILD, *args], cwd=REPO, capture_output=True)
-    assert done.returncode == 0, done.stderr
-    peak_mib = int(report.read_text().split()[1]) / 1024  # "VmHWM:  12345 kB"
+    run = run_measured(["convert", str(tmp_path / "ckpt"), str(out)], REPO)
+    assert run.code == 0, run.output
+    peak_mib = run.peak_rss / (1 << 20)
     largest_mib = 4096 * 4096 * 4 / (1 << 20)
     assert peak_mib <= 64 + largest_mib, f"peak RSS {peak_mib:.0f} MiB"
     offset = 0
