@@ -146,7 +146,8 @@ def run_conversion(
     metavar="FILE",
     help="Write the remap rules used, given and inferred from --target's structure, to FILE "
     "with the evidence for each as a comment (read back with --remap-file); FILE.rs writes a "
-    "Rust KeyRemapper::from_patterns(vec![...]) list.",
+    "Rust KeyRemapper::from_patterns(vec![...]) list. Layouts only the target's values decided "
+    "follow as commented --module-type flags.",
 )
 @click.option(
     "--no-infer",

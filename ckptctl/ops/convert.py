@@ -192,19 +192,21 @@ def convert(
                 pipeline = replace(pipeline, remap=pipeline.remap + tuple(
                     _rule_text(p, r) for p, r, _ in inferred))  # fmt: skip
                 items, notes = run_pipeline(entries, pipeline, target_specs, modules)
-        declared: list[tuple[str, Note]] = []
+        declared: list[tuple[str, str, Note]] = []
         if target_specs is not None and opts.target is not None:
             unproven = _unproven_layouts(items, target_specs)
             declared = _layouts_by_values(unproven, items, opts.target) if unproven else []
             if declared:  # the target's values decide square layouts nothing else decided
                 pipeline = replace(pipeline, module_types=pipeline.module_types + tuple(
-                    rule for rule, _ in declared))  # fmt: skip
+                    rule for rule, _, _ in declared))  # fmt: skip
                 items, notes = run_pipeline(entries, pipeline, target_specs, modules)
         if opts.write_rules:
             given = [(r, "given") for r in pipeline.remap[: len(pipeline.remap) - len(inferred)]]
             made = [(_rule_text(p, r), e) for p, r, e in inferred]
-            write_rules_file(opts.write_rules, [*given, *made], force=opts.force)
-        warnings: list[str | Note] = [*notes, *(note for _, note in declared)]
+            decided = [(rule, evidence) for rule, evidence, _ in declared]
+            write_rules_file(opts.write_rules, [*given, *made], force=opts.force,
+                             module_types=decided)  # fmt: skip
+        warnings: list[str | Note] = [*notes, *(note for _, _, note in declared)]
         rope = needs_interleaving(
             [(i.source, i.entry.name) for i in items if i.entry is not None], opts.adapters
         )
@@ -463,9 +465,9 @@ def _same_values(source: TensorEntry, ref: TensorEntry) -> str | None:
 
 def _layouts_by_values(
     unproven: list[AmbiguousTensor], items: list[PlanItem], target: str
-) -> list[tuple[str, Note]]:
+) -> list[tuple[str, str, Note]]:
     """``--module-type`` rules for the square weights whose target holds their values (as is:
-    not a Linear; transposed: a Linear), each with the note that reports the check."""
+    not a Linear; transposed: a Linear), each with its evidence and the note that reports it."""
     import re
 
     by_name = {i.entry.name: i.entry for i in items if i.entry is not None}
@@ -477,12 +479,13 @@ def _layouts_by_values(
                 continue
             module_type = "Linear" if found == "transposed" else "Other"
             rule = f"^{re.escape(amb.name)}$={module_type}"
-            out.append((rule, Note(
+            evidence = (
                 f"value check: the target's {amb.name!r} holds the source's values "
-                f"{'transposed: a Linear' if found == 'transposed' else 'as they are: kept'}; "
-                "to keep this without the target pass {fix0}",
-                (Option("module_types", rule),),
-            )))  # fmt: skip
+                f"{'transposed: a Linear' if found == 'transposed' else 'as they are: kept'}"
+            )
+            note = Note(evidence + "; to keep this without the target pass {fix0}",
+                        (Option("module_types", rule),))  # fmt: skip
+            out.append((rule, evidence, note))
     return out
 
 
@@ -588,20 +591,42 @@ def read_rules_file(path: str) -> list[tuple[str, str]]:
     return out
 
 
-def write_rules_file(path: str, rules: list[tuple[str, str]], *, force: bool) -> None:
+def write_rules_file(
+    path: str,
+    rules: list[tuple[str, str]],
+    *,
+    force: bool,
+    module_types: list[tuple[str, str]] | None = None,
+) -> None:
     """Write rules with their evidence: one ``PATTERN=REPLACEMENT  # evidence`` per line, or,
-    for a ``.rs`` path, a Rust ``KeyRemapper::from_patterns(vec![...])`` expression."""
+    for a ``.rs`` path, a Rust ``KeyRemapper::from_patterns(vec![...])`` expression.
+    ``module_types`` (``--module-type`` rules the target's values decided, with their
+    evidence) follow as comments: they are no remap rules, but the port needs them too."""
+    import shlex
+
     from ckptctl._io import atomic_write
 
+    comment = "//" if path.endswith(".rs") else "#"
+    also = "".join(
+        f"{comment} --module-type {shlex.quote(rule)}  ({evidence})\n"
+        for rule, evidence in module_types or ()
+    )
+    if also:
+        also = (
+            f"{comment} not remap rules: the layouts the target's values decided; without the "
+            f"target, pass them to convert:\n{also}"
+        )
     if path.endswith(".rs"):
         body = "".join(
             f"    // {comment}\n    ({_rust(p)}, {_rust(r)}),\n"
             for p, r, comment in ((*_split_rule(t), c) for t, c in rules)
         )
-        text = f"KeyRemapper::from_patterns(vec![\n{body}])\n"
+        text = f"KeyRemapper::from_patterns(vec![\n{body}])\n{also}"
     else:
-        text = "# remap rules (ckptctl --remap-file), applied in order\n" + "".join(
-            f"{t}  # {c}\n" for t, c in rules
+        text = (
+            "# remap rules (ckptctl --remap-file), applied in order\n"
+            + "".join(f"{t}  # {c}\n" for t, c in rules)
+            + also
         )
     with atomic_write(path, force=force) as f:
         f.write(text.encode())

@@ -243,3 +243,15 @@ def test_the_targets_values_decide_a_square_layout(tmp_path: Path) -> None:
         )]  # fmt: skip
         with open_checkpoint(tmp_path / "o.bpk") as ckpt:
             np.testing.assert_array_equal(ckpt["blk.mix.weight"].load(), want)
+        # the rules file carries the decision, as the flag to pass without the target
+        rules = tmp_path / "rules.txt"
+        convert(src, tmp_path / "o2.bpk", ConvertOptions(
+            adapters=TO_BURN, target=str(ref), force=True, write_rules=str(rules)))  # fmt: skip
+        flag = f"# --module-type '^blk\\.mix\\.weight$={kind}'  (value check: the target's"
+        assert any(line.startswith(flag) for line in rules.read_text().splitlines())
+        declared = (rf"^blk\.mix\.weight$={kind}",)
+        again = convert(src, tmp_path / "o3.bpk",
+                        ConvertOptions(adapters=TO_BURN, module_types=declared, force=True))  # fmt: skip
+        assert again.ok
+        with open_checkpoint(tmp_path / "o3.bpk") as ckpt:
+            np.testing.assert_array_equal(ckpt["blk.mix.weight"].load(), want)
