@@ -250,8 +250,8 @@ def test_the_targets_values_decide_a_square_layout(tmp_path: Path) -> None:
         flag = f"# --module-type '^blk\\.mix\\.weight$={kind}'  (value check: the target's"
         assert any(line.startswith(flag) for line in rules.read_text().splitlines())
         declared = (rf"^blk\.mix\.weight$={kind}",)
-        again = convert(src, tmp_path / "o3.bpk",
-                        ConvertOptions(adapters=TO_BURN, module_types=declared, force=True))  # fmt: skip
+        options = ConvertOptions(adapters=TO_BURN, module_types=declared, force=True)
+        again = convert(src, tmp_path / "o3.bpk", options)
         assert again.ok
         with open_checkpoint(tmp_path / "o3.bpk") as ckpt:
             np.testing.assert_array_equal(ckpt["blk.mix.weight"].load(), want)
