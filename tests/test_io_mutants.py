@@ -770,3 +770,32 @@ def test_memory_source_reads_inside_and_names_itself_when_a_read_runs_past_its_e
     )
     with pytest.raises(OSError, match=r"^outer.pt/inner.pt is in memory, it has no file descr"):
         src.fileno()
+
+
+def test_slice_source_reads_its_window_and_names_what_ran_past_it():
+    parent = _src.MemorySource(b"0123456789", "__0_0.distcp")
+    item = _src.SliceSource(parent, 2, 5, "__0_0.distcp@2")
+    assert (item.path, item.size, item.read(1, 3), bytes(item.view(0, 5))) == (
+        "__0_0.distcp@2",
+        5,
+        b"345",
+        b"23456",
+    )
+    assert (bytes(item.buffer), item.absolute(4)) == (b"23456", 6)
+    for call, what in ((item.read, "read"), (item.view, "view")):
+        with pytest.raises(CorruptCheckpointError) as info:
+            call(3, 3)
+        assert info.value.path == "__0_0.distcp@2"
+        assert info.value.message == (
+            f"{what} of 3 bytes at offset 3 is past the end of the file (5 bytes)"
+        )
+    with pytest.raises(CorruptCheckpointError) as info:
+        _src.SliceSource(parent, 8, 5, "__0_0.distcp@8")
+    assert info.value.path == "__0_0.distcp"
+    assert info.value.message == (
+        "an item of 5 bytes at offset 8 is past the end of the file (10 bytes)"
+    )
+    with pytest.raises(OSError, match=r"^__0_0.distcp@2 is part of a file, it has no file desc"):
+        item.fileno()
+    item.close()
+    assert parent.read(0, 2) == b"01"  # closing the slice leaves the parent open
