@@ -19,7 +19,7 @@ from ckptctl.model import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Iterator
 
     from numpy.typing import NDArray
 
@@ -127,9 +127,26 @@ class AssembledData(TensorData):
                     out[place] = block
         return flat
 
-    def file_pieces(self) -> list[tuple[ByteSource, int, int]] | None:
-        rows = self._rows()
-        return None if rows is None else rows.file_pieces()
+    def file_pieces(self) -> Iterable[tuple[ByteSource, int, int]] | None:
+        """The chunks' contiguous runs as file ranges in the tensor's byte order (a row split:
+        one range per chunk; a column split: each row's part of every chunk, which writers copy
+        from the rank files a buffer-full at a time, never assembling the tensor); None when a
+        chunk is not contiguous in a file, or is many runs shorter than ``MIN_RUN_BYTES``."""
+        if self.decoded or self._is_one_chunk():
+            return None
+        located: list[tuple[ByteSource, int, int, NDArray[Any]]] = []
+        for chunk in self.chunks:
+            entry = chunk.entry
+            where = entry.data.file_range()
+            if entry.nbytes == 0:
+                continue
+            if where is None:
+                return None
+            run, dest = chunk_runs(self.shape, chunk.offsets, entry)
+            if run < MIN_RUN_BYTES and len(dest) > 1:
+                return None
+            located.append((where[0], where[1], run, dest))
+        return _InTensorOrder(located)
 
     def file_range(self) -> tuple[ByteSource, int] | None:
         whole = None if self.decoded else self._whole()
@@ -162,16 +179,66 @@ MIN_RUN_BYTES = 512
 MAX_IOVECS = 1024
 
 
+def chunk_runs(
+    shape: tuple[int, ...], offsets: tuple[int, ...], entry: TensorEntry
+) -> tuple[int, NDArray[Any]]:
+    """A chunk's contiguous runs in the C-order tensor of ``shape`` (its innermost partial
+    dimension and the whole dimensions after it): their length in bytes and where each starts
+    in the tensor (bytes, in the chunk's own order, in which they follow each other in its
+    file)."""
+    import numpy as np
+
+    sizes = entry.shape
+    axis = max((d for d, (n, full) in enumerate(zip(sizes, shape, strict=True)) if n != full),
+               default=0)  # fmt: skip
+    itemsize = entry.dtype.itemsize
+    run = math.prod(sizes[axis:]) * itemsize
+    strides = [math.prod(shape[d + 1 :]) * itemsize for d in range(len(shape))]
+    base = sum(o * st for o, st in zip(offsets, strides, strict=True))
+    # Where each run starts in the tensor: the outer index grid (axes before ``axis``).
+    dest = np.zeros(1, dtype=np.int64) + base
+    for d in range(axis):
+        dest = (dest[:, None] + np.arange(sizes[d], dtype=np.int64) * strides[d]).reshape(-1)
+    return run, dest
+
+
+#: Runs handed out per step by :class:`_InTensorOrder` (bounds its Python objects).
+_ORDER_BATCH = 1 << 16
+
+
+@dataclass(frozen=True)
+class _InTensorOrder:
+    """``(source, offset, length)`` of every run of chunks ``(source, start, run, dest)``, in
+    the order of their places in the tensor (the chunks tile it, ``_metadata`` checks, so one
+    after the other they are its bytes), worked out each time it is iterated."""
+
+    located: list[tuple[ByteSource, int, int, NDArray[Any]]]
+
+    def __iter__(self) -> Iterator[tuple[ByteSource, int, int]]:
+        import numpy as np
+
+        if not self.located:
+            return
+        runs = [d for *_, d in self.located]
+        dest = np.concatenate(runs)
+        which = np.concatenate([np.full(len(d), i, dtype=np.int64) for i, d in enumerate(runs)])
+        index = np.concatenate([np.arange(len(d), dtype=np.int64) for d in runs])
+        order = np.argsort(dest, kind="stable")
+        for first in range(0, len(order), _ORDER_BATCH):
+            batch = order[first : first + _ORDER_BATCH]
+            for i, k in zip(which[batch].tolist(), index[batch].tolist(), strict=True):
+                source, start, run, _ = self.located[i]
+                yield source, start + k * run, run
+
+
 def scatter(
     flat: memoryview, shape: tuple[int, ...], offsets: tuple[int, ...], entry: TensorEntry
 ) -> bool:
     """Read a chunk stored contiguous in a file straight into its place in the C-order tensor
-    ``flat`` (bytes) with ``preadv``: each contiguous run of the chunk (its innermost partial
-    dimension and the whole dimensions after it) goes into its own buffer, so nothing passes
-    through an intermediate copy and no file page is mapped. False when it cannot (the chunk is
-    not contiguous in a file, or its runs are short); the caller then copies row blocks."""
-    import numpy as np
-
+    ``flat`` (bytes) with ``preadv``: each contiguous run of the chunk (:func:`chunk_runs`)
+    goes into its own buffer, so nothing passes through an intermediate copy and no file page
+    is mapped. False when it cannot (the chunk is not contiguous in a file, or its runs are
+    short); the caller then copies row blocks."""
     where = entry.data.file_range()
     preadv = getattr(os, "preadv", None)
     if where is None or preadv is None or entry.nbytes == 0:
@@ -181,19 +248,9 @@ def scatter(
         fd = source.fileno()
     except OSError:
         return False
-    sizes = entry.shape
-    axis = max((d for d, (n, full) in enumerate(zip(sizes, shape, strict=True)) if n != full),
-               default=0)  # fmt: skip
-    itemsize = entry.dtype.itemsize
-    run = math.prod(sizes[axis:]) * itemsize
+    run, dest = chunk_runs(shape, offsets, entry)
     if run < MIN_RUN_BYTES:
         return False
-    strides = [math.prod(shape[d + 1 :]) * itemsize for d in range(len(shape))]
-    base = sum(o * st for o, st in zip(offsets, strides, strict=True))
-    # Where each run starts in the tensor: the outer index grid (axes before ``axis``).
-    dest = np.zeros(1, dtype=np.int64) + base
-    for d in range(axis):
-        dest = (dest[:, None] + np.arange(sizes[d], dtype=np.int64) * strides[d]).reshape(-1)
     for first in range(0, len(dest), MAX_IOVECS):
         batch = dest[first : first + MAX_IOVECS]
         buffers = [flat[int(d) : int(d) + run] for d in batch]
