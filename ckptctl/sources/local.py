@@ -245,11 +245,13 @@ def copy_ranges(ranges: Iterable[tuple[ByteSource, int, int]], dst: IO[bytes]) -
     dst.flush()
     out = _Gather(dst.fileno(), dst.tell())
     copy_file_range = getattr(os, "copy_file_range", None)
+    descriptors: dict[ByteSource, int | None] = {}
     try:
         for src, offset, length in ranges:
             src.check_range(offset, length, "copy")
-            fd = _descriptor(src)
-            done = 0
+            fd = descriptors.get(src, -1)
+            if fd == -1:
+                fd = descriptors[src] = _descriptor(src)
             if fd is None:
                 out.flush()
                 for piece in read_chunks(src, offset, length):
@@ -258,15 +260,16 @@ def copy_ranges(ranges: Iterable[tuple[ByteSource, int, int]], dst: IO[bytes]) -
             if (
                 copy_file_range is not None
                 and length >= COPY_BYTES
-                and (offset - out.end) % mmap.PAGESIZE == 0
+                and (offset - out.start - out.filled) % mmap.PAGESIZE == 0
             ):
                 out.flush()
                 done = _copy_in_kernel(copy_file_range, fd, offset, length, out)
-            out.add(src, fd, offset + done, length - done)
+                offset, length = offset + done, length - done
+            out.add(src, fd, offset, length)
         out.flush()
     finally:
         out.release()
-    dst.seek(out.end)
+    dst.seek(out.start)
 
 
 def _descriptor(src: ByteSource) -> int | None:
@@ -280,52 +283,53 @@ def _descriptor(src: ByteSource) -> int | None:
 def _copy_in_kernel(
     copy_file_range: Callable[..., int], fd: int, offset: int, length: int, out: _Gather
 ) -> int:
-    """Bytes of ``length`` at ``offset`` copied with ``copy_file_range`` to ``out.end``
-    (advanced past them); the rest, if the call copies nothing or fails (EXDEV, ENOSYS, EINVAL
-    on some filesystems), is left to the caller."""
+    """Bytes of ``length`` at ``offset`` copied with ``copy_file_range`` to ``out.start`` (the
+    buffer is empty; advanced past them); the rest, if the call copies nothing or fails (EXDEV,
+    ENOSYS, EINVAL on some filesystems), is left to the caller."""
     done = 0
     try:
         while done < length:
-            n = copy_file_range(fd, out.fd, min(length - done, 1 << 30), offset + done, out.end)
+            n = copy_file_range(fd, out.fd, min(length - done, 1 << 30), offset + done, out.start)
             if n == 0:
                 break
             done += n
-            out.end += n
+            out.start += n
     except OSError:
         pass
     return done
 
 
 class _Gather:
-    """Output bytes collected in one ``COPY_BYTES`` buffer, written at ``end - filled`` when it
+    """Output bytes collected in one ``COPY_BYTES`` buffer, to be written at ``start`` when it
     is full: ranges of local files are read into it with one ``preadv`` per run of ranges that
     follow each other in a file (up to ``MAX_IOVECS``)."""
 
     def __init__(self, fd: int, position: int) -> None:
         self.fd = fd
-        self.end = position  # where the next byte goes in the output
+        self.start = position  # where the buffer's first byte goes in the output
         self.filled = 0
+        self._size = COPY_BYTES
         self._buffer: memoryview | None = None
         self._runs: dict[int, _Run] = {}
 
     def add(self, src: ByteSource, fd: int, offset: int, length: int) -> None:
         """Queue ``length`` bytes of ``src`` (descriptor ``fd``) from ``offset`` on."""
+        if self._buffer is None:
+            self._buffer = _take_spare()
+        buffer, size, runs = self._buffer, self._size, self._runs
         while length:
-            if self._buffer is None:
-                self._buffer = _take_spare()
-            take = min(length, COPY_BYTES - self.filled)
-            run = self._runs.get(fd)
+            filled = self.filled
+            take = min(length, size - filled)
+            run = runs.get(fd)
             if run is None or run.stop != offset or len(run.views) == MAX_IOVECS:
                 if run is not None:
                     run.read()
-                run = self._runs[fd] = _Run(src, fd, offset)
-            run.views.append(self._buffer[self.filled : self.filled + take])
-            run.stop += take
-            self.filled += take
-            self.end += take
-            offset += take
+                run = runs[fd] = _Run(src, fd, offset)
+            run.views.append(buffer[filled : filled + take])
+            run.stop = offset = offset + take
             length -= take
-            if self.filled == COPY_BYTES:
+            self.filled = filled + take
+            if filled + take == size:
                 self.flush()
 
     def flush(self) -> None:
@@ -334,13 +338,14 @@ class _Gather:
             run.read()
         self._runs.clear()
         if self.filled and self._buffer is not None:
-            self._write_at(self._buffer[: self.filled], self.end - self.filled)
+            self._write_at(self._buffer[: self.filled], self.start)
+        self.start += self.filled
         self.filled = 0
 
     def write(self, data: bytes | memoryview) -> None:
-        """Write ``data`` at ``end`` (nothing may be queued)."""
-        self._write_at(memoryview(data).cast("B"), self.end)
-        self.end += len(data)
+        """Write ``data`` at ``start`` (nothing may be queued)."""
+        self._write_at(memoryview(data).cast("B"), self.start)
+        self.start += len(data)
 
     def _write_at(self, data: memoryview, position: int) -> None:
         done = 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import os
 import threading
@@ -134,7 +136,7 @@ class AssembledData(TensorData):
         chunk is not contiguous in a file, or is many runs shorter than ``MIN_RUN_BYTES``."""
         if self.decoded or self._is_one_chunk():
             return None
-        located: list[tuple[ByteSource, int, int, NDArray[Any]]] = []
+        located: list[tuple[ByteSource, int, Runs]] = []
         for chunk in self.chunks:
             entry = chunk.entry
             where = entry.data.file_range()
@@ -142,10 +144,10 @@ class AssembledData(TensorData):
                 continue
             if where is None:
                 return None
-            run, dest = chunk_runs(self.shape, chunk.offsets, entry)
-            if run < MIN_RUN_BYTES and len(dest) > 1:
+            runs = chunk_runs(self.shape, chunk.offsets, entry)
+            if runs.length < MIN_RUN_BYTES and runs.count > 1:
                 return None
-            located.append((where[0], where[1], run, dest))
+            located.append((where[0], where[1], runs))
         return _InTensorOrder(located)
 
     def file_range(self) -> tuple[ByteSource, int] | None:
@@ -179,56 +181,74 @@ MIN_RUN_BYTES = 512
 MAX_IOVECS = 1024
 
 
-def chunk_runs(
-    shape: tuple[int, ...], offsets: tuple[int, ...], entry: TensorEntry
-) -> tuple[int, NDArray[Any]]:
-    """A chunk's contiguous runs in the C-order tensor of ``shape`` (its innermost partial
-    dimension and the whole dimensions after it): their length in bytes and where each starts
-    in the tensor (bytes, in the chunk's own order, in which they follow each other in its
-    file)."""
-    import numpy as np
+@dataclass(frozen=True)
+class Runs:
+    """A chunk's contiguous runs in the C-order tensor it is part of (its innermost partial
+    dimension and the whole dimensions after it), in the chunk's own order, in which they
+    follow each other in its file.
 
+    Attributes:
+        length: bytes per run.
+        count: how many.
+        base: where the first starts in the tensor (bytes).
+        sizes: the chunk's sizes of the dimensions before the run's (the outer index grid).
+        strides: the tensor's strides (bytes) of those dimensions.
+    """
+
+    length: int
+    count: int
+    base: int
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    def starts(self) -> Iterator[int]:
+        """Where each run starts in the tensor, ascending (pure Python: copying a tensor's
+        ranges needs no numpy)."""
+        if not self.sizes:
+            yield self.base
+            return
+        *outer, last = self.sizes
+        step = self.strides[-1]
+        for index in itertools.product(*map(range, outer)):
+            first = self.base + sum(i * st for i, st in zip(index, self.strides, strict=False))
+            yield from range(first, first + last * step, step)
+
+
+def chunk_runs(shape: tuple[int, ...], offsets: tuple[int, ...], entry: TensorEntry) -> Runs:
+    """The contiguous runs of the chunk ``entry`` at ``offsets`` of a tensor of ``shape``."""
     sizes = entry.shape
     axis = max((d for d, (n, full) in enumerate(zip(sizes, shape, strict=True)) if n != full),
                default=0)  # fmt: skip
     itemsize = entry.dtype.itemsize
-    run = math.prod(sizes[axis:]) * itemsize
-    strides = [math.prod(shape[d + 1 :]) * itemsize for d in range(len(shape))]
+    strides = tuple(math.prod(shape[d + 1 :]) * itemsize for d in range(len(shape)))
     base = sum(o * st for o, st in zip(offsets, strides, strict=True))
-    # Where each run starts in the tensor: the outer index grid (axes before ``axis``).
-    dest = np.zeros(1, dtype=np.int64) + base
-    for d in range(axis):
-        dest = (dest[:, None] + np.arange(sizes[d], dtype=np.int64) * strides[d]).reshape(-1)
-    return run, dest
-
-
-#: Runs handed out per step by :class:`_InTensorOrder` (bounds its Python objects).
-_ORDER_BATCH = 1 << 16
+    return Runs(
+        math.prod(sizes[axis:]) * itemsize,
+        math.prod(sizes[:axis]),
+        base,
+        tuple(sizes[:axis]),
+        strides[:axis],
+    )
 
 
 @dataclass(frozen=True)
 class _InTensorOrder:
-    """``(source, offset, length)`` of every run of chunks ``(source, start, run, dest)``, in
-    the order of their places in the tensor (the chunks tile it, ``_metadata`` checks, so one
-    after the other they are its bytes), worked out each time it is iterated."""
+    """``(source, offset, length)`` of every run of the chunks ``(source, start, runs)``, in the
+    order of their places in the tensor (the chunks tile it, ``_metadata`` checks, so one after
+    the other they are its bytes), merged lazily each time it is iterated."""
 
-    located: list[tuple[ByteSource, int, int, NDArray[Any]]]
+    located: list[tuple[ByteSource, int, Runs]]
 
     def __iter__(self) -> Iterator[tuple[ByteSource, int, int]]:
-        import numpy as np
+        def chunk(source: ByteSource, start: int, runs: Runs) -> Iterator[tuple[int, ...]]:
+            n = runs.length
+            return zip(runs.starts(), itertools.count(start, n), itertools.repeat(n))
 
-        if not self.located:
-            return
-        runs = [d for *_, d in self.located]
-        dest = np.concatenate(runs)
-        which = np.concatenate([np.full(len(d), i, dtype=np.int64) for i, d in enumerate(runs)])
-        index = np.concatenate([np.arange(len(d), dtype=np.int64) for d in runs])
-        order = np.argsort(dest, kind="stable")
-        for first in range(0, len(order), _ORDER_BATCH):
-            batch = order[first : first + _ORDER_BATCH]
-            for i, k in zip(which[batch].tolist(), index[batch].tolist(), strict=True):
-                source, start, run, _ = self.located[i]
-                yield source, start + k * run, run
+        located = self.located
+        streams = [chunk(*one) for one in located]
+        tagged = (zip(stream, itertools.repeat(i)) for i, stream in enumerate(streams))
+        for (_, offset, length), i in heapq.merge(*tagged, key=lambda item: item[0][0]):
+            yield located[i][0], offset, length
 
 
 def scatter(
@@ -248,12 +268,14 @@ def scatter(
         fd = source.fileno()
     except OSError:
         return False
-    run, dest = chunk_runs(shape, offsets, entry)
+    runs = chunk_runs(shape, offsets, entry)
+    run = runs.length
     if run < MIN_RUN_BYTES:
         return False
+    dest = list(runs.starts())
     for first in range(0, len(dest), MAX_IOVECS):
         batch = dest[first : first + MAX_IOVECS]
-        buffers = [flat[int(d) : int(d) + run] for d in batch]
+        buffers = [flat[d : d + run] for d in batch]
         got = preadv(fd, buffers, start + first * run)
         if got != run * len(batch):
             raise CorruptCheckpointError(
