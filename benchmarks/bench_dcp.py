@@ -7,17 +7,19 @@ Usage (a Python with torch, safetensors and ckptctl installed; not run in CI)::
     python benchmarks/bench_dcp.py --quick         # 32 MiB, 1 run: a smoke test
 
 The input is written by ``torchrun --nproc_per_node=2`` with gloo: F32 DTensors of 4096 columns
-(64 MiB each at 1 GiB), half ``Shard(0)`` (rows: streamed a range at a time), half ``Shard(1)``
-(columns: gathered into one tensor-sized buffer). Cases, each a whole child process:
+(64 MiB each at 1 GiB), half ``Shard(0)`` (rows: one file range per chunk), half ``Shard(1)``
+(columns: each row's part of every chunk). Cases, each a whole child process:
 
 * ``convert DIR out.safetensors`` against ``dcp_to_torch_save`` then ``torch.load`` and
   ``safetensors.torch.save_file`` (torch's own way to a safetensors file);
 * ``convert DIR out.pt`` against ``dcp_to_torch_save`` alone;
-* ``convert --no-fsync`` against ``cp`` of the rank files (the same bytes, no fsync either).
+* ``convert --no-fsync`` against ``cp`` of the rank files (the same bytes, no fsync either);
+* ``convert`` (fsync'd, the default) against ``cp && sync`` of the rank files.
 
-Wall time is the median of ``--runs`` runs; peak RSS is the child's ``ru_maxrss`` (through GNU
-time, as in bench.py). The input is read once before timing, so every command sees a warm page
-cache. The bound to meet: peak RSS <= 64 MiB + the largest tensor.
+Each case runs ckptctl and its baseline alternately, run by run; wall time is the median of
+``--runs`` runs; peak RSS is the child's ``ru_maxrss`` (through GNU time, as in bench.py). The
+input is read once before timing, so every command sees a warm page cache. The bound to meet:
+peak RSS <= 64 MiB + the largest tensor.
 """
 
 from __future__ import annotations
@@ -76,21 +78,36 @@ def make_input(size_mib: int) -> tuple[Path, int]:
     return target, rows * COLUMNS * 4
 
 
-def measure(name: str, cmd: list[str], runs: int, cleanup: Path) -> tuple[float, int]:
-    times, rss = [], []
+def _fresh(path: Path) -> None:
+    """Remove a previous output (a file, or a directory made again empty) and flush the disk."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+    if path.suffix == "":
+        path.mkdir()
+    os.sync()
+
+
+def measure(
+    names: tuple[str, str], cmds: tuple[list[str], list[str]], runs: int, cleanup: tuple[Path, Path]
+) -> list[tuple[float, int]]:
+    """Median wall time and max peak RSS of two commands, run alternately (ckptctl, then its
+    baseline, ``runs`` times), so both see the same load on a shared machine."""
+    times: list[list[float]] = [[], []]
+    rss: list[list[int]] = [[], []]
     for _ in range(runs):
-        if cleanup.is_dir():
-            shutil.rmtree(cleanup)
-        elif cleanup.exists():
-            cleanup.unlink()
-        if cleanup.suffix == "":
-            cleanup.mkdir()
-        os.sync()
-        timed = run(cmd)
-        times.append(timed.seconds)
-        rss.append(timed.max_rss_kib)
-    print(f"  {name}: {statistics.median(times):.2f} s, {max(rss) / 1024:.0f} MiB", file=sys.stderr)
-    return statistics.median(times), max(rss)
+        for i in (0, 1):
+            _fresh(cleanup[i])
+            timed = run(cmds[i])
+            times[i].append(timed.seconds)
+            rss[i].append(timed.max_rss_kib)
+    out = []
+    for i in (0, 1):
+        out.append((statistics.median(times[i]), max(rss[i])))
+        print(f"  {names[i]}: {out[i][0]:.2f} s, {out[i][1] / 1024:.0f} MiB "
+              f"({' '.join(f'{t:.2f}' for t in times[i])})", file=sys.stderr)  # fmt: skip
+    return out
 
 
 def main() -> None:
@@ -98,6 +115,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs per command (median)")
     parser.add_argument("--size-mib", type=int, default=1024, help="size of the checkpoint")
     parser.add_argument("--quick", action="store_true", help="32 MiB, one run")
+    parser.add_argument(
+        "--cp-only",
+        action="store_true",
+        help="only the rows against cp (torch's baselines take minutes)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.runs, args.size_mib = 1, 32
@@ -115,37 +137,56 @@ def main() -> None:
         consolidate + "; import safetensors.torch as st; "
         f"st.save_file(torch.load({str(tmp_pt)!r}, weights_only=True), {str(st_out)!r})"
     )
-    rows = [
-        (
-            "convert → safetensors",
-            measure("ckptctl", [*CKPTCTL, "convert", str(directory), str(st_out), "--force"],
-                    args.runs, st_out),
-            measure("dcp_to_torch_save + save_file", [py, "-c", to_safetensors], args.runs,
-                    st_out),
-            "dcp_to_torch_save, torch.load, save_file",
-        ),
-        (
-            "convert → .pt",
-            measure("ckptctl .pt", [*CKPTCTL, "convert", str(directory), str(pt_out), "--force"],
-                    args.runs, pt_out),
-            measure("dcp_to_torch_save", [py, "-c", consolidate], args.runs, tmp_pt),
-            "dcp_to_torch_save",
-        ),
-        (
-            "convert → safetensors, --no-fsync",
-            measure("ckptctl --no-fsync", [*CKPTCTL, "convert", str(directory), str(st_out),
-                                           "--force", "--no-fsync"], args.runs, st_out),
-            measure("cp", ["cp", *map(str, sorted(directory.glob("*.distcp"))), str(copy_dir)],
-                    args.runs, copy_dir),
-            "cp of the rank files",
-        ),
+    ckptctl_st = [*CKPTCTL, "convert", str(directory), str(st_out), "--force"]
+    rank_files = " ".join(map(str, sorted(directory.glob("*.distcp"))))
+    torch_rows = (
+        [
+            (
+                "convert → safetensors",
+                *measure(
+                    ("ckptctl", "dcp_to_torch_save + save_file"),
+                    (ckptctl_st, [py, "-c", to_safetensors]),
+                    args.runs,
+                    (st_out, st_out),
+                ),
+                "dcp_to_torch_save, torch.load, save_file",
+            ),
+            (
+                "convert → .pt",
+                *measure(
+                    ("ckptctl .pt", "dcp_to_torch_save"),
+                    (
+                        [*CKPTCTL, "convert", str(directory), str(pt_out), "--force"],
+                        [py, "-c", consolidate],
+                    ),
+                    args.runs,
+                    (pt_out, tmp_pt),
+                ),
+                "dcp_to_torch_save",
+            ),
+        ]
+        if not args.cp_only
+        else []
+    )
+    rows = [*torch_rows,
+        ("convert → safetensors, `--no-fsync`",
+         *measure(("ckptctl --no-fsync", "cp"),
+                  ([*ckptctl_st, "--no-fsync"], ["sh", "-c", f"cp {rank_files} {copy_dir}"]),
+                  args.runs, (st_out, copy_dir)),
+         "`cp` of the rank files"),
+        ("convert → safetensors (fsync)",
+         *measure(("ckptctl", "cp && sync"),
+                  (ckptctl_st, ["sh", "-c", f"cp {rank_files} {copy_dir} && sync"]),
+                  args.runs, (st_out, copy_dir)),
+         "`cp && sync` of the rank files"),
     ]  # fmt: skip
     for path in (st_out, pt_out, tmp_pt):
         path.unlink(missing_ok=True)
     shutil.rmtree(copy_dir, ignore_errors=True)
     bound = 64 + largest / 2**20
     print(f"{total / 2**20:.0f} MiB in 2 rank files, largest tensor {largest / 2**20:.0f} MiB "
-          f"(bound {bound:.0f} MiB); median of {args.runs} runs, whole process\n")  # fmt: skip
+          f"(bound {bound:.0f} MiB); median of {args.runs} runs, whole process; load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}\n")  # fmt: skip
     print("| case | ckptctl | baseline | speed | ckptctl RSS | baseline RSS | baseline |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     for case, (t1, r1), (t2, r2), what in rows:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -182,10 +182,10 @@ class TensorData:
         """Whether :meth:`read_range` reads only the range (not the whole tensor each time)."""
         return False
 
-    def file_pieces(self) -> list[tuple[ByteSource, int, int]] | None:
+    def file_pieces(self) -> Iterable[tuple[ByteSource, int, int]] | None:
         """``(source, absolute offset, length)`` ranges whose bytes, one after the other, are the
-        tensor's (a tensor made of ranges of several files, :class:`PiecesData`); None when it is
-        not so."""
+        tensor's (a tensor made of ranges of several files: :class:`PiecesData`, a split DCP
+        tensor); None when it is not so. May be worked out lazily, as it is iterated."""
         return None
 
 

@@ -256,6 +256,7 @@ ALIGNED = 3
 
 
 def test_copy_range_uses_copy_file_range_for_the_whole_range(tmp_path, source, monkeypatch):
+    monkeypatch.setattr(_src, "COPY_BYTES", 350)  # a range of at least one copy buffer
     fake = FakeCopyFileRange(cap=100)
     monkeypatch.setattr(os, "copy_file_range", fake)
     # 350 bytes in 100-byte calls: three full and one short, every one at the right offsets
@@ -288,6 +289,7 @@ def test_copy_range_page_congruence_is_taken_modulo_the_page_size(tmp_path, monk
     (tmp_path / "big.bin").write_bytes(data)
     fake = FakeCopyFileRange(cap=1 << 20)
     monkeypatch.setattr(os, "copy_file_range", fake)
+    monkeypatch.setattr(_src, "COPY_BYTES", 10)
     with ByteSource(tmp_path / "big.bin") as big:
         assert (
             _copy(tmp_path, big, page + ALIGNED, 10) == b"HDR" + data[page + 3 : page + 13] + b"END"
@@ -303,6 +305,7 @@ def test_copy_range_does_not_copy_past_the_range_after_short_counts(tmp_path, so
 def test_copy_range_falls_back_when_copy_file_range_copies_nothing(tmp_path, source, monkeypatch):
     fake = FakeCopyFileRange(cap=100, give_up=True)
     monkeypatch.setattr(os, "copy_file_range", fake)
+    monkeypatch.setattr(_src, "COPY_BYTES", 64)
     assert _copy(tmp_path, source, ALIGNED, 200) == b"HDR" + DATA[3:203] + b"END"
     assert len(fake.calls) == 1  # a 0 return ends the copy_file_range loop
 
@@ -310,6 +313,7 @@ def test_copy_range_falls_back_when_copy_file_range_copies_nothing(tmp_path, sou
 def test_copy_range_finishes_with_the_fallback_after_a_failure(tmp_path, source, monkeypatch):
     fake = FakeCopyFileRange(cap=100, fail_after=2)
     monkeypatch.setattr(os, "copy_file_range", fake)
+    monkeypatch.setattr(_src, "COPY_BYTES", 64)
     assert _copy(tmp_path, source, ALIGNED, 450) == b"HDR" + DATA[3:453] + b"END"
     assert fake.copied == 200  # two calls went through, the rest was streamed
 
@@ -317,14 +321,14 @@ def test_copy_range_finishes_with_the_fallback_after_a_failure(tmp_path, source,
 @pytest.mark.parametrize(("offset", "length"), [(0, 0), (11, 1), (11, 5), (11, 23), (1, 1023)])
 def test_copy_range_fallback_streams_chunks(tmp_path, source, monkeypatch, offset, length):
     monkeypatch.delattr(os, "copy_file_range")  # an OS without it
-    monkeypatch.setattr(_src, "CHUNK_BYTES", 5)  # ranges cross several chunks
+    monkeypatch.setattr(_src, "COPY_BYTES", 5)  # ranges cross several buffers
     expected = b"HDR" + DATA[offset : offset + length] + b"END"
     assert _copy(tmp_path, source, offset, length) == expected
 
 
-def test_copy_range_fallback_reads_at_most_one_chunk_at_a_time(tmp_path, source, monkeypatch):
+def test_copy_range_fallback_reads_at_most_one_buffer_at_a_time(tmp_path, source, monkeypatch):
     monkeypatch.delattr(os, "copy_file_range")
-    monkeypatch.setattr(_src, "CHUNK_BYTES", 8)
+    monkeypatch.setattr(_src, "COPY_BYTES", 8)
     reads: list[tuple[int, int]] = []
     preadv = os.preadv
 
@@ -340,6 +344,104 @@ def test_copy_range_fallback_reads_at_most_one_chunk_at_a_time(tmp_path, source,
 @pytest.mark.parametrize("offset", [ALIGNED, 255])
 def test_copy_range_with_the_real_system_calls(tmp_path, source, offset):
     assert _copy(tmp_path, source, offset, 700) == b"HDR" + DATA[offset : offset + 700] + b"END"
+
+
+def test_copy_range_leaves_a_short_congruent_range_to_the_buffer(tmp_path, source, monkeypatch):
+    fake = FakeCopyFileRange(cap=100)
+    monkeypatch.setattr(os, "copy_file_range", fake)
+    monkeypatch.setattr(_src, "COPY_BYTES", 351)
+    assert _copy(tmp_path, source, ALIGNED, 350) == b"HDR" + DATA[3:353] + b"END"
+    assert fake.calls == []  # shorter than the buffer: no cheaper in the kernel
+
+
+def _copy_ranges(tmp_path, ranges):
+    path = tmp_path / "dst.bin"
+    with open(path, "wb") as out:
+        out.write(b"HDR")
+        _src.copy_ranges(ranges, out)
+        out.write(b"END")
+    return path.read_bytes()
+
+
+def test_copy_ranges_gathers_runs_of_two_files_one_read_per_file_and_buffer(
+    tmp_path, source, monkeypatch
+):
+    """Rows of a column-split tensor: parts of two files, interleaved; each file's parts follow
+    each other, so a buffer-full is one ``preadv`` per file and one ``pwrite``."""
+    other_data = bytes(reversed(DATA))
+    (tmp_path / "other.bin").write_bytes(other_data)
+    monkeypatch.setattr(_src, "COPY_BYTES", 40)
+    reads: list[tuple[int, int, int]] = []
+    writes: list[tuple[int, int]] = []
+    preadv, pwrite = os.preadv, os.pwrite
+
+    def spy_read(fd: int, buffers: list[memoryview], offset: int) -> int:
+        reads.append((offset, len(buffers), sum(len(b) for b in buffers)))
+        return preadv(fd, buffers, offset)
+
+    def spy_write(fd: int, data: memoryview, offset: int) -> int:
+        writes.append((offset, len(data)))
+        return pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "preadv", spy_read)
+    monkeypatch.setattr(os, "pwrite", spy_write)
+    with ByteSource(tmp_path / "other.bin") as other:
+        ranges = []
+        for row in range(5):  # 5 rows of 10 bytes from `source` and 6 from `other`
+            ranges += [(source, 100 + 10 * row, 10), (other, 7 + 6 * row, 6)]
+        want = b"".join(DATA[100 + 10 * r : 110 + 10 * r] + other_data[7 + 6 * r : 13 + 6 * r]
+                        for r in range(5))  # fmt: skip
+        assert _copy_ranges(tmp_path, ranges) == b"HDR" + want + b"END"
+    assert writes == [(3, 40), (43, 40)]  # two buffer-fulls, written where they go
+    # the first buffer: rows 0-1 and 8 bytes of row 2 (cut mid-range), one read per file
+    assert reads[:2] == [(100, 3, 28), (7, 2, 12)]
+    assert sum(n for _, _, n in reads) == 80
+
+
+def test_copy_ranges_reads_at_most_max_iovecs_buffers_a_call(tmp_path, source, monkeypatch):
+    monkeypatch.setattr(_src, "MAX_IOVECS", 2)
+    counts: list[int] = []
+    preadv = os.preadv
+
+    def spy(fd: int, buffers: list[memoryview], offset: int) -> int:
+        counts.append(len(buffers))
+        return preadv(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", spy)
+    ranges = [(source, 10 + 3 * i, 3) for i in range(5)]  # one run of the file, five ranges
+    assert _copy_ranges(tmp_path, ranges) == b"HDR" + DATA[10:25] + b"END"
+    assert counts == [2, 2, 1]
+
+
+def test_copy_ranges_of_a_file_in_memory_and_a_file(tmp_path, source):
+    memory = sources.MemorySource(b"abcdefgh", "nested")
+    ranges = [(source, 5, 4), (memory, 2, 3), (source, 9, 2), (memory, 0, 0)]
+    assert _copy_ranges(tmp_path, ranges) == b"HDR" + DATA[5:9] + b"cde" + DATA[9:11] + b"END"
+
+
+def test_copy_ranges_refuses_a_range_outside_its_file(tmp_path, source):
+    with pytest.raises(CorruptCheckpointError, match="past the end of the file"):
+        _copy_ranges(tmp_path, [(source, 0, 4), (source, len(DATA) - 2, 3)])
+
+
+def test_copy_ranges_names_a_file_that_shrank(tmp_path, monkeypatch):
+    path = tmp_path / "shrinks.bin"
+    path.write_bytes(DATA)
+    with ByteSource(path) as src:
+        os.truncate(path, 100)
+        with pytest.raises(CorruptCheckpointError, match="file truncated") as info:
+            _copy_ranges(tmp_path, [(src, 50, 200)])
+    assert info.value.path == str(path)
+
+
+def test_copy_ranges_finishes_a_short_write(tmp_path, source, monkeypatch):
+    pwrite = os.pwrite
+
+    def short(fd: int, data: memoryview, offset: int) -> int:
+        return pwrite(fd, data[:7], offset)  # a signal, a full disk: at most 7 bytes a call
+
+    monkeypatch.setattr(os, "pwrite", short)
+    assert _copy_ranges(tmp_path, [(source, 3, 30)]) == b"HDR" + DATA[3:33] + b"END"
 
 
 # --- read_chunks ------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import IO, TYPE_CHECKING
 from ckptctl._io import libc_function, start_writeback
 from ckptctl.errors import CorruptCheckpointError
 from ckptctl.model import HeaderLayout
-from ckptctl.sources import CHUNK_BYTES, copy_range
+from ckptctl.sources import CHUNK_BYTES, copy_range, copy_ranges
 
 if TYPE_CHECKING:
     from ckptctl.model import Checkpoint, JSONValue, TensorEntry
@@ -114,15 +114,15 @@ def ranged_step(entry: TensorEntry) -> int:
 def write_entry_bytes(out: IO[bytes], entry: TensorEntry) -> None:
     """Stream one entry's bytes to ``out`` without a tensor-sized buffer where possible.
 
-    File-backed bytes go through ``os.copy_file_range`` (zero-copy) when ``out`` is a real
-    file, else through ``CHUNK_BYTES`` views of the memory map; computed bytes are read once.
+    File-backed bytes (one range, or the ranges of :meth:`TensorData.file_pieces`) are copied
+    with ``sources.copy_ranges`` when ``out`` is a real file, else through ``CHUNK_BYTES``
+    views of the memory map; computed bytes are read once.
     """
     where = entry.data.file_range()
     pieces = entry.data.file_pieces() if where is None and has_fileno(out) else None
-    if pieces is not None:  # ranges of several files (PiecesData): each copied
+    if pieces is not None:  # ranges of several files (PiecesData, split DCP tensors)
         start = out.tell()
-        for source, offset, length in pieces:
-            copy_range(source, offset, length, out)
+        copy_ranges(pieces, out)
         start_writeback(out, start, entry.nbytes)
         return
     if where is None and entry.nbytes > CHUNK_BYTES and entry.data.is_ranged():

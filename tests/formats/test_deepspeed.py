@@ -260,16 +260,22 @@ def test_convert_copies_each_piece_straight_from_its_rank_file(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A parameter split over the ranks is copied piece by piece with the file-range copy
-    (``copy_file_range``), never gathered in memory; the output stays zero_to_fp32's bytes."""
-    from ckptctl.sources import copy_range as real
+    (``copy_ranges``), never gathered in memory; the output stays zero_to_fp32's bytes."""
+    from ckptctl.sources import copy_range, copy_ranges
 
     copied: list[tuple[str, int]] = []
 
     def spy(source: Any, offset: int, length: int, out: Any) -> None:
         copied.append((Path(source.path).name, length))
-        real(source, offset, length, out)
+        copy_range(source, offset, length, out)
+
+    def spy_ranges(ranges: Any, out: Any) -> None:
+        listed = list(ranges)
+        copied.extend((Path(source.path).name, length) for source, _, length in listed)
+        copy_ranges(listed, out)
 
     monkeypatch.setattr("ckptctl.formats._base.copy_range", spy)
+    monkeypatch.setattr("ckptctl.formats._base.copy_ranges", spy_ranges)
     out = tmp_path / "model.safetensors"
     convert(DEEPSPEED / case, out)
     want = expected(case)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import os
 import threading
@@ -19,7 +21,7 @@ from ckptctl.model import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Iterator
 
     from numpy.typing import NDArray
 
@@ -127,9 +129,26 @@ class AssembledData(TensorData):
                     out[place] = block
         return flat
 
-    def file_pieces(self) -> list[tuple[ByteSource, int, int]] | None:
-        rows = self._rows()
-        return None if rows is None else rows.file_pieces()
+    def file_pieces(self) -> Iterable[tuple[ByteSource, int, int]] | None:
+        """The chunks' contiguous runs as file ranges in the tensor's byte order (a row split:
+        one range per chunk; a column split: each row's part of every chunk, which writers copy
+        from the rank files a buffer-full at a time, never assembling the tensor); None when a
+        chunk is not contiguous in a file, or is many runs shorter than ``MIN_RUN_BYTES``."""
+        if self.decoded or self._is_one_chunk():
+            return None
+        located: list[tuple[ByteSource, int, Runs]] = []
+        for chunk in self.chunks:
+            entry = chunk.entry
+            where = entry.data.file_range()
+            if entry.nbytes == 0:
+                continue
+            if where is None:
+                return None
+            runs = chunk_runs(self.shape, chunk.offsets, entry)
+            if runs.length < MIN_RUN_BYTES and runs.count > 1:
+                return None
+            located.append((where[0], where[1], runs))
+        return _InTensorOrder(located)
 
     def file_range(self) -> tuple[ByteSource, int] | None:
         whole = None if self.decoded else self._whole()
@@ -162,16 +181,84 @@ MIN_RUN_BYTES = 512
 MAX_IOVECS = 1024
 
 
+@dataclass(frozen=True)
+class Runs:
+    """A chunk's contiguous runs in the C-order tensor it is part of (its innermost partial
+    dimension and the whole dimensions after it), in the chunk's own order, in which they
+    follow each other in its file.
+
+    Attributes:
+        length: bytes per run.
+        count: how many.
+        base: where the first starts in the tensor (bytes).
+        sizes: the chunk's sizes of the dimensions before the run's (the outer index grid).
+        strides: the tensor's strides (bytes) of those dimensions.
+    """
+
+    length: int
+    count: int
+    base: int
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    def starts(self) -> Iterator[int]:
+        """Where each run starts in the tensor, ascending (pure Python: copying a tensor's
+        ranges needs no numpy)."""
+        if not self.sizes:
+            yield self.base
+            return
+        *outer, last = self.sizes
+        step = self.strides[-1]
+        for index in itertools.product(*map(range, outer)):
+            first = self.base + sum(i * st for i, st in zip(index, self.strides, strict=False))
+            yield from range(first, first + last * step, step)
+
+
+def chunk_runs(shape: tuple[int, ...], offsets: tuple[int, ...], entry: TensorEntry) -> Runs:
+    """The contiguous runs of the chunk ``entry`` at ``offsets`` of a tensor of ``shape``."""
+    sizes = entry.shape
+    axis = max((d for d, (n, full) in enumerate(zip(sizes, shape, strict=True)) if n != full),
+               default=0)  # fmt: skip
+    itemsize = entry.dtype.itemsize
+    strides = tuple(math.prod(shape[d + 1 :]) * itemsize for d in range(len(shape)))
+    base = sum(o * st for o, st in zip(offsets, strides, strict=True))
+    return Runs(
+        math.prod(sizes[axis:]) * itemsize,
+        math.prod(sizes[:axis]),
+        base,
+        tuple(sizes[:axis]),
+        strides[:axis],
+    )
+
+
+@dataclass(frozen=True)
+class _InTensorOrder:
+    """``(source, offset, length)`` of every run of the chunks ``(source, start, runs)``, in the
+    order of their places in the tensor (the chunks tile it, ``_metadata`` checks, so one after
+    the other they are its bytes), merged lazily each time it is iterated."""
+
+    located: list[tuple[ByteSource, int, Runs]]
+
+    def __iter__(self) -> Iterator[tuple[ByteSource, int, int]]:
+        def chunk(source: ByteSource, start: int, runs: Runs) -> Iterator[tuple[int, ...]]:
+            n = runs.length
+            return zip(runs.starts(), itertools.count(start, n), itertools.repeat(n))
+
+        located = self.located
+        streams = [chunk(*one) for one in located]
+        tagged = (zip(stream, itertools.repeat(i)) for i, stream in enumerate(streams))
+        for (_, offset, length), i in heapq.merge(*tagged, key=lambda item: item[0][0]):
+            yield located[i][0], offset, length
+
+
 def scatter(
     flat: memoryview, shape: tuple[int, ...], offsets: tuple[int, ...], entry: TensorEntry
 ) -> bool:
     """Read a chunk stored contiguous in a file straight into its place in the C-order tensor
-    ``flat`` (bytes) with ``preadv``: each contiguous run of the chunk (its innermost partial
-    dimension and the whole dimensions after it) goes into its own buffer, so nothing passes
-    through an intermediate copy and no file page is mapped. False when it cannot (the chunk is
-    not contiguous in a file, or its runs are short); the caller then copies row blocks."""
-    import numpy as np
-
+    ``flat`` (bytes) with ``preadv``: each contiguous run of the chunk (:func:`chunk_runs`)
+    goes into its own buffer, so nothing passes through an intermediate copy and no file page
+    is mapped. False when it cannot (the chunk is not contiguous in a file, or its runs are
+    short); the caller then copies row blocks."""
     where = entry.data.file_range()
     preadv = getattr(os, "preadv", None)
     if where is None or preadv is None or entry.nbytes == 0:
@@ -181,22 +268,14 @@ def scatter(
         fd = source.fileno()
     except OSError:
         return False
-    sizes = entry.shape
-    axis = max((d for d, (n, full) in enumerate(zip(sizes, shape, strict=True)) if n != full),
-               default=0)  # fmt: skip
-    itemsize = entry.dtype.itemsize
-    run = math.prod(sizes[axis:]) * itemsize
+    runs = chunk_runs(shape, offsets, entry)
+    run = runs.length
     if run < MIN_RUN_BYTES:
         return False
-    strides = [math.prod(shape[d + 1 :]) * itemsize for d in range(len(shape))]
-    base = sum(o * st for o, st in zip(offsets, strides, strict=True))
-    # Where each run starts in the tensor: the outer index grid (axes before ``axis``).
-    dest = np.zeros(1, dtype=np.int64) + base
-    for d in range(axis):
-        dest = (dest[:, None] + np.arange(sizes[d], dtype=np.int64) * strides[d]).reshape(-1)
+    dest = list(runs.starts())
     for first in range(0, len(dest), MAX_IOVECS):
         batch = dest[first : first + MAX_IOVECS]
-        buffers = [flat[int(d) : int(d) + run] for d in batch]
+        buffers = [flat[d : d + run] for d in batch]
         got = preadv(fd, buffers, start + first * run)
         if got != run * len(batch):
             raise CorruptCheckpointError(
