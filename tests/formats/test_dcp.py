@@ -39,7 +39,8 @@ def copy_case(case: str, tmp_path: Path) -> Path:
 def test_every_producer_has_a_fixture() -> None:
     assert set(CASES) == {
         "dcp_single", "dcp_zstd", "fsdp2", "fsdp1", "dtensor_shard0", "dtensor_shard1",
-        "dtensor_replicate", "dtensor_2d", "megatron_torch_dist",
+        "dtensor_replicate", "dtensor_2d", "megatron_torch_dist", "dcp_safetensors",
+        "dtensor_shard1_safetensors",
     }  # fmt: skip
 
 
