@@ -197,9 +197,13 @@ def _open_blob(
     from ckptctl.sources import SliceSource
 
     where = SliceSource(rank_file, start, rank_file.size - start, f"{file}@{start}")
-    with open_safetensors(where) as blob:
-        metadata = dict(blob.metadata)
-        entries = {entry.name: entry for entry in blob.values()}
+    try:
+        with open_safetensors(where) as blob:
+            metadata = dict(blob.metadata)
+            entries = {entry.name: entry for entry in blob.values()}
+    except CkptError as exc:
+        exc.message = f"{exc.message} (bytes counted from the blob's start)"
+        raise
     if SHARDING_KEY not in metadata or VERSION_KEY not in metadata:
         raise CorruptCheckpointError(
             f"its __metadata__ has no {SHARDING_KEY} and {VERSION_KEY} (torch's DCP keys)"
@@ -222,8 +226,8 @@ def _open_blob(
             )
         if entry.dtype is not tensor.dtype or entry.shape != chunk.sizes:
             raise CorruptCheckpointError(
-                f"{what}: it holds a {entry.dtype} tensor of shape {list(entry.shape)}, "
-                f".metadata says {tensor.dtype} {list(chunk.sizes)}"
+                f"{what}: it holds a {entry.dtype.value} tensor of shape {list(entry.shape)}, "
+                f".metadata says {tensor.dtype.value} {list(chunk.sizes)}"
             )
         if saved[tensor.name] != chunk.offsets:
             raise CorruptCheckpointError(
