@@ -229,3 +229,23 @@ def test_torch_still_cannot_load_the_safetensors_fixtures(case: str) -> None:
     """The committed variant fixtures are still unreadable to this torch (else their truth
     should come from dcp_to_torch_save, as the other cases' does)."""
     assert "Weights only load failed" in _cannot_load(DIST / case)
+
+
+def test_safetensors_variant_of_values_only_accounts_for_its_empty_blob(tmp_path: Path) -> None:
+    """torch writes a blob even for a rank file without tensors (after the values)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.filesystem import SerializationFormat
+
+    from ckptctl.formats import read_layout
+
+    target = tmp_path / "values"
+    writer = dcp.FileSystemWriter(str(target), serialization_format=SerializationFormat.SAFETENSORS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"step": 3, "name": "x"}, storage_writer=writer)
+    layout = read_layout(target)
+    (rank_file,) = layout.header["files"]
+    assert rank_file["safetensors_blob"]["tensors"] == 0
+    assert rank_file["unaccounted_bytes"] == 0
+    with open_checkpoint(target) as ckpt:
+        assert ckpt.objects == {"step": 3, "name": "x"}

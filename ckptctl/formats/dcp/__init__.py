@@ -17,7 +17,9 @@ checked against the files it writes, ``fixtures/make_distributed.py``)::
   'exp_avg')``);
 * each item is ``torch.save`` of the chunk (a tensor of the chunk's ``sizes``) or, for a value,
   of the object (``BYTE_IO``). ``transform_descriptors`` (``stream.zstd/1``) name stream
-  transforms applied to the item's bytes.
+  transforms applied to the item's bytes. In the safetensors variant
+  (``serialization_format=SAFETENSORS``) the tensor chunks of a rank file are instead the
+  entries of one safetensors blob at its end (``_files.py``).
 
 torch's reader loads ``.metadata`` with a plain ``pickle.load``. Here it is judged first (the
 allowlist verdict of ``pytorch/_safety.py``: the DCP classes are outside torch's weights-only
