@@ -212,7 +212,7 @@ def _open_blob(
     if set(saved) != set(entries):
         odd = sorted(set(saved) ^ set(entries))[0]
         raise CorruptCheckpointError(
-            f"tensor {odd!r} is in only one of the tensors and {SHARDING_KEY}"
+            f"tensor {odd!r} is in one of its tensors and its {SHARDING_KEY}, not both"
         )
     tensors: dict[str, TensorEntry] = {}
     for tensor, chunk in chunks:
@@ -231,7 +231,8 @@ def _open_blob(
             )
         if saved[tensor.name] != chunk.offsets:
             raise CorruptCheckpointError(
-                f"{what}: its {SAVED_OFFSETS_KEY} are {list(saved[tensor.name])}"
+                f"{what}: its {SAVED_OFFSETS_KEY} are {list(saved[tensor.name])}, .metadata "
+                f"says {list(chunk.offsets)}"
             )
         if chunk.item.length != entry.nbytes:
             raise CorruptCheckpointError(
@@ -249,7 +250,7 @@ def _open_blob(
     extra = sorted(set(entries) - set(tensors))
     if extra:
         raise CorruptCheckpointError(
-            f"it holds tensor {extra[0]!r}, which .metadata places elsewhere"
+            f"it holds tensor {extra[0]!r}, which .metadata does not place in this rank file"
         )
     header = HEADER_LENGTH_BYTES + int.from_bytes(where.read(0, HEADER_LENGTH_BYTES), "little")
     return Blob(start, where.size, header, tensors, metadata[VERSION_KEY])
