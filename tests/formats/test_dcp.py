@@ -39,7 +39,8 @@ def copy_case(case: str, tmp_path: Path) -> Path:
 def test_every_producer_has_a_fixture() -> None:
     assert set(CASES) == {
         "dcp_single", "dcp_zstd", "fsdp2", "fsdp1", "dtensor_shard0", "dtensor_shard1",
-        "dtensor_replicate", "dtensor_2d", "megatron_torch_dist",
+        "dtensor_replicate", "dtensor_2d", "megatron_torch_dist", "dcp_safetensors",
+        "dtensor_shard1_safetensors",
     }  # fmt: skip
 
 
@@ -73,7 +74,9 @@ def test_ranged_reads_agree_with_whole_reads(case: str) -> None:
             assert _hash(raw) == want[entry.name]
 
 
-@pytest.mark.parametrize("case", ["dtensor_shard1", "dtensor_2d", "fsdp1"])
+@pytest.mark.parametrize(
+    "case", ["dtensor_shard1", "dtensor_2d", "fsdp1", "dtensor_shard1_safetensors"]
+)
 def test_gathers_straight_into_the_tensor(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Column splits are read with preadv into their place (runs of every length here)."""
     from ckptctl.formats.dcp import _assemble
@@ -402,6 +405,114 @@ def test_a_damaged_zstd_chunk_fails_verify(tmp_path: Path, run_cli) -> None:
     assert readable["status"] == "fail"
     assert f"of {rank_file.name}" in readable["message"]
     assert "zstd" in readable["message"]
+
+
+SAFETENSORS_CASES = ("dcp_safetensors", "dtensor_shard1_safetensors")
+
+
+@pytest.mark.parametrize("case", SAFETENSORS_CASES)
+def test_safetensors_variant_chunks_are_the_blobs_entries(case: str) -> None:
+    """Each chunk is the entry of its name in its rank file's blob, as the safetensors library
+    reads the blob (from the offset .metadata gives every tensor item of the file)."""
+    from safetensors import deserialize
+
+    layout = read_layout(DIST / case)
+    blobs = {f["file"]: f["safetensors_blob"] for f in layout.header["files"]}
+    want: dict[tuple[str, tuple[int, ...]], bytes] = {}
+    for tensor in layout.header["tensors"]:
+        for chunk in tensor["chunks"]:
+            assert chunk["offset"] == blobs[chunk["file"]]["offset"]  # all at the blob's start
+            raw = (DIST / case / chunk["file"]).read_bytes()[chunk["offset"] :]
+            found = dict(deserialize(raw))[tensor["name"]]
+            assert (found["dtype"], found["shape"]) == (tensor["dtype"], chunk["sizes"])
+            want[tensor["name"], tuple(chunk["offsets"])] = bytes(found["data"])
+    with open_checkpoint(DIST / case) as ckpt:
+        for entry in ckpt.values():
+            for chunk in entry.data.chunks:  # type: ignore[attr-defined]  # AssembledData
+                got = chunk.entry
+                assert got.data.file_range() is not None  # a range of the rank file: fast copies
+                assert bytes(got.data.read()) == want[entry.name, chunk.offsets]
+
+
+def test_safetensors_variant_lists_and_converts_as_the_default_one(tmp_path: Path, run_cli) -> None:
+    """The same state as dcp_single: the same values, notes saying what it is and that torch
+    cannot load it, and the same converted file byte for byte."""
+    with (
+        open_checkpoint(DIST / "dcp_safetensors") as variant,
+        open_checkpoint(DIST / "dcp_single") as plain,
+    ):
+        assert variant.objects == plain.objects
+        assert variant.safety is not None
+        assert variant.safety.verdict is Verdict.NEEDS_TRUST  # .metadata, as for dcp_single
+        assert "the safetensors variant (SerializationFormat.SAFETENSORS" in variant.notes[0]
+        assert not any("safetensors variant" in n for n in plain.notes)
+    result = run_cli("ls", DIST / "dcp_safetensors")
+    assert result.code == 0
+    assert "torch 2.13's DCP reader cannot load this directory" in result.stdout
+    assert "Unsupported operand" in result.stdout
+    for case in ("dcp_safetensors", "dcp_single"):
+        assert run_cli("convert", DIST / case, tmp_path / f"{case}.safetensors").code == 0
+    assert (tmp_path / "dcp_safetensors.safetensors").read_bytes() == (
+        tmp_path / "dcp_single.safetensors"
+    ).read_bytes()
+    args = ("verify", "--trust", "--state-key", "model")
+    assert run_cli(*args, DIST / "dcp_safetensors").code == 0
+    assert run_cli("verify", "--trust", DIST / "dtensor_shard1_safetensors").code == 0
+
+
+#: Damage to rank 1's blob of dtensor_shard1_safetensors (its header is at byte 1261, after the
+#: value ``epoch``): the bytes replaced, and what the error says.
+BLOB_DAMAGE = {
+    "truncated": (None, r"tensor 'half' ends at byte 824 but the file has 814 bytes"),
+    "appended": (b"", r"bytes after the end of the tensor data"),
+    "json": (b'{"__metadata__"', r"not valid JSON"),
+    "saved-offsets": (b'"weight\\": {\\"saved_offsets\\": [0, 3]', r"saved_offsets are \[0, 4\]"),
+    "dtype": (b'"half":{"dtype":"F16"', r"holds a I16 tensor of shape \[8, 2\]"),
+    "keys": (b"DCP_VERSION", r"has no DCP_SHARDING_INFO and DCP_VERSION"),
+}
+BLOB_REPLACEMENT = {
+    "json": b'{"__metadata__!',
+    "saved-offsets": b'"weight\\": {\\"saved_offsets\\": [0, 4]',
+    "dtype": b'"half":{"dtype":"I16"',
+    "keys": b"DCP_VERSIOM",
+}
+
+
+@pytest.mark.parametrize("damage", sorted(BLOB_DAMAGE))
+def test_a_damaged_blob_fails_naming_the_rank_file(damage: str, tmp_path: Path, run_cli) -> None:
+    case = copy_case("dtensor_shard1_safetensors", tmp_path)
+    victim = case / "__1_0.distcp"
+    raw = victim.read_bytes()
+    old, message = BLOB_DAMAGE[damage]
+    if damage == "truncated":
+        raw = raw[:-10]
+    elif damage == "appended":
+        raw += b"\0" * 8
+    else:
+        assert old is not None
+        assert raw.count(old) == 1, damage
+        raw = raw.replace(old, BLOB_REPLACEMENT[damage])
+    victim.write_bytes(raw)
+    with pytest.raises(CorruptCheckpointError, match=message) as caught:
+        open_checkpoint(case)
+    assert caught.value.path == str(victim)
+    assert "the safetensors blob at byte 1261 of rank file '__1_0.distcp'" in caught.value.message
+    assert run_cli("ls", case).code == 3
+    result = run_cli("verify", "--trust", case)
+    assert result.code == 1
+    assert "__1_0.distcp" in result.stdout
+
+
+def test_a_tensor_missing_from_its_blob_is_refused(tmp_path: Path) -> None:
+    """A chunk .metadata places in a blob that lacks it (another tensor's name there)."""
+    case = copy_case("dtensor_shard1_safetensors", tmp_path)
+    victim = case / "__0_0.distcp"
+    raw = victim.read_bytes()
+    assert raw.count(b'"half"') == 1
+    victim.write_bytes(raw.replace(b'"half"', b'"hal_"').replace(b'\\"half\\"', b'\\"hal_\\"'))
+    with pytest.raises(CorruptCheckpointError, match=r"chunk \[0, 0\]") as caught:
+        open_checkpoint(case)
+    assert caught.value.path == str(victim)
 
 
 def test_verify_passes_a_good_directory_with_trust(run_cli) -> None:

@@ -21,8 +21,9 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 pytestmark = pytest.mark.torch
 
 DIST = VALID / "distributed"
-CASES = sorted(p.name for p in DIST.iterdir() if p.is_dir())
 make = load_module(FIXTURES / "make_distributed.py")
+#: The cases torch's own reader can load (not the safetensors variant).
+CASES = sorted(p.name for p in DIST.iterdir() if p.is_dir() and p.name not in make.SAFETENSORS)
 
 
 def consolidated(directory: Path) -> dict[str, Any]:
@@ -173,3 +174,78 @@ def test_zstd_items_read_as_torch_reads_them(tmp_path: Path, run_cli) -> None:
     assert result.code == 4
     assert "'stream.zstd/2', which neither torch 2.13 nor ckptctl knows" in result.stderr
     assert "distcp" in result.stderr
+
+
+def _cannot_load(directory: Path) -> str:
+    """What torch's ``dcp_to_torch_save`` raises for ``directory`` (it must raise)."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    with pytest.raises(CheckpointException) as caught:  # a BaseException, not an Exception
+        consolidated(directory)
+    return str(caught.value)
+
+
+def test_safetensors_variant_read_as_saved_where_torch_cannot(tmp_path: Path, run_cli) -> None:
+    """A live save with ``serialization_format=SAFETENSORS``: ckptctl's tensors and values are
+    the state saved, byte for byte; torch 2.13's FileSystemReader fails on the directory, and its
+    Hugging Face reader finds no tensors in it (what the ``ls`` note says)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+    from torch.distributed.checkpoint.filesystem import SerializationFormat
+
+    target = tmp_path / "variant"
+    torch.manual_seed(3)
+    state = {
+        "model": {"w": torch.randn(64, 33), "b": torch.arange(7, dtype=torch.bfloat16)},
+        "ids": torch.arange(5, dtype=torch.int64),
+        "step": 3,
+        "cfg": {"lr": 0.5},
+    }
+    writer = dcp.FileSystemWriter(str(target), serialization_format=SerializationFormat.SAFETENSORS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(state, storage_writer=writer)
+    want = make.flatten(state)
+    with open_checkpoint(target) as ckpt:
+        assert sorted(ckpt) == sorted(want)
+        for name, tensor in want.items():
+            assert ckpt[name].dtype.value == make.describe_tensor(name, tensor)["dtype"]
+            assert bytes(ckpt[name].data.read()) == _bytes(tensor), name
+        assert ckpt.objects["step"] == 3
+        assert ckpt.objects["cfg"] == {"lr": 0.5}
+        assert any("torch 2.13's DCP reader cannot load" in note for note in ckpt.notes)
+    # torch's own readers, as the note says
+    message = _cannot_load(target)
+    assert "Weights only load failed" in message
+    assert "Unsupported operand" in message
+    assert HuggingFaceStorageReader(str(target)).read_metadata().state_dict_metadata == {}
+    result = run_cli("verify", "--trust", target)
+    assert result.code == 0, result.stdout
+    assert "every structural check passed" in result.stdout
+
+
+@pytest.mark.parametrize("case", sorted(make.SAFETENSORS))
+def test_torch_still_cannot_load_the_safetensors_fixtures(case: str) -> None:
+    """The committed variant fixtures are still unreadable to this torch (else their truth
+    should come from dcp_to_torch_save, as the other cases' does)."""
+    assert "Weights only load failed" in _cannot_load(DIST / case)
+
+
+def test_safetensors_variant_of_values_only_accounts_for_its_empty_blob(tmp_path: Path) -> None:
+    """torch writes a blob even for a rank file without tensors (after the values)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.filesystem import SerializationFormat
+
+    from ckptctl.formats import read_layout
+
+    target = tmp_path / "values"
+    writer = dcp.FileSystemWriter(str(target), serialization_format=SerializationFormat.SAFETENSORS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"step": 3, "name": "x"}, storage_writer=writer)
+    layout = read_layout(target)
+    (rank_file,) = layout.header["files"]
+    assert rank_file["safetensors_blob"]["tensors"] == 0
+    assert rank_file["unaccounted_bytes"] == 0
+    with open_checkpoint(target) as ckpt:
+        assert ckpt.objects == {"step": 3, "name": "x"}

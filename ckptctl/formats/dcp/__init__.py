@@ -17,7 +17,9 @@ checked against the files it writes, ``fixtures/make_distributed.py``)::
   'exp_avg')``);
 * each item is ``torch.save`` of the chunk (a tensor of the chunk's ``sizes``) or, for a value,
   of the object (``BYTE_IO``). ``transform_descriptors`` (``stream.zstd/1``) name stream
-  transforms applied to the item's bytes.
+  transforms applied to the item's bytes. In the safetensors variant
+  (``serialization_format=SAFETENSORS``) the tensor chunks of a rank file are instead the
+  entries of one safetensors blob at its end (``_files.py``).
 
 torch's reader loads ``.metadata`` with a plain ``pickle.load``. Here it is judged first (the
 allowlist verdict of ``pytorch/_safety.py``: the DCP classes are outside torch's weights-only
@@ -51,6 +53,7 @@ from ckptctl.errors import (
 )
 from ckptctl.formats._base import FormatSpec
 from ckptctl.formats.dcp._assemble import AssembledData, LazyChunk, absolute
+from ckptctl.formats.dcp._files import RankFiles, open_files
 from ckptctl.formats.dcp._metadata import (
     FILES_SHOWN,
     MAX_VALUES,
@@ -62,7 +65,6 @@ from ckptctl.formats.dcp._metadata import (
     ValueMeta,
     all_items,
     beside,
-    open_files,
     read_metadata,
 )
 from ckptctl.formats.dcp._transform import check_transforms, decode
@@ -108,13 +110,14 @@ class _Opened:
 
     def __init__(self, source: ByteSource, meta: DcpMetadata) -> None:
         self.metadata = source
-        self.sources: dict[str, ByteSource] = {}
+        self.files = RankFiles({}, {})
         self.globals: dict[tuple[str, str, bool], GlobalUse] = {}
         self.problems: dict[tuple[str, str], Problem] = {}
         for what, item in all_items(meta):  # before anything is read: exit 4, not a late failure
             check_transforms(item.transforms, what, beside(source, item.file))
         # every rank file now, so the checkpoint owns (and closes) them all
-        self.sources = open_files(source, meta)
+        self.files = open_files(source, meta)
+        self.sources = self.files.sources
 
     def path(self, item: Item) -> str:
         """The rank file of ``item`` (for messages)."""
@@ -153,8 +156,7 @@ class _Opened:
         return meta.safety.merge(items)
 
     def close(self) -> None:
-        for source in self.sources.values():
-            source.close()
+        self.files.close()
 
 
 def _read_item(opened: _Opened, item: Item, what: str, limit: int) -> Checkpoint:
@@ -175,6 +177,9 @@ def _read_item(opened: _Opened, item: Item, what: str, limit: int) -> Checkpoint
 
 
 def _chunk_entry(opened: _Opened, tensor: TensorMeta, chunk: Chunk) -> TensorEntry:
+    blob = opened.files.blobs.get(chunk.item.file)
+    if blob is not None:  # the safetensors variant: checked against .metadata on opening
+        return blob.tensors[tensor.name]
     what = f"tensor {tensor.name!r} chunk {list(chunk.offsets)}"
     limit = math.prod(chunk.sizes) * tensor.dtype.itemsize + MAX_ITEM_OVERHEAD
     ckpt = _read_item(opened, chunk.item, what, limit)
@@ -266,7 +271,7 @@ def _structure(meta: DcpMetadata) -> tuple[CheckpointKind, Structure, list[str]]
     return CheckpointKind.NESTED, structure, [note]
 
 
-def _describe(meta: DcpMetadata) -> str:
+def _describe(meta: DcpMetadata, files: RankFiles) -> str:
     chunks = sum(len(t.chunks) for t in meta.tensors)
     shown = ", ".join(meta.files[:FILES_SHOWN])
     more = f" and {len(meta.files) - FILES_SHOWN} more" if len(meta.files) > FILES_SHOWN else ""
@@ -274,10 +279,18 @@ def _describe(meta: DcpMetadata) -> str:
     split_note = f", {_count(split, 'tensor')} split into several" if split else ""
     transforms = sorted({t for _, item in all_items(meta) for t in item.transforms})
     compressed = f", items compressed ({', '.join(transforms)})" if transforms else ""
+    blobs = len(files.blobs)
+    some = "" if blobs == len(meta.files) else f" ({blobs} of the rank files)"
+    variant = (
+        f", the safetensors variant{some} (SerializationFormat.SAFETENSORS: the tensors of each "
+        "rank file in one safetensors blob)"
+        if blobs
+        else ""
+    )
     return (
         f"a torch.distributed.checkpoint directory: {_count(len(meta.tensors), 'tensor')} in "
         f"{_count(chunks, 'chunk')}{split_note}, {_count(len(meta.values), 'other value')}, "
-        f"in {_count(len(meta.files), 'rank file')} ({shown}{more}){compressed}"
+        f"in {_count(len(meta.files), 'rank file')} ({shown}{more}){compressed}{variant}"
     )
 
 
@@ -357,7 +370,11 @@ def open_dcp(source: ByteSource) -> Checkpoint:
         # file should carry (safetensors' save_file of the same tensors writes none).
         metadata={},
         kind=kind,
-        notes=[_describe(meta), *notes, TORCH_READS],
+        notes=[
+            _describe(meta, opened.files),
+            *notes,
+            *([TORCH_CANNOT_READ, TORCH_READS_VALUES] if opened.files.blobs else [TORCH_READS]),
+        ],
         structure=structure,
         objects=objects,
         sharding=Sharding(source.path, meta.files),
@@ -427,10 +444,24 @@ def _megatron(source: ByteSource) -> tuple[list[str], dict[str, object], PickleS
 
 
 #: How torch itself reads the metadata (said in every listing).
-TORCH_READS = (
+TORCH_READS_VALUES = (
     "torch's DCP reader loads .metadata and the non-tensor values with plain pickle.load (full "
-    "trust); ckptctl judged them and read them as inert data. Tensor chunks (which torch loads "
-    "with weights_only=True) are opened and judged when their bytes are read"
+    "trust); ckptctl judged them and read them as inert data"
+)
+TORCH_READS = (
+    f"{TORCH_READS_VALUES}. Tensor chunks (which torch loads with weights_only=True) are opened "
+    "and judged when their bytes are read"
+)
+#: What torch 2.13 does with the safetensors variant (run on the fixtures: ``dcp.load`` and
+#: ``dcp_to_torch_save``; ``HuggingFaceStorageReader`` and ``consolidate_safetensors_files``
+#: list only ``*.safetensors`` files).
+TORCH_CANNOT_READ = (
+    "torch 2.13's DCP reader cannot load this directory: FileSystemReader torch.loads each "
+    "tensor's byte range, which starts at the safetensors header, and fails (\"Weights only load "
+    'failed ... Unsupported operand"; dcp.load and dcp_to_torch_save raise CheckpointException), '
+    "and its Hugging Face reader (HuggingFaceStorageReader, consolidate_safetensors_files) reads "
+    "only *.safetensors files, so it finds no tensors here. ckptctl reads the blobs (no pickle "
+    "in them)"
 )
 
 
@@ -457,22 +488,27 @@ def layout_dcp(source: ByteSource) -> HeaderLayout:
     """
     meta = read_metadata(source)
     rank_files = open_files(source, meta)
-    sizes = {name: f.size for name, f in rank_files.items()}
-    for rank_file in rank_files.values():
-        rank_file.close()
-    files = []
+    sizes = {name: f.size for name, f in rank_files.sources.items()}
+    rank_files.close()
+    files: list[dict[str, JSONValue]] = []
+    unaccounted = 0
     for file in meta.files:
-        items = sorted((i for _, i in all_items(meta) if i.file == file), key=lambda i: i.offset)
-        covered = sum(i.length for i in items)
-        files.append(
-            {
-                "file": file,
-                "bytes": sizes[file],
-                "items": len(items),
-                "item_bytes": covered,
-                "unaccounted_bytes": sizes[file] - covered,
+        items = [i for _, i in all_items(meta) if i.file == file]
+        blob = rank_files.blobs.get(file)
+        facts: dict[str, JSONValue] = {"file": file, "bytes": sizes[file], "items": len(items)}
+        if blob is None:
+            covered = sum(i.length for i in items)
+        else:  # the tensor items are the blob's entries: its bytes, once
+            covered = sum(i.length for i in items if i.offset < blob.offset) + blob.length
+            facts["safetensors_blob"] = {
+                "offset": blob.offset,
+                "bytes": blob.length,
+                "header_bytes": blob.header_bytes,
+                "tensors": len(blob.tensors),
+                "dcp_version": blob.version,
             }
-        )
+        files.append({**facts, "item_bytes": covered, "unaccounted_bytes": sizes[file] - covered})
+        unaccounted += sizes[file] - covered
     header = {
         "version": meta.version,
         "tensors": [
@@ -504,7 +540,7 @@ def layout_dcp(source: ByteSource) -> HeaderLayout:
             "chunks": sum(len(t.chunks) for t in meta.tensors),
             "values": len(meta.values),
             "rank_files": len(meta.files),
-            "unaccounted_bytes": sum(f["unaccounted_bytes"] for f in files),
+            "unaccounted_bytes": unaccounted,
         },
     )
 

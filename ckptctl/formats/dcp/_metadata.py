@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ckptctl.dtypes import DType
-from ckptctl.errors import CorruptCheckpointError, InputError, UnsupportedError
+from ckptctl.errors import CorruptCheckpointError, UnsupportedError
 
 if TYPE_CHECKING:
     from ckptctl.safety import PickleSafety
@@ -87,7 +87,8 @@ class DcpMetadata:
     safety: PickleSafety
 
 
-def _bad(message: str) -> CorruptCheckpointError:
+def metadata_error(message: str) -> CorruptCheckpointError:
+    """An error saying ``.metadata`` is damaged."""
     return CorruptCheckpointError(
         f".metadata: {message}", hint="the checkpoint's .metadata is damaged; re-save it"
     )
@@ -98,22 +99,22 @@ def _fields(obj: object, cls: str, what: str) -> dict[str, object]:
     from ckptctl.formats.pytorch._unpickler import Stub
 
     if not isinstance(obj, Stub) or obj.qualname.rsplit(".", 1)[-1] != cls:
-        raise _bad(f"{what} is {type(obj).__name__}, not a {cls}")
+        raise metadata_error(f"{what} is {type(obj).__name__}, not a {cls}")
     state = obj.state
     if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
         state = {**(state[0] or {}), **state[1]}  # (dict, slots) form of a slotted class
     if state is None:
         return {}
     if not isinstance(state, dict):
-        raise _bad(f"{what} has an unexpected state ({type(state).__name__})")
+        raise metadata_error(f"{what} has an unexpected state ({type(state).__name__})")
     return {str(k): v for k, v in state.items()}
 
 
 def _ints(value: object, what: str) -> tuple[int, ...]:
     if not isinstance(value, tuple | list) or len(value) > MAX_NDIM:
-        raise _bad(f"{what} is not a shape")
+        raise metadata_error(f"{what} is not a shape")
     if any(type(v) is not int or v < 0 for v in value):
-        raise _bad(f"{what} is not a list of non-negative integers")
+        raise metadata_error(f"{what} is not a list of non-negative integers")
     return tuple(value)
 
 
@@ -130,7 +131,7 @@ def _dtype(properties: object, name: str) -> DType:
             "dtype"
         )
     if not isinstance(dtype, TorchDType):
-        raise _bad(f"tensor {name!r} has no dtype")
+        raise metadata_error(f"tensor {name!r} has no dtype")
     try:
         return DType.parse(dtype.name)
     except ValueError:
@@ -140,36 +141,36 @@ def _dtype(properties: object, name: str) -> DType:
 def _relative(name: object) -> str:
     """A storage file name, checked to stay inside the directory."""
     if not isinstance(name, str) or not name or "\x00" in name:
-        raise _bad(f"a storage file name is {name!r}")
+        raise metadata_error(f"a storage file name is {name!r}")
     norm = os.path.normpath(name)
     if os.path.isabs(name) or norm in (".", "..") or norm.startswith(".." + os.sep):
-        raise _bad(f"the storage file {name!r} is outside the checkpoint directory")
+        raise metadata_error(f"the storage file {name!r} is outside the checkpoint directory")
     return norm
 
 
 def _storage(metadata: dict[str, object]) -> dict[tuple[str, tuple[int, ...] | None], Item]:
     storage = metadata.get("storage_data")
     if not isinstance(storage, dict):
-        raise _bad("storage_data is not a mapping")
+        raise metadata_error("storage_data is not a mapping")
     if len(storage) > MAX_CHUNKS:
-        raise _bad(f"more than {MAX_CHUNKS} stored items")
+        raise metadata_error(f"more than {MAX_CHUNKS} stored items")
     out: dict[tuple[str, tuple[int, ...] | None], Item] = {}
     for key, info in storage.items():
         index = _fields(key, "MetadataIndex", "a storage_data key")
         fqn = index.get("fqn")
         if not isinstance(fqn, str):
-            raise _bad("a storage_data key has no name")
+            raise metadata_error("a storage_data key has no name")
         offset = index.get("offset")
         offsets = None if offset is None else _ints(offset, f"the offsets of {fqn!r}")
         where = _fields(info, "_StorageInfo", f"the storage of {fqn!r}")
         start, length = where.get("offset"), where.get("length")
         if type(start) is not int or type(length) is not int or start < 0 or length < 0:
-            raise _bad(f"the storage of {fqn!r} has no valid byte range")
+            raise metadata_error(f"the storage of {fqn!r} has no valid byte range")
         transforms = where.get("transform_descriptors") or ()
         if not isinstance(transforms, list | tuple) or not all(
             isinstance(t, str) for t in transforms
         ):
-            raise _bad(f"the storage of {fqn!r} has malformed transform descriptors")
+            raise metadata_error(f"the storage of {fqn!r} has malformed transform descriptors")
         item = Item(_relative(where.get("relative_path")), start, length, tuple(transforms))
         out[(fqn, offsets)] = item
     return out
@@ -223,7 +224,7 @@ def _tensor(name: str, meta: object, items: dict[Any, Item], planner: object) ->
     dtype = _dtype(fields.get("properties"), name)
     raw = fields.get("chunks")
     if not isinstance(raw, list | tuple):
-        raise _bad(f"tensor {name!r} has no chunk list")
+        raise metadata_error(f"tensor {name!r} has no chunk list")
     chunks = []
     for number, stub in enumerate(raw):
         chunk = _fields(stub, "ChunkStorageMetadata", f"chunk {number} of {name!r}")
@@ -231,7 +232,7 @@ def _tensor(name: str, meta: object, items: dict[Any, Item], planner: object) ->
         sizes = _ints(chunk.get("sizes"), f"the sizes of chunk {number} of {name!r}")
         item = items.get((name, offsets))
         if item is None:
-            raise _bad(f"chunk {list(offsets)} of tensor {name!r} has no storage entry")
+            raise metadata_error(f"chunk {list(offsets)} of tensor {name!r} has no storage entry")
         chunks.append(Chunk(offsets, sizes, item))
     tensor = TensorMeta(name, _path(planner, name), dtype, shape, tuple(chunks))
     check_tiling(tensor)
@@ -248,12 +249,12 @@ def check_tiling(tensor: TensorMeta) -> None:
     name, shape = tensor.name, tensor.shape
     for chunk in tensor.chunks:
         if len(chunk.offsets) != len(shape) or len(chunk.sizes) != len(shape):
-            raise _bad(
+            raise metadata_error(
                 f"a chunk of tensor {name!r} has {len(chunk.sizes)} dimensions, not {len(shape)}"
             )
         for offset, size, dim in zip(chunk.offsets, chunk.sizes, shape, strict=True):
             if offset + size > dim:
-                raise _bad(
+                raise metadata_error(
                     f"chunk {list(chunk.offsets)} {list(chunk.sizes)} of tensor {name!r} "
                     f"lies outside its shape {list(shape)}"
                 )
@@ -267,12 +268,12 @@ def check_tiling(tensor: TensorMeta) -> None:
                 x < y + t and y < x + s
                 for x, s, y, t in zip(a.offsets, a.sizes, b.offsets, b.sizes, strict=True)
             ):
-                raise _bad(
+                raise metadata_error(
                     f"chunks {list(a.offsets)} and {list(b.offsets)} of tensor {name!r} overlap"
                 )
     covered = sum(math.prod(c.sizes) for c in tensor.chunks)
     if covered != math.prod(shape):
-        raise _bad(
+        raise metadata_error(
             f"the chunks of tensor {name!r} cover {covered} of its {math.prod(shape)} elements"
         )
 
@@ -289,25 +290,25 @@ def read_metadata(source: ByteSource) -> DcpMetadata:
     from ckptctl.formats.pytorch._unpickler import load_pickle
 
     if source.size > MAX_METADATA_BYTES:
-        raise _bad(f"{source.size} bytes, more than the limit of {MAX_METADATA_BYTES}")
+        raise metadata_error(f"{source.size} bytes, more than the limit of {MAX_METADATA_BYTES}")
     ledger = Ledger()
     root, _ = load_pickle(source.read(0, source.size), METADATA_FILE, ledger=ledger)
     metadata = _fields(root, "Metadata", "the pickled object")
     described = metadata.get("state_dict_metadata")
     if not isinstance(described, dict):
-        raise _bad("state_dict_metadata is not a mapping")
+        raise metadata_error("state_dict_metadata is not a mapping")
     items = _storage(metadata)
     planner = metadata.get("planner_data")
     tensors: list[TensorMeta] = []
     values: list[ValueMeta] = []
     for name, meta in described.items():
         if not isinstance(name, str):
-            raise _bad(f"a tensor name is {type(name).__name__}, not text")
+            raise metadata_error(f"a tensor name is {type(name).__name__}, not text")
         qualname = getattr(meta, "qualname", "")
         if isinstance(qualname, str) and qualname.endswith(".BytesStorageMetadata"):
             item = items.get((name, None))
             if item is None:
-                raise _bad(f"value {name!r} has no storage entry")
+                raise metadata_error(f"value {name!r} has no storage entry")
             values.append(ValueMeta(name, _path(planner, name), item))
         else:
             tensors.append(_tensor(name, meta, items, planner))
@@ -342,55 +343,3 @@ def beside(source: ByteSource, name: str) -> str:
     if source.is_remote:  # a URL: the rank files are fetched next to it
         return source.sibling(name)  # type: ignore[attr-defined, no-any-return]  # RemoteSource
     return os.path.join(os.path.dirname(os.path.abspath(source.path)), name)
-
-
-def open_files(source: ByteSource, meta: DcpMetadata) -> dict[str, ByteSource]:
-    """Open every rank file beside ``source`` and check that it holds its items, none
-    overlapping another; the files by name (the caller closes them).
-
-    Raises:
-        CorruptCheckpointError: a missing rank file, an item past a file's end, two items
-            sharing bytes.
-    """
-    by_file: dict[str, list[tuple[str, Item]]] = {}
-    for what, item in all_items(meta):
-        by_file.setdefault(item.file, []).append((what, item))
-    opened: dict[str, ByteSource] = {}
-    try:
-        for file, held in by_file.items():
-            opened[file] = _open_rank_file(source, file, len(held))
-            _check_items(file, opened[file], held)
-    except BaseException:
-        for rank_file in opened.values():
-            rank_file.close()
-        raise
-    return opened
-
-
-def _open_rank_file(source: ByteSource, file: str, items: int) -> ByteSource:
-    from ckptctl.sources import open_source
-
-    try:
-        return open_source(beside(source, file))
-    except InputError as exc:
-        raise CorruptCheckpointError(
-            f"rank file {file!r} is missing ({exc.message}; .metadata places {items} items in it)",
-            path=source.path,
-            hint="copy every file of the checkpoint directory: each __R_N.distcp is needed",
-        ) from None
-
-
-def _check_items(file: str, rank_file: ByteSource, held: list[tuple[str, Item]]) -> None:
-    held.sort(key=lambda pair: pair[1].offset)
-    end, last = 0, ""
-    for what, item in held:
-        if item.offset < end:
-            raise _bad(f"{what} and {last} share bytes of rank file {file!r}")
-        end, last = item.offset + item.length, what
-        if end > rank_file.size:
-            raise CorruptCheckpointError(
-                f"rank file {file!r} has {rank_file.size} bytes, but .metadata places {what} at "
-                f"bytes {item.offset}..{end}",
-                path=rank_file.path,
-                hint="the file looks truncated; copy it again from where it was written",
-            )
