@@ -1,8 +1,8 @@
 """One tensor's bytes, a bounded chunk at a time: what ``hash``, ``show`` and ``ls --stats`` read.
 
-File-backed entries are read with ``preadv`` into one reused buffer
-(:func:`ckptctl._io.read_chunks`), never through the memory map, so a pass over a 100 GB file
-keeps one chunk resident. Strided
+File-backed entries are mapped a chunk at a time (:func:`ckptctl.sources.map_chunks`: no copy,
+each window unmapped when done), never through the whole file's memory map, so a pass over a
+100 GB file keeps about one chunk resident. Strided
 views (``.pt`` views, expanded stride-0 views) are gathered whole rows at a time; other computed
 entries (adapters, compressed storages) produce their bytes in memory anyway and are sliced.
 """
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptctl.errors import CorruptCheckpointError
 from ckptctl.formats._base import ranged_step
-from ckptctl.sources import CHUNK_BYTES, read_chunks
+from ckptctl.sources import CHUNK_BYTES, map_chunks
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -32,7 +32,7 @@ def iter_bytes(entry: TensorEntry) -> Iterator[bytes | memoryview]:
         return
     located = entry.data.file_range()
     if located is not None:
-        yield from read_chunks(located[0], located[1], entry.nbytes)
+        yield from map_chunks(located[0], located[1], entry.nbytes)
         return
     data = entry.data
     if data.is_ranged():

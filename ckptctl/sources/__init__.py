@@ -17,6 +17,7 @@ from ckptctl.sources.local import (
     MemorySource,
     SliceSource,
     copy_range,
+    map_chunks,
     read_chunks,
 )
 
@@ -30,6 +31,7 @@ __all__ = [
     "MemorySource",
     "SliceSource",
     "copy_range",
+    "map_chunks",
     "open_source",
     "read_chunks",
 ]
