@@ -274,6 +274,7 @@ def map_chunks(source: ByteSource, offset: int, nbytes: int) -> Iterator[bytes |
         yield from read_chunks(source, offset, nbytes)
         return
     advise = getattr(os, "posix_fadvise", None)
+    asked = 0  # the range's bytes the OS was asked to read ahead, from its start
     for start in range(0, nbytes, CHUNK_BYTES):
         where = offset + start
         length = min(CHUNK_BYTES, nbytes - start)
@@ -293,9 +294,11 @@ def map_chunks(source: ByteSource, offset: int, nbytes: int) -> Iterator[bytes |
             offset=where - skip,
         )
         piece = memoryview(window)[skip:]
-        rest = nbytes - start - length
-        if advise is not None and rest:
-            advise(fd, where + length, min(_AHEAD * CHUNK_BYTES, rest), os.POSIX_FADV_WILLNEED)
+        want = min(nbytes, start + length + _AHEAD * CHUNK_BYTES)
+        first = max(asked, start + length)  # each page asked for once: asking costs, cached too
+        if advise is not None and want > first:
+            advise(fd, offset + first, want - first, os.POSIX_FADV_WILLNEED)
+            asked = want
         yield piece
         # The reader may still hold an array over the piece until it takes the next one; then
         # reference counting unmaps the window instead of close().
