@@ -11,7 +11,6 @@ part-way) and ``read_chunks`` + write for any other range, or where the kernel c
 from __future__ import annotations
 
 import errno
-import mmap
 import os
 import socket
 import stat
@@ -365,6 +364,18 @@ def test_read_chunks_reuses_one_buffer(source, monkeypatch):
     assert list(_src.read_chunks(source, 7, 0)) == []
 
 
+def test_read_chunks_in_pieces_of_the_size_asked_for(source, monkeypatch):
+    monkeypatch.setattr(_src, "_SPARE", threading.local())
+    assert [bytes(p) for p in _src.read_chunks(source, 10, 25, 10)] == [
+        DATA[10:20],
+        DATA[20:30],
+        DATA[30:35],
+    ]
+    remote = _NoDescriptor(source)
+    got = [bytes(p) for p in _src.read_chunks(remote, 3, 7, 4)]  # type: ignore[arg-type]
+    assert (got, remote.reads) == ([DATA[3:7], DATA[7:10]], [(3, 4), (7, 3)])
+
+
 def test_read_chunks_grows_the_spare_buffer_to_a_chunk(source, monkeypatch):
     monkeypatch.setattr(_src, "CHUNK_BYTES", 16)
     monkeypatch.setattr(_src, "_SPARE", threading.local())
@@ -449,73 +460,6 @@ def test_read_chunks_refuses_a_file_that_shrank(tmp_path):
             list(_src.read_chunks(src, 90, 20))
     assert info.value.message == "read 10 of 20 bytes at offset 90: file truncated"
     assert info.value.path == str(path)
-
-
-# --- map_chunks -------------------------------------------------------------------------------
-
-
-def _mapped_views(path: str) -> int:
-    with open("/proc/self/maps") as maps:
-        return sum(line.rstrip().endswith(path) for line in maps)
-
-
-@pytest.mark.skipif(not hasattr(mmap, "MAP_POPULATE"), reason="maps windows only with MAP_POPULATE")
-def test_map_chunks_maps_each_chunk_without_copying_it(source, monkeypatch):
-    monkeypatch.setattr(_src, "CHUNK_BYTES", 300)  # windows start inside a page: 10, 310, 610
-    pieces = []
-    for piece in _src.map_chunks(source, 10, 700):
-        assert isinstance(piece, memoryview)
-        assert isinstance(
-            piece.obj, mmap.mmap
-        )  # the file's pages, not a buffer they were copied to
-        pieces.append(bytes(piece))
-    assert pieces == [DATA[10:310], DATA[310:610], DATA[610:710]]
-    assert list(_src.map_chunks(source, 7, 0)) == []
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
-def test_map_chunks_unmaps_a_window_once_the_reader_lets_go(source, monkeypatch):
-    monkeypatch.setattr(_src, "CHUNK_BYTES", 256)
-    previous = None
-    for piece in _src.map_chunks(source, 0, 1024):
-        assert _mapped_views(source.path) <= 2  # this window, and the last one until let go
-        previous = np.frombuffer(piece, np.uint8)  # held while the next piece is taken
-    assert previous is not None
-    assert bytes(previous) == DATA[768:]
-    del previous, piece
-    assert _mapped_views(source.path) == 0
-
-
-def test_map_chunks_asks_the_os_to_read_the_next_chunks_ahead(source, monkeypatch):
-    monkeypatch.setattr(_src, "CHUNK_BYTES", 100)
-    advised: list[tuple[int, int, int]] = []
-    monkeypatch.setattr(os, "posix_fadvise", lambda fd, off, n, how: advised.append((off, n, how)))
-    got = b"".join(bytes(p) for p in _src.map_chunks(source, 50, 350))
-    assert got == DATA[50:400]
-    ahead = os.POSIX_FADV_WILLNEED
-    assert advised == [(150, 200, ahead), (350, 50, ahead)]  # each byte once, none past 400
-
-
-def test_map_chunks_refuses_a_file_that_shrank(tmp_path):
-    path = tmp_path / "shrinks.bin"
-    path.write_bytes(DATA)
-    with ByteSource(path) as src:
-        os.truncate(path, 100)
-        with pytest.raises(CorruptCheckpointError) as info:
-            list(_src.map_chunks(src, 90, 20))  # a mapped page past the end would be SIGBUS
-    assert info.value.message == "read 10 of 20 bytes at offset 90: file truncated"
-    assert info.value.path == str(path)
-
-
-def test_map_chunks_reads_a_source_without_descriptor_or_map_populate(source, monkeypatch):
-    monkeypatch.setattr(_src, "CHUNK_BYTES", 16)
-    remote = _NoDescriptor(source)
-    got = b"".join(bytes(p) for p in _src.map_chunks(remote, 10, 40))  # type: ignore[arg-type]
-    assert got == DATA[10:50]
-    assert remote.reads == [(10, 16), (26, 16), (42, 8)]
-    monkeypatch.delattr(mmap, "MAP_POPULATE", raising=False)
-    pieces = list(_src.map_chunks(source, 3, 20))
-    assert [type(p.obj) for p in pieces if isinstance(p, memoryview)] == [bytearray, bytearray]
 
 
 def test_copy_range_refuses_a_range_past_the_end(tmp_path, source):

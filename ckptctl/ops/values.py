@@ -1,7 +1,7 @@
 """``show`` and ``ls --stats``: tensor values, decoded exactly, read one block at a time.
 
-Statistics stream through :func:`ckptctl.ops._stream.iter_values` (one ``CHUNK_BYTES`` chunk
-resident, split into cache-sized blocks) and combine per-block means and squared deviations
+Statistics stream through :func:`ckptctl.ops._stream.iter_values` (one chunk resident, split
+into cache-sized blocks) and combine per-block means and squared deviations
 (Chan et al.'s pairwise update) in float64, so a tensor of any size costs one chunk of memory.
 The preview is numpy's own printing (``str(array)``): for a tensor numpy would summarise, only
 the elements numpy shows are read (see :func:`preview`).
@@ -25,9 +25,9 @@ if TYPE_CHECKING:
 
     from ckptctl.model import TensorEntry
 
-#: Elements per statistics block: 1 MiB of F32, its float64 copy and its zero mask stay in
-#: L3 between a block's passes. Blocks that fit a 1 MiB L2 were slower on the benchmark VM
-#: (more per-block calls: about 15 us each), blocks of 4 MiB much slower (benchmarks/RESULTS.md).
+#: Elements per statistics block: 1 MiB of F32 (one ``FILE_CHUNK_BYTES`` piece, in L2), its
+#: float64 copy and zero mask in L3 between the block's passes. Quarter-size blocks were no
+#: faster on the benchmark VM (more calls, about 15 us each), 4 MiB blocks twice as slow.
 BLOCK_ELEMENTS = 1 << 18
 #: A block's ``Σx² / Σ(x - mean)²`` above which its one-pass sum of squares is redone in two
 #: passes (the one-pass result keeps ``16 - log10(_CANCELLING)`` digits, about 14).

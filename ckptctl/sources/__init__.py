@@ -17,7 +17,6 @@ from ckptctl.sources.local import (
     MemorySource,
     SliceSource,
     copy_range,
-    map_chunks,
     read_chunks,
 )
 
@@ -31,7 +30,6 @@ __all__ = [
     "MemorySource",
     "SliceSource",
     "copy_range",
-    "map_chunks",
     "open_source",
     "read_chunks",
 ]

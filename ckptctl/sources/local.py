@@ -242,81 +242,17 @@ def copy_range(src: ByteSource, offset: int, length: int, dst: IO[bytes]) -> Non
         dst.write(piece)
 
 
-#: Chunks :func:`map_chunks` asks the OS to read ahead while the reader works on one: from a
-#: cold cache the disk and the hashing overlap instead of taking turns.
-_AHEAD = 2
-
-
-def map_chunks(source: ByteSource, offset: int, nbytes: int) -> Iterator[bytes | memoryview]:
-    """``nbytes`` at ``offset`` in ``CHUNK_BYTES`` pieces for a reader that only looks at them
-    (hashes, statistics): each piece of a local file is a window of the file mapped for it
-    alone, so no byte is copied; a piece is valid until the next is taken.
-
-    Copying a cached GiB into a reused 8 MiB buffer (``preadv``) cost 0.17-0.20 s of CPU on this
-    project's benchmark VM, mapping it with ``MAP_POPULATE`` 0.03 s (benchmarks/RESULTS.md,
-    issue 27). Each window is unmapped once the reader lets go of it, so at most two chunks stay
-    resident, as with one reused buffer, and the OS is asked to read the next ``_AHEAD`` chunks
-    while the reader works. Sources without a descriptor, and OSes without ``MAP_POPULATE``, are
-    read with :func:`read_chunks`.
-
-    Raises:
-        CorruptCheckpointError: the file is shorter than the range (it shrank since it was
-            opened). Checked before each window, as touching a mapped page past the end of the
-            file is SIGBUS; a file cut while a window is read is the same risk as
-            :meth:`ByteSource.view`'s map.
-    """
-    populate = getattr(mmap, "MAP_POPULATE", None)
-    try:
-        fd = None if populate is None else source.fileno()
-    except (OSError, ValueError):  # io.UnsupportedOperation is both
-        fd = None
-    if fd is None or populate is None:
-        yield from read_chunks(source, offset, nbytes)
-        return
-    advise = getattr(os, "posix_fadvise", None)
-    asked = 0  # the range's bytes the OS was asked to read ahead, from its start
-    for start in range(0, nbytes, CHUNK_BYTES):
-        where = offset + start
-        length = min(CHUNK_BYTES, nbytes - start)
-        size = os.fstat(fd).st_size
-        if where + length > size:
-            got = max(0, size - where)
-            raise CorruptCheckpointError(
-                f"read {got} of {length} bytes at offset {where}: file truncated",
-                path=source.path,
-            )
-        skip = where % mmap.ALLOCATIONGRANULARITY
-        window = mmap.mmap(
-            fd,
-            skip + length,
-            flags=mmap.MAP_SHARED | populate,
-            prot=mmap.PROT_READ,
-            offset=where - skip,
-        )
-        piece = memoryview(window)[skip:]
-        want = min(nbytes, start + length + _AHEAD * CHUNK_BYTES)
-        first = max(asked, start + length)  # each page asked for once: asking costs, cached too
-        if advise is not None and want > first:
-            advise(fd, offset + first, want - first, os.POSIX_FADV_WILLNEED)
-            asked = want
-        yield piece
-        # The reader may still hold an array over the piece until it takes the next one; then
-        # reference counting unmaps the window instead of close().
-        with contextlib.suppress(BufferError):
-            piece.release()
-            window.close()
-        del piece, window
-
-
 #: Each thread's idle read buffer (:func:`read_chunks`): one allocation per thread, not per
 #: tensor. Fresh 8 MiB buffers cost page faults on every use (on this project's benchmark VM
 #: up to a second of system time per GiB copied, benchmarks/RESULTS.md).
 _SPARE = threading.local()
 
 
-def read_chunks(source: ByteSource, offset: int, nbytes: int) -> Iterator[bytes | memoryview]:
-    """``nbytes`` at ``offset`` in ``CHUNK_BYTES`` pieces, each valid until the next is taken
-    (or the iteration ends).
+def read_chunks(
+    source: ByteSource, offset: int, nbytes: int, chunk: int | None = None
+) -> Iterator[bytes | memoryview]:
+    """``nbytes`` at ``offset`` in pieces of ``chunk`` bytes (default ``CHUNK_BYTES``), each
+    valid until the next is taken (or the iteration ends).
 
     A local file is read with ``preadv`` into one buffer, reused for every piece and by the
     next call in the same thread (no page faults for fresh memory, and no mapped pages left
@@ -327,18 +263,19 @@ def read_chunks(source: ByteSource, offset: int, nbytes: int) -> Iterator[bytes 
         fd = source.fileno() if hasattr(os, "preadv") else None
     except (OSError, ValueError):  # io.UnsupportedOperation is both
         fd = None
+    step = chunk or CHUNK_BYTES
     if fd is None:
-        for start in range(0, nbytes, CHUNK_BYTES):
-            yield source.read(offset + start, min(CHUNK_BYTES, nbytes - start))
+        for start in range(0, nbytes, step):
+            yield source.read(offset + start, min(step, nbytes - start))
         return
-    size = min(CHUNK_BYTES, nbytes)
+    size = min(step, nbytes)
     buffer: memoryview | None = getattr(_SPARE, "buffer", None)
     _SPARE.buffer = None  # taken: a second reader in this thread meanwhile gets its own
     if buffer is None or len(buffer) < size:
         buffer = memoryview(bytearray(size))
     try:
-        for start in range(0, nbytes, CHUNK_BYTES):
-            piece = buffer[: min(CHUNK_BYTES, nbytes - start)]
+        for start in range(0, nbytes, step):
+            piece = buffer[: min(step, nbytes - start)]
             got = os.preadv(fd, [piece], offset + start)
             if got != len(piece):  # the file shrank since it was opened
                 raise CorruptCheckpointError(
