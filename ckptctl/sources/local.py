@@ -251,8 +251,9 @@ _SPARE = threading.local()
 def read_chunks(
     source: ByteSource, offset: int, nbytes: int, chunk: int | None = None
 ) -> Iterator[bytes | memoryview]:
-    """``nbytes`` at ``offset`` in pieces of ``chunk`` bytes (default ``CHUNK_BYTES``), each
-    valid until the next is taken (or the iteration ends).
+    """``nbytes`` at ``offset`` in pieces, each valid until the next is taken (or the iteration
+    ends): of ``chunk`` bytes from a local file (default ``CHUNK_BYTES``), of ``CHUNK_BYTES``
+    from a source without a descriptor (a remote one: one range request per piece).
 
     A local file is read with ``preadv`` into one buffer, reused for every piece and by the
     next call in the same thread (no page faults for fresh memory, and no mapped pages left
@@ -263,11 +264,11 @@ def read_chunks(
         fd = source.fileno() if hasattr(os, "preadv") else None
     except (OSError, ValueError):  # io.UnsupportedOperation is both
         fd = None
-    step = chunk or CHUNK_BYTES
     if fd is None:
-        for start in range(0, nbytes, step):
-            yield source.read(offset + start, min(step, nbytes - start))
+        for start in range(0, nbytes, CHUNK_BYTES):
+            yield source.read(offset + start, min(CHUNK_BYTES, nbytes - start))
         return
+    step = chunk or CHUNK_BYTES
     size = min(step, nbytes)
     buffer: memoryview | None = getattr(_SPARE, "buffer", None)
     _SPARE.buffer = None  # taken: a second reader in this thread meanwhile gets its own
