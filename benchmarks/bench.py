@@ -8,8 +8,9 @@ Usage (from the repository root, with ckptctl installed)::
 
 Inputs are generated into ``benchmarks/_work/`` (seeded, reproducible) and reused. Each case runs
 a command as a child process; wall time is the median of ``--runs`` runs, peak RSS is the child's
-``ru_maxrss`` from ``os.wait4`` (the OS's accounting, not tracemalloc). The page cache is warm for
-every command alike (each input is read once before timing).
+``ru_maxrss`` from ``os.wait4`` (the OS's accounting, not tracemalloc), CPU time its user +
+system seconds. The page cache is warm for every command alike (the input is read before each
+run), or cold for both in the ``*-cold`` cases (the input evicted before each run).
 """
 
 from __future__ import annotations
