@@ -8,8 +8,9 @@ Usage (from the repository root, with ckptctl installed)::
 
 Inputs are generated into ``benchmarks/_work/`` (seeded, reproducible) and reused. Each case runs
 a command as a child process; wall time is the median of ``--runs`` runs, peak RSS is the child's
-``ru_maxrss`` from ``os.wait4`` (the OS's accounting, not tracemalloc). The page cache is warm for
-every command alike (each input is read once before timing).
+``ru_maxrss`` from ``os.wait4`` (the OS's accounting, not tracemalloc), CPU time its user +
+system seconds. The page cache is warm for every command alike (the input is read before each
+run), or cold for both in the ``*-cold`` cases (the input evicted before each run).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ class Run:
 
     seconds: float
     max_rss_kib: int
+    #: user + system CPU seconds of the command (and its children): what it costs on one core
+    #: however busy the shared VM is, unlike its wall time
+    cpu_seconds: float = 0.0
 
 
 GNU_TIME = "/usr/bin/time"
@@ -99,7 +103,7 @@ def run(cmd: list[str]) -> Run:
     max_rss = int(usage.ru_maxrss)
     if timed:
         max_rss = int(stderr.rsplit("@@", 1)[1].split()[0])
-    return Run(elapsed, max_rss)
+    return Run(elapsed, max_rss, usage.ru_utime + usage.ru_stime)
 
 
 def write_safetensors(path: Path, size_mib: int, *, seed: int = 0) -> int:
@@ -201,6 +205,17 @@ def warm(path: Path) -> None:
             pass
 
 
+def evict(path: Path) -> None:
+    """Drop one file's pages from the page cache (this file only, not the machine's cache), so
+    the next command reads it from the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 @dataclass(frozen=True)
 class Case:
     """A benchmark: ckptctl's command against a baseline on the same input."""
@@ -212,6 +227,8 @@ class Case:
     baseline_name: str
     baseline: Callable[[Path, Path], list[str]]
     out_ext: str
+    #: every run of both commands starts with the input out of the page cache (:func:`evict`)
+    cold: bool = False
 
 
 def _st_input(size_mib: int) -> Path:
@@ -281,6 +298,15 @@ def _verify_no_nan(src: Path, dst: Path) -> list[str]:
 
 def _hash(src: Path, dst: Path) -> list[str]:
     return [*CKPTCTL, "hash", str(src), "-o", str(dst), "--force", "-j", "1"]
+
+
+def _hash_default(src: Path, dst: Path) -> list[str]:
+    return [*CKPTCTL, "hash", str(src), "-o", str(dst), "--force"]
+
+
+def _dd_direct(src: Path, dst: Path) -> list[str]:
+    del dst  # the disk's own speed: O_DIRECT, no page cache, 16 MiB requests
+    return ["dd", f"if={src}", "of=/dev/null", "bs=16M", "iflag=direct", "status=none"]
 
 
 def _sha256sum(src: Path, dst: Path) -> list[str]:
@@ -389,6 +415,12 @@ CASES = [
          _ls_stats, "cat", _cat, ".none"),
     Case("hash", "hash: sha256 of every tensor, one core (-j 1)", _st_input, _hash, "sha256sum",
          _sha256sum, ".none"),
+    Case("hash-default", "hash as run by default (-j: the number of cores)", _st_input,
+         _hash_default, "cat", _cat, ".none"),
+    Case("hash-cold", "hash by default from a cold page cache, against cat reading the disk",
+         _st_input, _hash_default, "cat", _cat, ".none", cold=True),
+    Case("hash-cold-j1", "hash -j 1 from a cold page cache, against the disk read with O_DIRECT",
+         _st_input, _hash, "dd", _dd_direct, ".none", cold=True),
 ]  # fmt: skip
 
 
@@ -481,7 +513,7 @@ def copies(size_mib: int, runs: int) -> list[dict[str, object]]:
 def measure(case: Case, size_mib: int, runs: int) -> dict[str, object]:
     """Median time and max peak RSS of ckptctl and the baseline, interleaved run by run."""
     src = case.prepare(size_mib)
-    warm(src)
+    prime = evict if case.cold else warm
     ours: list[Run] = []
     base: list[Run] = []
     out = WORK / f"out{case.out_ext}"
@@ -493,9 +525,11 @@ def measure(case: Case, size_mib: int, runs: int) -> dict[str, object]:
         # sync, a --no-fsync run paid for the writeback of the previous run's gigabyte.
         copy.unlink(missing_ok=True)
         os.sync()
+        prime(src)
         base.append(run(case.baseline(src, copy)))
         out.unlink(missing_ok=True)
         os.sync()
+        prime(src)
         ours.append(run(case.ours(src, out)))
     largest = _largest_of(src)
     t_ours = statistics.median(r.seconds for r in ours)
@@ -516,6 +550,11 @@ def measure(case: Case, size_mib: int, runs: int) -> dict[str, object]:
         "baseline_best_s": min(r.seconds for r in base),
         "best_ratio": min(r.seconds for r in base) / min(r.seconds for r in ours),
         "ckptctl_MiB_s": size / t_ours / (1 << 20),
+        "ckptctl_cpu_s": statistics.median(r.cpu_seconds for r in ours),
+        "baseline_cpu_s": statistics.median(r.cpu_seconds for r in base),
+        # bytes per second of one core's time: the input over the command's CPU seconds
+        "ckptctl_MB_per_cpu_s": size / statistics.median(r.cpu_seconds for r in ours) / 1e6,
+        "load_average": os.getloadavg()[0],
         "ckptctl_peak_rss_MiB": max(r.max_rss_kib for r in ours) / 1024,
         "baseline_peak_rss_MiB": max(r.max_rss_kib for r in base) / 1024,
         # the memory goal of issues #6 and #15: 64 MiB plus the largest tensor
@@ -557,14 +596,18 @@ def main() -> None:
     )
     args = parser.parse_args()
     size, runs = (8, 1) if args.quick else (args.size_mib, args.runs)
+    before = os.getloadavg()
     precompile()
     results = [measure(c, size, runs) for c in CASES if not args.case or c.name in args.case]
     kernels = micro(min(size, 256), runs) if args.micro else []
     copied = copies(size, runs) if args.copies else []
     starts = startup(runs) if args.micro else []
+    after = os.getloadavg()
+    load = f"{before[0]:.2f} before, {after[0]:.2f} after (1-minute)"
     if args.json:
         report = {
             "machine": machine(),
+            "load_average": load,
             "runs": runs,
             "results": results,
             "kernels": kernels,
@@ -573,16 +616,18 @@ def main() -> None:
         }
         print(json.dumps(report, indent=2))
         return
-    print(f"machine: {machine()}; medians of {runs} runs")
+    print(f"machine: {machine()}; medians of {runs} runs; load average {load}")
     print(f"{'case':<16} {'input':>9} {'ckptctl':>9} {'baseline':>15} {'ratio':>6} "
-          f"{'best':>13} {'ratio':>6} {'MiB/s':>7} {'peak RSS':>9} {'budget':>9}")  # fmt: skip
+          f"{'best':>13} {'ratio':>6} {'MiB/s':>7} {'cpu':>7} {'MB/cpu-s':>8} "
+          f"{'peak RSS':>9} {'budget':>9}")  # fmt: skip
     for r in results:
         print(
             f"{r['case']:<16} {r['input_bytes'] / (1 << 20):>7.0f}Mi "
             f"{r['ckptctl_s']:>8.3f}s {r['baseline']:>7} {r['baseline_s']:>6.3f}s "
             f"{r['throughput_ratio']:>5.2f}x "
             f"{r['ckptctl_best_s']:>5.3f}/{r['baseline_best_s']:.3f}s {r['best_ratio']:>5.2f}x "
-            f"{r['ckptctl_MiB_s']:>7.0f} "
+            f"{r['ckptctl_MiB_s']:>7.0f} {r['ckptctl_cpu_s']:>6.3f}s "
+            f"{r['ckptctl_MB_per_cpu_s']:>8.0f} "
             f"{r['ckptctl_peak_rss_MiB']:>6.0f}MiB {r['rss_budget_MiB']:>6.0f}MiB"
         )
     for st in starts:

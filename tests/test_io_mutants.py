@@ -466,6 +466,19 @@ def test_read_chunks_reuses_one_buffer(source, monkeypatch):
     assert list(_src.read_chunks(source, 7, 0)) == []
 
 
+def test_read_chunks_in_pieces_of_the_size_asked_for(source, monkeypatch):
+    monkeypatch.setattr(_src, "_SPARE", threading.local())
+    assert [bytes(p) for p in _src.read_chunks(source, 10, 25, 10)] == [
+        DATA[10:20],
+        DATA[20:30],
+        DATA[30:35],
+    ]
+    monkeypatch.setattr(_src, "CHUNK_BYTES", 5)
+    remote = _NoDescriptor(source)  # a range request costs more than a big piece
+    got = [bytes(p) for p in _src.read_chunks(remote, 3, 7, 4)]  # type: ignore[arg-type]
+    assert (got, remote.reads) == ([DATA[3:8], DATA[8:10]], [(3, 5), (8, 2)])
+
+
 def test_read_chunks_grows_the_spare_buffer_to_a_chunk(source, monkeypatch):
     monkeypatch.setattr(_src, "CHUNK_BYTES", 16)
     monkeypatch.setattr(_src, "_SPARE", threading.local())

@@ -1,8 +1,8 @@
 """One tensor's bytes, a bounded chunk at a time: what ``hash``, ``show`` and ``ls --stats`` read.
 
-File-backed entries are read with ``preadv`` into one reused buffer
-(:func:`ckptctl._io.read_chunks`), never through the memory map, so a pass over a 100 GB file
-keeps one chunk resident. Strided
+File-backed entries are read with ``preadv`` into one reused buffer of ``FILE_CHUNK_BYTES``
+(:func:`ckptctl.sources.read_chunks`), never through the memory map, so a pass over a 100 GB
+file keeps one chunk resident. Strided
 views (``.pt`` views, expanded stride-0 views) are gathered whole rows at a time; other computed
 entries (adapters, compressed storages) produce their bytes in memory anyway and are sliced.
 """
@@ -20,10 +20,17 @@ if TYPE_CHECKING:
 
     from ckptctl.model import TensorEntry
 
+#: Pieces a file-backed tensor is read in. The buffer stays in a 1 MiB L2 cache between the
+#: kernel's copy and the reader's passes (SHA-256, statistics); 8 MiB pieces were evicted first
+#: and cost ``ls --stats`` a quarter more CPU (0.97-1.02 s against 0.68-0.78 s per GiB on the
+#: benchmark VM; mapping each chunk instead: 0.80-0.94 s; benchmarks/RESULTS.md, issue 27).
+FILE_CHUNK_BYTES = 1 << 20
+
 
 def iter_bytes(entry: TensorEntry) -> Iterator[bytes | memoryview]:
     """The canonical bytes of ``entry`` (C order, little-endian), in order, in pieces of at most
-    ``CHUNK_BYTES`` (whole rows for strided views). A piece is valid until the next is taken.
+    ``CHUNK_BYTES`` (``FILE_CHUNK_BYTES`` from a file, whole rows for strided views). A piece
+    is valid until the next is taken.
 
     Raises:
         CorruptCheckpointError: the bytes are not ``entry.nbytes`` long.
@@ -32,7 +39,7 @@ def iter_bytes(entry: TensorEntry) -> Iterator[bytes | memoryview]:
         return
     located = entry.data.file_range()
     if located is not None:
-        yield from read_chunks(located[0], located[1], entry.nbytes)
+        yield from read_chunks(located[0], located[1], entry.nbytes, FILE_CHUNK_BYTES)
         return
     data = entry.data
     if data.is_ranged():
@@ -58,7 +65,7 @@ def iter_bytes(entry: TensorEntry) -> Iterator[bytes | memoryview]:
 def iter_values(entry: TensorEntry) -> Iterator[Any]:
     """:func:`iter_bytes` as flat numpy arrays of ``entry.dtype.numpy`` (raw bits for BF16/FP8).
 
-    Every piece holds whole elements: ``CHUNK_BYTES`` and whole rows are multiples of every
+    Every piece holds whole elements: the chunk sizes and whole rows are multiples of every
     itemsize. An array is valid until the next is taken.
     """
     import numpy as np

@@ -391,9 +391,12 @@ def _take_spare() -> memoryview:
 _SPARE = threading.local()
 
 
-def read_chunks(source: ByteSource, offset: int, nbytes: int) -> Iterator[bytes | memoryview]:
-    """``nbytes`` at ``offset`` in ``CHUNK_BYTES`` pieces, each valid until the next is taken
-    (or the iteration ends).
+def read_chunks(
+    source: ByteSource, offset: int, nbytes: int, chunk: int | None = None
+) -> Iterator[bytes | memoryview]:
+    """``nbytes`` at ``offset`` in pieces, each valid until the next is taken (or the iteration
+    ends): of ``chunk`` bytes from a local file (default ``CHUNK_BYTES``), of ``CHUNK_BYTES``
+    from a source without a descriptor (a remote one: one range request per piece).
 
     A local file is read with ``preadv`` into one buffer, reused for every piece and by the
     next call in the same thread (no page faults for fresh memory, and no mapped pages left
@@ -408,14 +411,15 @@ def read_chunks(source: ByteSource, offset: int, nbytes: int) -> Iterator[bytes 
         for start in range(0, nbytes, CHUNK_BYTES):
             yield source.read(offset + start, min(CHUNK_BYTES, nbytes - start))
         return
-    size = min(CHUNK_BYTES, nbytes)
+    step = chunk or CHUNK_BYTES
+    size = min(step, nbytes)
     buffer: memoryview | None = getattr(_SPARE, "buffer", None)
     _SPARE.buffer = None  # taken: a second reader in this thread meanwhile gets its own
     if buffer is None or len(buffer) < size:
         buffer = memoryview(bytearray(size))
     try:
-        for start in range(0, nbytes, CHUNK_BYTES):
-            piece = buffer[: min(CHUNK_BYTES, nbytes - start)]
+        for start in range(0, nbytes, step):
+            piece = buffer[: min(step, nbytes - start)]
             got = os.preadv(fd, [piece], offset + start)
             if got != len(piece):  # the file shrank since it was opened
                 raise CorruptCheckpointError(

@@ -147,3 +147,27 @@ def test_ls_stats_adds_the_columns_and_the_numbers(run_cli, model, arrays):
     text = run_cli("ls", model, "--stats").stdout
     header = text.splitlines()[1].split()
     assert header[-8:] == ["min", "max", "mean", "std", "absmax", "zeros", "NaN", "Inf"]
+
+
+def test_blocks_summed_in_one_pass_and_in_two_give_numpys_numbers(run_cli, tmp_path):
+    # Blocks of spread-out values take the one-pass sum of squares; a block whose mean is 10^6
+    # times its spread, a constant one and an all-zero one cancel and are summed in two passes.
+    from ckptctl.ops.values import BLOCK_ELEMENTS
+
+    rng = np.random.default_rng(8)
+    n = BLOCK_ELEMENTS
+    blocks = [
+        rng.standard_normal(n) * 3 - 1,
+        10_000 + rng.standard_normal(n) * 0.01,  # one pass would keep no digit of the std here
+        np.full(n, 0.1),
+        np.zeros(n),
+        rng.standard_normal(n // 3) * 1e-30,
+    ]
+    for name, values in {"mixed": np.concatenate(blocks), "offset": blocks[1]}.items():
+        array = values.astype("<f4")
+        save_file({name: array}, str(tmp_path / "b.safetensors"))
+        stats = _show(run_cli, tmp_path / "b.safetensors", name)[name]["stats"]
+        truth = _truth(array)
+        assert math.isclose(stats["mean"], float(truth["mean"] or 0), rel_tol=1e-12), name
+        assert math.isclose(stats["std"], float(truth["std"] or 0), rel_tol=1e-12), name
+        assert stats["zeros"] == truth["zeros"], name
