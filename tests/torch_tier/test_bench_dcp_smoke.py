@@ -31,7 +31,8 @@ def test_bench_dcp_quick(tmp_path):
     assert cases == [
         "| convert → safetensors",
         "| convert → .pt",
-        "| convert → safetensors, --no-fsync",
+        "| convert → safetensors, `--no-fsync`",
+        "| convert → safetensors (fsync)",
     ]
     bound = float(re.search(r"bound (\d+) MiB", out.stdout).group(1))  # type: ignore[union-attr]
     assert bound == 64 + 16  # 64 MiB + the largest tensor
