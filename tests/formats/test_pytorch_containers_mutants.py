@@ -1473,6 +1473,22 @@ def test_record_shorter_than_its_header_says(tmp_path: Path) -> None:
     assert err.message == "zip record 'archive/data/0' has 12 bytes, expected 16"
 
 
+def test_record_longer_than_its_header_says(tmp_path: Path) -> None:
+    """Inflating stops one byte past the stated size: the message does not quote that byte count
+    as the record's size (the record holds 64 bytes here, its header says 16)."""
+    body = pkl(b"}(" + lit("w") + tensor_v2(storage_pid("FloatStorage", "0", 4), 0, (4,), (1,))
+               + b"u")  # fmt: skip
+    path = write_zip(tmp_path / "z.pt", body, {"0": f32(*range(16))},
+                     compression=zipfile.ZIP_DEFLATED)  # fmt: skip
+    raw = bytearray(path.read_bytes())
+    patch_record(raw, "archive/data/0", size=16, crc=0)
+    path.write_bytes(bytes(raw))
+    err = load_error(path)
+    assert err.message == (
+        "zip record 'archive/data/0' inflates to more than the 16 bytes its header states"
+    )
+
+
 # --- TorchScript code records (spec section 10) -----------------------------------------------
 
 

@@ -400,6 +400,11 @@ class ZipRecords:
         # zlib.error: found by fuzz/fuzz_readers.py
         except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as exc:
             raise CorruptCheckpointError(f"cannot decompress {info.name!r}: {exc}") from None
+        if len(data) > expected:  # the cap stopped it: how much more it holds is not known
+            raise CorruptCheckpointError(
+                f"zip record {info.name!r} inflates to more than the {expected} bytes its header "
+                "states"
+            )
         if len(data) != expected:
             raise CorruptCheckpointError(
                 f"zip record {info.name!r} has {len(data)} bytes, expected {expected}"
