@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ckptctl.errors import CkptError, CorruptCheckpointError, InputError
-from ckptctl.formats.dcp._metadata import beside, metadata_error
+from ckptctl.formats.dcp._metadata import beside, chunk_what, items_by_file, metadata_error
 from ckptctl.model import FileData, TensorEntry
 
 if TYPE_CHECKING:
@@ -90,13 +90,10 @@ def open_files(source: ByteSource, meta: DcpMetadata) -> RankFiles:
         UnsupportedError: a blob holds a dtype ckptctl cannot read.
     """
     chunks: dict[str, list[tuple[TensorMeta, Chunk]]] = {}
-    held: dict[str, list[tuple[str, Item]]] = {}
     for tensor in meta.tensors:
         for chunk in tensor.chunks:
             chunks.setdefault(chunk.item.file, []).append((tensor, chunk))
-            held.setdefault(chunk.item.file, []).append((_chunk_what(tensor, chunk), chunk.item))
-    for value in meta.values:
-        held.setdefault(value.item.file, []).append((f"value {value.name!r}", value.item))
+    held = items_by_file(meta)
     files = RankFiles({}, {})
     try:
         for file in meta.files:
@@ -112,10 +109,6 @@ def open_files(source: ByteSource, meta: DcpMetadata) -> RankFiles:
         files.close()
         raise
     return files
-
-
-def _chunk_what(tensor: TensorMeta, chunk: Chunk) -> str:
-    return f"tensor {tensor.name!r} chunk {list(chunk.offsets)}"
 
 
 def _open_rank_file(source: ByteSource, file: str, items: int) -> ByteSource:
@@ -216,7 +209,7 @@ def _open_blob(
         )
     tensors: dict[str, TensorEntry] = {}
     for tensor, chunk in chunks:
-        what = _chunk_what(tensor, chunk)
+        what = chunk_what(tensor, chunk)
         entry = entries.get(tensor.name)
         if entry is None:
             raise CorruptCheckpointError(f"{what} is not in it")

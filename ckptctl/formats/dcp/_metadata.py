@@ -327,14 +327,23 @@ def read_metadata(source: ByteSource) -> DcpMetadata:
     )
 
 
+def chunk_what(tensor: TensorMeta, chunk: Chunk) -> str:
+    """What messages call a tensor chunk: ``tensor 'x' chunk [0, 0]``."""
+    return f"tensor {tensor.name!r} chunk {list(chunk.offsets)}"
+
+
 def all_items(meta: DcpMetadata) -> list[tuple[str, Item]]:
     """Every item with what it holds (``tensor 'x' chunk [0, 0]`` / ``value 'step'``)."""
-    out = [
-        (f"tensor {t.name!r} chunk {list(c.offsets)}", c.item)
-        for t in meta.tensors
-        for c in t.chunks
-    ]
+    out = [(chunk_what(t, c), c.item) for t in meta.tensors for c in t.chunks]
     out += [(f"value {v.name!r}", v.item) for v in meta.values]
+    return out
+
+
+def items_by_file(meta: DcpMetadata) -> dict[str, list[tuple[str, Item]]]:
+    """:func:`all_items` grouped by rank file (in first-use order)."""
+    out: dict[str, list[tuple[str, Item]]] = {}
+    for what, item in all_items(meta):
+        out.setdefault(item.file, []).append((what, item))
     return out
 
 

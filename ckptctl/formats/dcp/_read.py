@@ -26,6 +26,8 @@ from ckptctl.formats.dcp._metadata import (
     ValueMeta,
     all_items,
     beside,
+    chunk_what,
+    items_by_file,
     read_metadata,
 )
 from ckptctl.formats.dcp._transform import check_transforms, decode
@@ -63,8 +65,12 @@ class _Opened:
         self.files = RankFiles({}, {})
         self.globals: dict[tuple[str, str, bool], GlobalUse] = {}
         self.problems: dict[tuple[str, str], Problem] = {}
+        transforms: set[str] = set()
         for what, item in all_items(meta):  # before anything is read: exit 4, not a late failure
             check_transforms(item.transforms, what, beside(source, item.file))
+            transforms.update(item.transforms)
+        #: the stream transforms any item is stored with (``stream.zstd/1``)
+        self.transforms = sorted(transforms)
         # every rank file now, so the checkpoint owns (and closes) them all
         self.files = open_files(source, meta)
         self.sources = self.files.sources
@@ -130,7 +136,7 @@ def _chunk_entry(opened: _Opened, tensor: TensorMeta, chunk: Chunk) -> TensorEnt
     blob = opened.files.blobs.get(chunk.item.file)
     if blob is not None:  # the safetensors variant: checked against .metadata on opening
         return blob.tensors[tensor.name]
-    what = f"tensor {tensor.name!r} chunk {list(chunk.offsets)}"
+    what = chunk_what(tensor, chunk)
     limit = math.prod(chunk.sizes) * tensor.dtype.itemsize + MAX_ITEM_OVERHEAD
     ckpt = _read_item(opened, chunk.item, what, limit)
     entries = ckpt.entries()
@@ -221,13 +227,12 @@ def _structure(meta: DcpMetadata) -> tuple[CheckpointKind, Structure, list[str]]
     return CheckpointKind.NESTED, structure, [note]
 
 
-def _describe(meta: DcpMetadata, files: RankFiles) -> str:
+def _describe(meta: DcpMetadata, files: RankFiles, transforms: list[str]) -> str:
     chunks = sum(len(t.chunks) for t in meta.tensors)
     shown = ", ".join(meta.files[:FILES_SHOWN])
     more = f" and {len(meta.files) - FILES_SHOWN} more" if len(meta.files) > FILES_SHOWN else ""
     split = sum(1 for t in meta.tensors if len(t.chunks) > 1)
     split_note = f", {_count(split, 'tensor')} split into several" if split else ""
-    transforms = sorted({t for _, item in all_items(meta) for t in item.transforms})
     compressed = f", items compressed ({', '.join(transforms)})" if transforms else ""
     blobs = len(files.blobs)
     some = "" if blobs == len(meta.files) else f" ({blobs} of the rank files)"
@@ -321,7 +326,7 @@ def open_dcp(source: ByteSource) -> Checkpoint:
         metadata={},
         kind=kind,
         notes=[
-            _describe(meta, opened.files),
+            _describe(meta, opened.files, opened.transforms),
             *notes,
             *([TORCH_CANNOT_READ, TORCH_READS_VALUES] if opened.files.blobs else [TORCH_READS]),
         ],
@@ -442,8 +447,9 @@ def layout_dcp(source: ByteSource) -> HeaderLayout:
     rank_files.close()
     files: list[dict[str, JSONValue]] = []
     unaccounted = 0
+    by_file = items_by_file(meta)
     for file in meta.files:
-        items = [i for _, i in all_items(meta) if i.file == file]
+        items = [i for _, i in by_file[file]]
         blob = rank_files.blobs.get(file)
         facts: dict[str, JSONValue] = {"file": file, "bytes": sizes[file], "items": len(items)}
         if blob is None:
