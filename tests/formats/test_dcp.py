@@ -279,6 +279,13 @@ def test_hostile_metadata_is_unsafe_and_never_unpickled(
     assert "posix.system" in result.stdout
 
 
+def _overwrite(path: Path, offset: int, raw: bytes) -> None:
+    """Replace ``len(raw)`` bytes of ``path`` at ``offset``."""
+    data = bytearray(path.read_bytes())
+    data[offset : offset + len(raw)] = raw
+    path.write_bytes(bytes(data))
+
+
 def _chunk_item(case: Path) -> tuple[Path, int, int]:
     """The rank file, offset and length of the first tensor chunk of ``case``."""
     layout = read_layout(resolve_path(case))
@@ -317,9 +324,7 @@ def test_verify_judges_every_tensor_chunk(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(os, "system", lambda *a: ran.append(a))
     case = copy_case("fsdp2", tmp_path)
     rank_file, offset, length = _chunk_item(case)
-    data = bytearray(rank_file.read_bytes())
-    data[offset : offset + length] = _hostile_item(length)
-    rank_file.write_bytes(bytes(data))
+    _overwrite(rank_file, offset, _hostile_item(length))
     with open_checkpoint(case) as ckpt:  # listing opens no chunk
         assert ckpt.safety is not None
         assert ckpt.safety.verdict is not Verdict.UNSAFE
@@ -340,9 +345,7 @@ def test_verify_fails_a_damaged_tensor_chunk(tmp_path: Path, run_cli) -> None:
     """A chunk item that is no zip fails ``readable``, naming its rank file and bytes."""
     case = copy_case("fsdp2", tmp_path)
     rank_file, offset, length = _chunk_item(case)
-    data = bytearray(rank_file.read_bytes())
-    data[offset : offset + length] = bytes(length)
-    rank_file.write_bytes(bytes(data))
+    _overwrite(rank_file, offset, bytes(length))
     assert run_cli("ls", case).code == 0  # header-only: the chunk is not opened
     result = run_cli("verify", "--trust", "--format", "json", case)
     assert result.code == 1
@@ -395,9 +398,7 @@ def test_an_unknown_stream_transform_is_unsupported(tmp_path: Path, run_cli) -> 
 def test_a_damaged_zstd_chunk_fails_verify(tmp_path: Path, run_cli) -> None:
     case = copy_case("dcp_zstd", tmp_path)
     rank_file, offset, length = _chunk_item(case)
-    data = bytearray(rank_file.read_bytes())
-    data[offset + length - 8 : offset + length] = bytes(8)  # the frame's last block, cut
-    rank_file.write_bytes(bytes(data))
+    _overwrite(rank_file, offset + length - 8, bytes(8))  # the frame's last block, cut
     result = run_cli("verify", "--trust", "--format", "json", case)
     assert result.code == 1
     readable = json.loads(result.stdout)["files"][0]["findings"][0]
