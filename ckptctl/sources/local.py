@@ -315,7 +315,7 @@ class _Gather:
     def add(self, src: ByteSource, fd: int, offset: int, length: int) -> None:
         """Queue ``length`` bytes of ``src`` (descriptor ``fd``) from ``offset`` on."""
         if self._buffer is None:
-            self._buffer = _take_spare()
+            self._buffer = _take_spare("copy_buffer", COPY_BYTES)
         buffer, size, runs = self._buffer, self._size, self._runs
         while length:
             filled = self.filled
@@ -367,21 +367,30 @@ class _Run:
         self.views: list[memoryview] = []
 
     def read(self) -> None:
-        got = os.preadv(self.fd, self.views, self.start)
-        if got != self.stop - self.start:  # the file shrank since it was opened
-            raise CorruptCheckpointError(
-                f"read {got} of {self.stop - self.start} bytes at offset {self.start}: "
-                "file truncated",
-                path=self.src.path,
-            )
+        _preadv(self.src, self.fd, self.views, self.start, self.stop - self.start)
 
 
-def _take_spare() -> memoryview:
-    """This thread's idle ``COPY_BYTES`` buffer (taken: a second copy meanwhile gets its own)."""
-    buffer: memoryview | None = getattr(_SPARE, "copy_buffer", None)
-    _SPARE.copy_buffer = None
-    if buffer is None or len(buffer) != COPY_BYTES:
-        buffer = memoryview(bytearray(COPY_BYTES))
+def _preadv(src: ByteSource, fd: int, views: list[memoryview], offset: int, want: int) -> None:
+    """Fill ``views`` (``want`` bytes in all) from ``offset`` of ``src`` (descriptor ``fd``).
+
+    Raises:
+        CorruptCheckpointError: the file shrank since it was opened.
+    """
+    got = os.preadv(fd, views, offset)
+    if got != want:
+        raise CorruptCheckpointError(
+            f"read {got} of {want} bytes at offset {offset}: file truncated", path=src.path
+        )
+
+
+def _take_spare(kind: str, size: int) -> memoryview:
+    """This thread's idle buffer ``kind`` (``copy_buffer``: :func:`copy_ranges`', ``buffer``:
+    :func:`read_chunks`') if it holds ``size`` bytes, else a new one; taken, so a second user
+    in this thread meanwhile gets its own."""
+    buffer: memoryview | None = getattr(_SPARE, kind, None)
+    setattr(_SPARE, kind, None)
+    if buffer is None or len(buffer) < size:
+        buffer = memoryview(bytearray(size))
     return buffer
 
 
@@ -403,29 +412,17 @@ def read_chunks(
     resident); a remote source, which has no descriptor, or an OS without ``preadv``, is read
     through ``read``.
     """
-    try:
-        fd = source.fileno() if hasattr(os, "preadv") else None
-    except (OSError, ValueError):  # io.UnsupportedOperation is both
-        fd = None
+    fd = _descriptor(source)
     if fd is None:
         for start in range(0, nbytes, CHUNK_BYTES):
             yield source.read(offset + start, min(CHUNK_BYTES, nbytes - start))
         return
     step = chunk or CHUNK_BYTES
-    size = min(step, nbytes)
-    buffer: memoryview | None = getattr(_SPARE, "buffer", None)
-    _SPARE.buffer = None  # taken: a second reader in this thread meanwhile gets its own
-    if buffer is None or len(buffer) < size:
-        buffer = memoryview(bytearray(size))
+    buffer = _take_spare("buffer", min(step, nbytes))
     try:
         for start in range(0, nbytes, step):
             piece = buffer[: min(step, nbytes - start)]
-            got = os.preadv(fd, [piece], offset + start)
-            if got != len(piece):  # the file shrank since it was opened
-                raise CorruptCheckpointError(
-                    f"read {got} of {len(piece)} bytes at offset {offset + start}: file truncated",
-                    path=source.path,
-                )
+            _preadv(source, fd, [piece], offset + start, len(piece))
             yield piece
     finally:
         _SPARE.buffer = buffer
