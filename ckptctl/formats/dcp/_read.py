@@ -67,8 +67,9 @@ class _Opened:
         self.problems: dict[tuple[str, str], Problem] = {}
         transforms: set[str] = set()
         for what, item in all_items(meta):  # before anything is read: exit 4, not a late failure
-            check_transforms(item.transforms, what, beside(source, item.file))
-            transforms.update(item.transforms)
+            if item.transforms:
+                check_transforms(item.transforms, what, beside(source, item.file))
+                transforms.update(item.transforms)
         #: the stream transforms any item is stored with (``stream.zstd/1``)
         self.transforms = sorted(transforms)
         # every rank file now, so the checkpoint owns (and closes) them all
