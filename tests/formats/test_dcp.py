@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -149,6 +150,55 @@ def test_convert_copies_column_splits_row_by_row_from_the_rank_files(
     if case in ("dtensor_shard1", "dtensor_2d"):  # column splits: a range per row part
         assert len(ranges) > 2 * len(split)
         assert {name for name, _ in ranges} >= {"__0_0.distcp", "__1_0.distcp"}
+
+
+@pytest.mark.parametrize(
+    ("shape", "chunks", "lockstep"),
+    [
+        ((6, 8), [((0, 0), (6, 3)), ((0, 3), (6, 5))], True),  # columns, uneven widths
+        ((6, 8), [((0, 5), (6, 3)), ((0, 0), (6, 5))], True),  # listed out of order
+        ((2, 4, 6), [((0, 0, 0), (2, 4, 2)), ((0, 0, 2), (2, 4, 4))], True),  # last dim
+        ((2, 4, 6), [((0, 0, 0), (2, 1, 6)), ((0, 1, 0), (2, 3, 6))], True),  # uneven middle
+        ((2, 4, 6), [((0, 0, 0), (1, 4, 6)), ((1, 0, 0), (1, 4, 6))], True),  # first dim
+        (
+            (2, 4, 6),
+            [
+                ((0, 0, 0), (2, 2, 3)),
+                ((0, 2, 3), (2, 2, 3)),
+                ((0, 0, 3), (2, 2, 3)),
+                ((0, 2, 0), (2, 2, 3)),
+            ],
+            False,
+        ),  # a mesh on the last two dims
+        ((4, 4), [((r, c), (2, 2)) for r in (0, 2) for c in (0, 2)], False),  # a 2x2 mesh
+        ((4, 4), [((0, 0), (2, 4)), ((2, 0), (2, 4))], True),  # rows: one run each
+        ((4, 4), [((2, 0), (2, 4)), ((0, 0), (2, 4))], True),
+    ],
+)
+def test_runs_in_tensor_order(
+    shape: tuple[int, ...], chunks: list[tuple[tuple[int, ...], tuple[int, ...]]], lockstep: bool
+) -> None:
+    """The runs of every chunk, merged into the tensor's byte order, equal the runs sorted by
+    their place in the tensor, whether the chunks run in lockstep (no merge) or not."""
+    from types import SimpleNamespace
+
+    from ckptctl.dtypes import DType
+    from ckptctl.formats.dcp import _assemble
+
+    located: list[Any] = []
+    truth: list[tuple[int, str, int, int]] = []
+    for i, (offsets, sizes) in enumerate(chunks):
+        entry = SimpleNamespace(shape=sizes, dtype=DType.F32)
+        runs = _assemble.chunk_runs(shape, offsets, entry)  # type: ignore[arg-type]
+        source, start = f"rank{i}", 1000 * (i + 1)
+        located.append((source, start, runs))
+        truth += [(place, source, start + k * runs.length, runs.length)
+                  for k, place in enumerate(runs.starts())]  # fmt: skip
+    truth.sort()
+    assert sum(n for *_, n in truth) == 4 * math.prod(shape)
+    assert _assemble._in_lockstep(located) is lockstep
+    got: list[Any] = list(_assemble._InTensorOrder(located))
+    assert got == [(source, offset, n) for _, source, offset, n in truth]
 
 
 def test_split_tensors_span_chunks_and_rank_files() -> None:

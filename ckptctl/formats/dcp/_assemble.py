@@ -245,10 +245,38 @@ class _InTensorOrder:
             return zip(runs.starts(), itertools.count(start, n), itertools.repeat(n))
 
         located = self.located
+        if _in_lockstep(located):
+            yield from _lockstep(located)
+            return
         streams = [chunk(*one) for one in located]
         tagged = (zip(stream, itertools.repeat(i)) for i, stream in enumerate(streams))
         for (_, offset, length), i in heapq.merge(*tagged, key=lambda item: item[0][0]):
             yield located[i][0], offset, length
+
+
+def _in_lockstep(located: list[tuple[ByteSource, int, Runs]]) -> bool:
+    """Whether the chunks' runs follow each other in the tensor round by round: every chunk has
+    the same grid of runs (sizes and strides: a split along the runs' own dimension, such as a
+    column split) and all first runs start within one step of that grid, so run k of every
+    chunk, in the order of their bases, comes before run k + 1 of any."""
+    if not located:
+        return False
+    first = located[0][2]
+    if any(r.sizes != first.sizes or r.strides != first.strides for _, _, r in located):
+        return False
+    bases = [r.base for _, _, r in located]
+    # successive runs of one chunk are at least the innermost stride apart (C order)
+    return not first.sizes or max(bases) - min(bases) < first.strides[-1]
+
+
+def _lockstep(located: list[tuple[ByteSource, int, Runs]]) -> Iterator[tuple[ByteSource, int, int]]:
+    """The runs of chunks in lockstep (:func:`_in_lockstep`) in tensor order, without a merge
+    (a column split of 1 GiB is 65,536 runs: the merge cost 0.17 s, this a tenth of it)."""
+    order = [(source, start, runs.length) for source, start, runs in
+             sorted(located, key=lambda one: one[2].base)]  # fmt: skip
+    for k in range(located[0][2].count):
+        for source, start, n in order:
+            yield source, start + k * n, n
 
 
 def scatter(
