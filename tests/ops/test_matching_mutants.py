@@ -147,3 +147,214 @@ def test_did_you_mean_prefers_the_name_without_the_enum_variant() -> None:
     assert matching.jaro(missing, closer) > matching.jaro(missing, "feature.weight")
     assert matching.did_you_mean(missing, [closer, "feature.weight"]) == "feature.weight"
     assert matching.did_you_mean(missing, [closer]) == closer
+
+
+def test_candidates_count_every_rule_by_the_names_it_would_fix() -> None:
+    """Each kind of candidate rule, counted once per name it turns into a missing one."""
+    unused = [
+        "module.fc.weight", "module.fc.bias",  # a prefix to remove
+        "enc.weight", "enc.bias",  # a prefix to add
+        "fc.w", "gc.w",  # the last segment renamed
+        "a.x.w", "b.x.w",  # a middle segment renamed
+        "ln.weight",  # a norm parameter: the adapter's job, never a rule
+        "attn.out_proj.v",  # a role onto another role: never a rule
+        "solo",  # one segment
+    ]  # fmt: skip
+    missing = [
+        "fc.weight", "fc.bias", "model.enc.weight", "model.enc.bias", "fc.w2", "gc.w2",
+        "a.x1.w", "b.x1.w", "ln.gamma", "ln.scale", "attn.key.v", "attn.kk.v", "solo2",
+    ]  # fmt: skip
+    found = matching._candidates(missing, unused)
+    assert dict(found) == {
+        (r"^module\.", ""): 2,
+        ("^", "model."): 2,
+        (r"\.w$", ".w2"): 2,
+        (r"\.x\.", ".x1."): 2,
+        (r"\.weight$", ".scale"): 1,  # gamma skipped, the next candidate still counted
+        (r"\.out_proj\.", ".kk."): 1,  # key skipped, the next candidate still counted
+        ("^solo$", "solo2"): 1,
+        # and what the names above also allow: enc.* and ln.weight onto fc.*, fc.w onto fc.*
+        (r"^enc\.", "fc."): 2,
+        (r"^ln\.", "fc."): 1,
+        (r"\.w$", ".weight"): 1,
+        (r"\.w$", ".bias"): 1,
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "renamed"),
+    [
+        ("ln.weight", "ln.gamma"),
+        ("ln.gamma", "ln.weight"),
+        ("ln.bias", "ln.beta"),
+        ("ln.running_mean", "ln.running_mean"),
+        ("weight", "gamma"),
+        ("beta", "bias"),
+    ],
+)
+def test_norm_renamed(name: str, renamed: str) -> None:
+    assert matching._norm_renamed(name) == renamed
+
+
+def _norms(to_burn: int, to_torch: int) -> tuple[dict[str, tuple[int, ...]], ...]:
+    source: dict[str, tuple[int, ...]] = {}
+    target: dict[str, tuple[int, ...]] = {}
+    for i in range(to_burn):
+        source[f"b{i}.weight"], target[f"b{i}.gamma"] = (E,), (E,)
+    for i in range(to_torch):
+        source[f"t{i}.gamma"], target[f"t{i}.weight"] = (E,), (E,)
+    return source, target
+
+
+@pytest.mark.parametrize(
+    ("to_burn", "to_torch", "hint"),
+    [
+        (2, 2, "pytorch-to-burn"),  # a tie goes to pytorch-to-burn
+        (1, 1, "pytorch-to-burn"),
+        (1, 2, "burn-to-pytorch"),
+        (2, 3, "burn-to-pytorch"),
+        (3, 2, "pytorch-to-burn"),
+        (0, 0, None),
+    ],
+)
+def test_adapter_hint_counts_norm_names_each_way(
+    to_burn: int, to_torch: int, hint: str | None
+) -> None:
+    assert matching._adapter_hint(*_norms(to_burn, to_torch)) == hint
+
+
+def test_adapter_hint_for_names_without_a_prefix_and_transposes() -> None:
+    assert matching._adapter_hint({"weight": (E,)}, {"gamma": (E,)}) == "pytorch-to-burn"
+    assert matching._adapter_hint({"gamma": (E,)}, {"weight": (E,)}) == "burn-to-pytorch"
+    assert matching._adapter_hint({"fc.weight": (3, 4)}, {"fc.weight": (4, 3)}) == (
+        "pytorch-to-burn"
+    )
+    assert matching._adapter_hint({"fc.weight": (4, 4)}, {"fc.weight": (4, 4)}) is None
+    assert matching._adapter_hint({"fc.bias": (3, 4)}, {"fc.bias": (4, 3)}) is None
+
+
+def _missing_unused(
+    source: dict[str, tuple[int, ...]], target: dict[str, tuple[int, ...]]
+) -> tuple[list[str], list[str]]:
+    return [t for t in target if t not in source], [s for s in source if s not in target]
+
+
+#: A PyTorch attention layer and a renamed Linear, against the Burn model's names.
+PORT_SOURCE = {**TORCH_MHA, "fc.weight": (4, 3), "fc.bias": (4,)}
+PORT_TARGET = {**BURN_MHA, "fc1.weight": (3, 4), "fc1.bias": (4,)}
+
+
+def test_rules_are_inferred_on_what_the_family_adapter_makes() -> None:
+    from ckptctl.fix import Option
+
+    fixes = matching.suggest_fixes(*_missing_unused(PORT_SOURCE, PORT_TARGET),
+                                   PORT_SOURCE, PORT_TARGET)  # fmt: skip
+    assert fixes == [Option("remap", r"^fc\.=fc1."), Option("adapters", "pytorch-to-burn")]
+    # what each target tensor is built from, through the rule and the split
+    origins = matching.adapter_origins(fixes, PORT_SOURCE, PORT_TARGET)
+    assert origins["fc1.weight"] == "fc.weight"
+    assert origins["attn.key.bias"] == "attn.in_proj_bias"
+    assert origins["attn.output.weight"] == "attn.out_proj.weight"
+    assert set(origins) == set(PORT_TARGET)
+
+
+def test_an_adapter_given_is_not_suggested_again_however_spelled() -> None:
+    from ckptctl.fix import Option
+
+    want = [Option("remap", r"\.out_proj\.=.output."), Option("remap", r"^fc\.=fc1.")]
+    for given in ("pytorch-to-burn", " PyTorch-To-Burn "):
+        fixes = matching.suggest_fixes(*_missing_unused(PORT_SOURCE, PORT_TARGET),
+                                       PORT_SOURCE, PORT_TARGET, given=(given,))  # fmt: skip
+        assert fixes == want
+
+
+def test_at_most_four_rules_are_suggested() -> None:
+    source = {f"l{i}.w": (i + 1,) for i in range(6)}
+    target = {f"m{i}.w": (i + 1,) for i in range(6)}
+    fixes = matching.suggest_fixes(*_missing_unused(source, target), source, target)
+    assert [f.value for f in fixes] == [rf"^l{i}\.=m{i}." for i in range(matching.MAX_FIX_RULES)]
+
+
+def test_adapter_origins_needs_a_layout_adapter_and_a_plan() -> None:
+    from ckptctl.fix import Option
+
+    source = {"a.w": (2,), "b.w": (2,)}
+    collide = [Option("remap", r"^a\.=b."), Option("adapters", "pytorch-to-burn")]
+    assert matching.adapter_origins(collide, source, {"b.w": (2,)}) == {}  # refused: {}
+    assert matching.adapter_origins([Option("adapters", "half")], source, source) == {}
+    plain = [Option("adapters", "pytorch-to-burn")]
+    assert matching.adapter_origins(plain, source, source) == {"a.w": "a.w", "b.w": "b.w"}
+
+
+def test_vetted_keeps_the_leading_rules_the_structure_allows() -> None:
+    """A rule stops the list when it moves a tensor into a module proven to be another source
+    module's, into one several could fill, or to a name the target lacks."""
+    from ckptctl.fix import Option
+
+    source = {"x.a.weight": (4, 3), "x.a.bias": (4,), "x.b.weight": (5, 3), "x.b.bias": (5,)}
+    target = {"x.p.weight": (4, 3), "x.p.bias": (4,), "x.q.weight": (5, 3), "x.q.bias": (5,)}
+    right = [Option("remap", r"\.a\.=.p."), Option("remap", r"\.b\.=.q.")]
+    assert matching._vetted(right, source, target) == right
+    wrong = Option("remap", r"\.a\.=.q.")  # x.q is proven to be x.b's
+    assert matching._vetted([right[1], wrong, right[0]], source, target) == [right[1]]
+    assert matching._vetted([Option("remap", r"\.a\.=.z.")], source, target) == []
+    same = {"x.a.weight": (4, 3), "x.b.weight": (4, 3)}  # either could be x.p: unproven
+    assert matching._vetted([right[0]], same, {"x.p.weight": (4, 3), "x.q.weight": (4, 3)}) == []
+
+
+def _torch_mha(prefix: str) -> dict[str, tuple[int, ...]]:
+    return {f"{prefix}.{n.removeprefix('attn.')}": s for n, s in TORCH_MHA.items()}
+
+
+def _burn_mha(prefix: str) -> dict[str, tuple[int, ...]]:
+    return {f"{prefix}.{n.removeprefix('attn.')}": s for n, s in BURN_MHA.items()}
+
+
+def test_family_adapter_of_equal_gain_is_the_first_tried() -> None:
+    """One layer to split and two to fuse: both adapters fit 8 more tensors; pytorch-to-burn,
+    tried first, is kept (a tie never moves the choice)."""
+    source = {**_torch_mha("t"), **_burn_mha("b1"), **_burn_mha("b2")}
+    target = {**_burn_mha("t"), **_torch_mha("b1"), **_torch_mha("b2")}
+    for adapter in ("pytorch-to-burn", "burn-to-pytorch"):
+        made = matching._simulate(source, adapter, target)
+        assert made is not None
+        assert sum(made[n] == target[n] for n in made if n in target) == 8
+    found = matching._family_adapter(source, target)
+    assert found is not None
+    assert found[0] == "pytorch-to-burn"
+    # one to fuse only: burn-to-pytorch fits fewer than the split does
+    found = matching._family_adapter({**_torch_mha("t"), **_burn_mha("b1")},
+                                     {**_burn_mha("t"), **_torch_mha("b1")})  # fmt: skip
+    assert found is not None
+    assert found[0] == "pytorch-to-burn"
+
+
+def test_family_adapter_that_fits_only_as_many_is_no_gain() -> None:
+    target = {"attn.in_proj_weight": (3 * E, E), "attn.query.weight": (E, E)}
+    assert matching._family_adapter(TORCH_MHA, target) is None
+
+
+def test_best_rule_needs_a_real_gain() -> None:
+    """``\\.w$ -> .v`` brings a.w in but takes b.w out: no gain, no rule."""
+    assert matching._best_rule(["a.w", "b.w"], {"a.v": (2,), "b.w": (2,)}, 1, [(2,), (2,)]) is None
+
+
+def test_best_rule_skips_a_rule_into_a_shape_error_or_a_collision() -> None:
+    """The most frequent candidate is passed over, the next one taken."""
+    shape_error = matching._best_rule(
+        ["a.w", "b.w", "c.w"], {"a.v": (3,), "b.v": (3,), "c.u": (2,)}, 1, [(2,)] * 3
+    )
+    assert shape_error is not None
+    assert (shape_error[0].pattern, shape_error[0].replacement) == (r"\.w$", ".u")
+    collision = matching._best_rule(
+        ["x.w", "t.w", "y.w", "y.v"], {"x.v": (2,), "t.v": (2,), "k.y.w": (2,)}, 1, [(2,)] * 4
+    )
+    assert collision is not None
+    assert (collision[0].pattern, collision[0].replacement) == ("^", "k.")
+
+
+def test_best_rule_escapes_an_equals_sign_in_its_pattern() -> None:
+    found = matching._best_rule(["a=1.w"], {"a=2.w": (2,)}, 1, [(2,)])
+    assert found is not None
+    assert found[1] == ["a=2.w"]
+    assert (found[0].pattern, found[0].replacement) == (r"^a\=1\.", "a=2.")
