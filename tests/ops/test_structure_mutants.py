@@ -1,0 +1,130 @@
+"""``ops/_structure.py`` pinned where its mutants showed gaps: name tokens, block keys, rule
+templates, the match score and what taking a pair records (issue 24)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckptctl.ops import _structure as st
+
+
+def _module(path: str, tokens: set[str] = frozenset(), ancestry: tuple[int, ...] = (),
+            params: dict[str, tuple[int, ...]] | None = None) -> st._Module:  # fmt: skip
+    params = params or {"weight": (4, 3)}
+    return st._Module(path, params, {p: p for p in params}, st._indices(path),
+                      frozenset(tokens), 0, ancestry)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("parts", "tokens"),
+    [
+        ([], set()),
+        (["x", "y", "LayerNorm"], {"layer", "norm"}),  # the whole segment's synonym too
+        (["x", "y", "QueryLNProj"], {"q", "norm", "proj", "querylnproj"}),
+        (["Value"], {"v"}),
+    ],
+)
+def test_tokens_of_last_segment(parts: list[str], tokens: set[str]) -> None:
+    """Words of the last segment and the segment itself, through the synonyms, lowercased."""
+    assert st._tokens_of_last(parts) == tokens
+
+
+def test_keyed_numbers_by_the_name_before_them() -> None:
+    assert st._keyed("cls_convs.0.1") == [("cls_convs#0", 1), ("cls_convs#1", 2)]
+    assert st._keyed("a.0.1.2.b.3") == [("a#0", 1), ("a#1", 2), ("a#2", 3), ("b#0", 5)]
+    assert st._keyed("0.x") == [("#0", 0)]
+
+
+def test_fill_join_and_text() -> None:
+    assert st._fill("a+b.{}.c.{}", ["1", "2"]) == r"a\+b\.1\.c\.2"
+    assert st._fill("a+b.{}.c.{}", ["$1", "$2"], escape=False) == "a+b.$1.c.$2"
+    assert st._fill("{}.{}.{}", ["x", "y", "z"], escape=False) == "x.y.z"
+    assert st._join("", "weight") == "weight"
+    assert st._join("fc", "weight") == "fc.weight"
+    assert st._text("^a=b", "c=d") == r"^a\=b=c=d"
+
+
+def test_score_weighs_blocks_names_positions_siblings_and_depth() -> None:
+    src = _module("cls_convs.0.1", {"=a", "q"}, (1, 2, 3))
+    dst = _module("cls_convs.0.conv1", {"=b", "q", "k"}, (1, 2, 9))
+    assert st._agreement(src, dst) == 2
+    assert st._positions_agree(src.path, dst.path) == 1
+    # 2 blocks x 100, one shared name x 2, one position x 2; the indices differ in number
+    assert st._score(src, dst, {}) == 204
+    assert st._score(src, dst, {"cls_convs.0": "cls_convs.0"}) == 209  # sibling matched
+    assert st._score(src, dst, {"cls_convs.0": "other"}) == 204
+    same_depth = _module("cls_convs.0.conv1.Basic", {"=b"}, (5,))
+    assert st._score(_module("cls_convs.0.x", {"=c"}, (6,)), same_depth, {}) == 1
+    # a top-level module has no parent to be a sibling under
+    assert st._score(_module("a"), _module("b"), {"": ""}) == 1
+
+
+def test_take_records_the_parents_and_frees_both() -> None:
+    s, other = _module("enc.layer.0.attn"), _module("enc.layer.1.attn")
+    edges = {"enc.layers.0.Basic.mha": [s, other], "enc.layers.1.mha": [other, s]}
+    parents: dict[str, str] = {}
+    st._take(s, "enc.layers.0.Basic.mha", edges, parents)
+    assert parents == {"enc.layer.0": "enc.layers.0"}  # the variant segment left out
+    assert edges == {"enc.layers.1.mha": [other]}
+
+
+def test_evidence_names_blocks_only_when_they_decide() -> None:
+    dst = _module("t", {"=t", "q", "attn"}, (1, 2))
+    src = _module("s", {"=s", "q", "attn"}, (1, 2))
+    rival = _module("r", {"=r"}, (1, 7))
+    assert st._evidence(src, dst, [rival]) == (
+        "2 enclosing modules hold the same tensors; names agree (attn, q)"
+    )
+    even = _module("e", {"=e"}, (1, 2))  # as many blocks agree for the rival: names decide
+    assert st._evidence(src, dst, [even]) == "names agree (attn, q)"
+    assert st._evidence(_module("s", {"=s"}, (3,)), dst, []) == "names agree (a matched sibling)"
+
+
+def test_fits_keeps_embeddings_and_other_ranks_as_they_are() -> None:
+    def fits(path: str, shape: tuple[int, ...], want: tuple[int, ...]) -> bool:
+        return st._fits(_module(path, params={"weight": shape}),
+                        _module(path + "_t", params={"weight": want}))  # fmt: skip
+
+    assert fits("wte", (10, 4), (10, 4))
+    assert not fits("wte", (10, 4), (4, 10))  # an Embedding keeps its layout
+    assert fits("fc", (10, 4), (4, 10))  # a Linear arrives transposed
+    assert not fits("fc", (10, 4), (10, 4))
+    assert not fits("conv", (2, 3, 4), (2, 3, 5))
+    assert fits("conv", (2, 3, 4), (2, 3, 4))
+
+
+def test_rules_list_block_indices_in_numeric_order_when_blocks_differ() -> None:
+    """One source template, two target templates: each rule lists its blocks (2 before 10)."""
+    source = {f"layer.{i}.fc.weight": (6, 7) if i in (2, 10) else (4, 3) for i in (0, 1, 2, 10)}
+    target = {**{f"a.{i}.fc.weight": (3, 4) for i in (0, 1)},
+              **{f"b.{i}.fc.weight": (7, 6) for i in (2, 10)}}  # fmt: skip
+    rules = st.infer_rules(source, target).rules
+    assert [(p, r) for p, r, _ in rules] == [
+        (r"^layer\.(0|1)\.fc\.(weight)$", "a.$1.fc.$2"),
+        (r"^layer\.(2|10)\.fc\.(weight)$", "b.$1.fc.$2"),
+    ]
+    assert rules[0][2] == "2 blocks: the only source module whose parameters fit"
+
+
+def test_rules_list_the_blocks_when_the_template_would_rename_more() -> None:
+    """layer.0 keeps its name: a rule for every block would rename it too."""
+    source = {"layer.0.fc.weight": (4, 3), "layer.1.fc.weight": (5, 3)}
+    target = {"layer.0.fc.weight": (4, 3), "layers.1.fc.weight": (3, 5)}
+    assert st.infer_rules(source, target).rules == (
+        (r"^layer\.(1)\.fc\.(weight)$", "layers.$1.fc.$2",
+         "1 block: the only source module whose parameters fit"),
+    )  # fmt: skip
+
+
+def test_rules_onto_a_root_parameter_and_a_single_block() -> None:
+    assert st.infer_rules({"head.weight": (4, 3)}, {"weight": (3, 4)}).rules == (
+        (r"^head\.(weight)$", "$1", "the only source module whose parameters fit"),
+    )
+    source = {"encoder.layer.0.attention.self.query.weight": (4, 3),
+              "encoder.layer.0.attention.self.query.bias": (4,)}  # fmt: skip
+    target = {"encoder.layers.0.mha.query.weight": (3, 4),
+              "encoder.layers.0.mha.query.bias": (4,)}  # fmt: skip
+    assert st.infer_rules(source, target).rules == (
+        (r"^encoder\.layer\.([0-9]+)\.attention\.self\.query\.(bias|weight)$",
+         "encoder.layers.$1.mha.query.$2", "1 block: the only source module whose parameters fit"),
+    )  # fmt: skip
