@@ -8,8 +8,12 @@ import pytest
 from ckptctl.ops import _structure as st
 
 
-def _module(path: str, tokens: set[str] = frozenset(), ancestry: tuple[int, ...] = (),
-            params: dict[str, tuple[int, ...]] | None = None) -> st._Module:  # fmt: skip
+def _module(
+    path: str,
+    tokens: frozenset[str] | set[str] = frozenset(),
+    ancestry: tuple[int, ...] = (),
+    params: dict[str, tuple[int, ...]] | None = None,
+) -> st._Module:
     params = params or {"weight": (4, 3)}
     return st._Module(path, params, {p: p for p in params}, st._indices(path),
                       frozenset(tokens), 0, ancestry)  # fmt: skip
