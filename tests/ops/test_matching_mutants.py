@@ -3,6 +3,8 @@ choice and the metadata-only simulation behind suggestions (issue 24)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from ckptctl.ops import matching
@@ -234,7 +236,7 @@ def test_adapter_hint_for_names_without_a_prefix_and_transposes() -> None:
 
 
 def _missing_unused(
-    source: dict[str, tuple[int, ...]], target: dict[str, tuple[int, ...]]
+    source: Mapping[str, tuple[int, ...]], target: Mapping[str, tuple[int, ...]]
 ) -> tuple[list[str], list[str]]:
     return [t for t in target if t not in source], [s for s in source if s not in target]
 
