@@ -360,3 +360,18 @@ def test_best_rule_escapes_an_equals_sign_in_its_pattern() -> None:
     assert found is not None
     assert found[1] == ["a=2.w"]
     assert (found[0].pattern, found[0].replacement) == (r"^a\=1\.", "a=2.")
+
+
+def test_rules_that_do_not_commute_with_the_family_adapter_are_dropped() -> None:
+    """``\\.query\\.=.q.`` fits what the split makes, but applied before it (where rules run)
+    it finds no query: only the adapter is suggested."""
+    target = {n.replace(".query.", ".q."): s for n, s in BURN_MHA.items()}
+    found = matching._family_adapter(TORCH_MHA, target)
+    assert found is not None
+    made = found[1]
+    rules = matching._rules(list(made), list(made.values()), target, True)
+    assert [f.value for f in rules] == [r"\.query\.=.q."]
+    from ckptctl.fix import Option
+
+    fixes = matching.suggest_fixes(*_missing_unused(TORCH_MHA, target), TORCH_MHA, target)
+    assert fixes == [Option("adapters", "pytorch-to-burn")]
