@@ -3,6 +3,8 @@ templates, the match score and what taking a pair records (issue 24)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import pytest
 
 from ckptctl.ops import _structure as st
@@ -132,3 +134,33 @@ def test_rules_onto_a_root_parameter_and_a_single_block() -> None:
         (r"^encoder\.layer\.([0-9]+)\.attention\.self\.query\.(bias|weight)$",
          "encoder.layers.$1.mha.query.$2", "1 block: the only source module whose parameters fit"),
     )  # fmt: skip
+
+
+def _pairs(
+    source: Mapping[str, tuple[int, ...]],
+    target: Mapping[str, tuple[int, ...]],
+    same: Callable[[str, str], bool] | None = None,
+) -> list[tuple[str, str]]:
+    matches, _ = st.match_modules(source, target, same)
+    return [(m.source, m.target) for m in matches]
+
+
+def test_a_target_without_candidates_does_not_end_the_search() -> None:
+    source = {"a.fc.weight": (4, 3)}
+    assert _pairs(source, {"x.zz.weight": (9, 9), "y.fc.weight": (3, 4)}) == [("a.fc", "y.fc")]
+
+
+def test_a_source_as_good_for_another_target_is_not_taken() -> None:
+    """One source module, two targets it fits equally well: neither is proven."""
+    assert _pairs({"a.fc.weight": (4, 3)}, {"x.fc.weight": (3, 4), "y.fc.weight": (3, 4)}) == []
+
+
+def test_values_decide_after_a_target_without_candidates() -> None:
+    source = {"a.fc.weight": (4, 3), "b.fc.weight": (4, 3)}
+    target = {"x.other.weight": (7, 7), "y.fc.weight": (3, 4)}
+    assert _pairs(source, target) == []  # names and shapes cannot decide
+
+    def same(s: str, t: str) -> bool:  # only b's values equal y's
+        return s.startswith("b.")
+
+    assert _pairs(source, target, same) == [("b.fc", "y.fc")]
