@@ -164,3 +164,16 @@ def test_values_decide_after_a_target_without_candidates() -> None:
         return s.startswith("b.")
 
     assert _pairs(source, target, same) == [("b.fc", "y.fc")]
+
+
+def test_rules_exact_alone_but_not_together_are_all_withdrawn() -> None:
+    """blk.5 -> layer.5, then the rule for layer.N -> layers.N takes it on to layers.5."""
+    source = {"blk.5.fc.weight": (4, 3), "layer.0.fc.weight": (5, 3)}
+    target = {"layer.5.fc.weight": (3, 4), "layers.0.fc.weight": (3, 5)}
+    found = st.infer_rules(source, target)
+    assert [(m.source, m.target) for m in found.matches] == [
+        ("blk.5.fc", "layer.5.fc"),
+        ("layer.0.fc", "layers.0.fc"),
+    ]
+    assert len(st._rules(found.matches, source)) == 2  # each is exact on its own
+    assert found.rules == ()
