@@ -175,5 +175,9 @@ def test_rules_exact_alone_but_not_together_are_all_withdrawn() -> None:
         ("blk.5.fc", "layer.5.fc"),
         ("layer.0.fc", "layers.0.fc"),
     ]
-    assert len(st._rules(found.matches, source)) == 2  # each is exact on its own
+    rules = st._rules(found.matches, source)
+    expected = {"blk.5.fc.weight": "layer.5.fc.weight", "layer.0.fc.weight": "layers.0.fc.weight"}
+    assert len(rules) == 2
+    assert all(st._exact([rule], source, expected) for rule in rules)
+    assert not st._exact(rules, source, expected)
     assert found.rules == ()
