@@ -17,6 +17,7 @@ the mutant of that name is stale: the mutant is then an unexplained survivor aga
     python benchmarks/mutation.py --list
     python benchmarks/mutation.py dtypes.py _io.py --jobs 2 --budget 900
     python benchmarks/mutation.py dtypes.py --rerun-survivors   # after adding tests
+    python benchmarks/mutation.py dtypes.py --rerun-survivors --skip-equivalent
     python benchmarks/mutation.py --report                      # rewrite MUTATION.md only
     python benchmarks/mutation.py --report --renumber           # ... after editing a module
 
@@ -361,6 +362,13 @@ def forget(work: Path, names: list[str]) -> None:
             meta.write_text(json.dumps(data), encoding="utf-8")
 
 
+def rerun_names(found: dict[str, str], equivalent: dict[str, tuple[str, str]]) -> list[str]:
+    """The mutants ``--rerun-survivors`` runs again: survivors and those not run yet (a run
+    stopped, or failed, after forgetting survivors leaves them so), less the ``equivalent``
+    ones (``--skip-equivalent``: no new test can kill those)."""
+    return [n for n, s in found.items() if s in SURVIVED | PENDING and n not in equivalent]
+
+
 def run_unit(
     unit: str,
     *,
@@ -369,6 +377,7 @@ def run_unit(
     rerun_survivors: bool,
     deselect: list[str],
     source: Path,
+    skip_equivalent: bool = False,
 ) -> UnitResult:
     work = WORK / slug(unit)
     work.mkdir(parents=True, exist_ok=True)
@@ -378,7 +387,8 @@ def run_unit(
     names: list[str] = []
     if rerun_survivors:
         # pending ones too: a run stopped (or failed) after forgetting the survivors left them so
-        names = [n for n, s in verdicts(work).items() if s in SURVIVED | PENDING]
+        known = reasons("equivalent") if skip_equivalent else {}
+        names = rerun_names(verdicts(work), known)
         # new tests must be seen by the stats run that maps tests to functions
         (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
         forget(work, names)
@@ -486,6 +496,11 @@ def main() -> None:
     parser.add_argument(
         "--rerun-survivors", action="store_true", help="re-run only survivors (after new tests)"
     )
+    parser.add_argument(
+        "--skip-equivalent",
+        action="store_true",
+        help="with --rerun-survivors: leave out the survivors recorded as equivalent",
+    )
     parser.add_argument("--fresh", action="store_true", help="forget earlier verdicts")
     parser.add_argument(
         "--deselect",
@@ -541,6 +556,7 @@ def main() -> None:
                 budget=args.budget,
                 children=children,
                 rerun_survivors=args.rerun_survivors,
+                skip_equivalent=args.skip_equivalent,
                 deselect=args.deselect,
                 source=args.source.resolve(),
             )

@@ -183,3 +183,18 @@ def test_the_reasons_file_is_well_formed() -> None:
             assert entry["reason"].strip(), entry
             assert entry["mutant"] not in seen, f"{entry['mutant']} listed twice"
             seen.add(entry["mutant"])
+
+
+def test_rerun_names_are_survivors_and_pending_less_the_equivalent(harness: ModuleType) -> None:
+    found = {
+        "m.x_f__mutmut_1": "killed",
+        "m.x_f__mutmut_2": "survived",
+        "m.x_f__mutmut_3": "survived",
+        "m.x_f__mutmut_4": "no tests",
+        "m.x_f__mutmut_5": "not checked",
+        "m.x_f__mutmut_6": "timeout",
+    }
+    every = ["m.x_f__mutmut_2", "m.x_f__mutmut_3", "m.x_f__mutmut_4", "m.x_f__mutmut_5"]
+    assert harness.rerun_names(found, {}) == every
+    equivalent = {"m.x_f__mutmut_2": ("a = 1.0", "the same float"), "m.x_f__mutmut_9": ("", "")}
+    assert harness.rerun_names(found, equivalent) == [n for n in every if n != every[0]]

@@ -375,3 +375,9 @@ def test_rules_that_do_not_commute_with_the_family_adapter_are_dropped() -> None
 
     fixes = matching.suggest_fixes(*_missing_unused(TORCH_MHA, target), TORCH_MHA, target)
     assert fixes == [Option("adapters", "pytorch-to-burn")]
+
+
+def test_candidates_keep_prefixes_of_several_segments() -> None:
+    found = matching._candidates(["fc.weight", "m.n.fc.w"], ["a.b.fc.weight", "fc.w"])
+    assert found[(r"^a\.b\.", "")] == 1
+    assert found[("^", "m.n.")] == 1

@@ -151,8 +151,11 @@ def test_a_target_without_candidates_does_not_end_the_search() -> None:
 
 
 def test_a_source_as_good_for_another_target_is_not_taken() -> None:
-    """One source module, two targets it fits equally well: neither is proven."""
-    assert _pairs({"a.fc.weight": (4, 3)}, {"x.fc.weight": (3, 4), "y.fc.weight": (3, 4)}) == []
+    """One source module, two targets it fits equally well: neither is proven, and neither
+    target is ambiguous (each has one candidate: the source's own choice is what is open)."""
+    target = {"x.fc.weight": (3, 4), "y.fc.weight": (3, 4)}
+    assert _pairs({"a.fc.weight": (4, 3)}, target) == []
+    assert st.match_modules({"a.fc.weight": (4, 3)}, target)[1] == []
 
 
 def test_values_decide_after_a_target_without_candidates() -> None:
