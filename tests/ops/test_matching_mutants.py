@@ -381,3 +381,26 @@ def test_candidates_keep_prefixes_of_several_segments() -> None:
     found = matching._candidates(["fc.weight", "m.n.fc.w"], ["a.b.fc.weight", "fc.w"])
     assert found[(r"^a\.b\.", "")] == 1
     assert found[("^", "m.n.")] == 1
+
+
+def test_ranked_suggestion_follows_the_rules_forward() -> None:
+    from ckptctl.fix import Option
+
+    suggest = ranked_suggestion([Option("remap", r"^a\.=b.")], forward=True)
+    assert matching.jaro("a.w", "a.ww") > matching.jaro("a.w", "b.w")
+    assert suggest("a.w", ["a.ww", "b.w"]) == "b.w"  # the rule's name, not the closest one
+    backward = ranked_suggestion([Option("remap", r"^a\.=b.")])
+    assert backward("b.w", ["b.ww", "a.w"]) == "a.w"
+
+
+def test_ranked_suggestion_prefers_the_shortest_suffix_match() -> None:
+    suggest = ranked_suggestion([])
+    assert suggest("bn.bias", ["aaa.bn.bias", "zz.bn.bias", "bn.biax"]) == "zz.bn.bias"
+    assert suggest("module.bn.bias", ["bn.biax", "bn.bias"]) == "bn.bias"  # a prefix dropped
+
+
+def test_ranked_suggestion_never_offers_a_bias_for_a_weight() -> None:
+    suggest = ranked_suggestion([])
+    assert matching.did_you_mean("a.b.weight", ["a.b.bias"]) == "a.b.bias"
+    assert suggest("a.b.weight", ["a.b.bias"]) is None
+    assert suggest("a.b.gamma", ["a.b.beta"]) is None
