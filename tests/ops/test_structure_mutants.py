@@ -184,3 +184,23 @@ def test_rules_exact_alone_but_not_together_are_all_withdrawn() -> None:
     assert all(st._exact([rule], source, expected) for rule in rules)
     assert not st._exact(rules, source, expected)
     assert found.rules == ()
+
+
+@pytest.mark.parametrize(
+    ("path", "target", "tokens"),
+    [
+        ("encoder.layer.0.attention.self.query", False,
+         {"=encoder", "encoder", "=layer", "layer", "=attention", "attn", "=self", "self",
+          "=query", "q"}),
+        # a segment that names where a norm sits stands for its tokens; later ones still count
+        ("blk.input_layernorm.sub", False, {"=blk", "blk", "attn", "norm", "=sub", "sub"}),
+        # Burn's norm_1 is the attention's norm in a target, a plain name in a source
+        ("enc.norm_1.inner", True, {"=enc", "enc", "attn", "norm", "=inner", "inner"}),
+        ("enc.norm_1.inner", False, {"=enc", "enc", "=norm_1", "norm", "1", "=inner", "inner"}),
+        # the segment without underscores is looked up too
+        ("x.inter_mediate", False, {"=x", "x", "=inter_mediate", "inter", "mediate", "inner"}),
+        ("x.post_norm", False, {"=x", "x", "=post_norm", "post:norm"}),  # after "post"
+    ],
+)  # fmt: skip
+def test_tokens_of_a_module_path(path: str, target: bool, tokens: set[str]) -> None:
+    assert st._tokens(path, target=target) == tokens
