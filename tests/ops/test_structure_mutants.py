@@ -204,3 +204,20 @@ def test_rules_exact_alone_but_not_together_are_all_withdrawn() -> None:
 )  # fmt: skip
 def test_tokens_of_a_module_path(path: str, target: bool, tokens: set[str]) -> None:
     assert st._tokens(path, target=target) == tokens
+
+
+def test_signatures_equate_transposed_matrices_only() -> None:
+    """A rank-2 shape counts unordered (a Linear arrives transposed); no other rank does."""
+    assert (
+        st._signatures({"a.w": (3, 4)}, target=False)["a"]
+        == st._signatures({"a.w": (4, 3)}, target=False)["a"]
+    )
+    assert (
+        st._signatures({"a.w": (2, 3, 4)}, target=False)["a"]
+        != st._signatures({"a.w": (4, 3, 2)}, target=False)["a"]
+    )
+    # a parameter at the root counts once for the root, as one inside a module does
+    assert (
+        st._signatures({"weight": (3,)}, target=False)[""]
+        == st._signatures({"x.weight": (3,)}, target=False)[""]
+    )
