@@ -67,3 +67,36 @@ def test_ls_of_safetensors_imports_only_what_it_renders(json):
     }
     assert not unwanted & loaded
     assert ("ckptctl.report.text" in loaded) is not json
+
+
+def test_registering_the_formats_imports_no_reader():
+    """Every command sniffs with every format; the readers come only with a file to read."""
+    code = (
+        "import sys\n"
+        "from ckptctl.formats import _ensure_loaded\n"
+        "_ensure_loaded()\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    loaded = set(done.stdout.split())
+    for reader in (
+        "ckptctl.formats.burnpack.reader",
+        "ckptctl.formats.burnpack.writer",
+        "ckptctl.formats.burnrecord.reader",
+        "ckptctl.formats.deepspeed._zero",
+        "ckptctl.formats.dcp._read",
+        "cbor2",
+    ):
+        assert reader not in loaded
+
+
+def test_lazy_package_names_resolve():
+    from ckptctl.formats import burnpack, burnrecord
+
+    for module in (burnpack, burnrecord):
+        for name in module.__all__:
+            assert getattr(module, name) is not None, name
+        with pytest.raises(AttributeError):
+            _ = module.no_such_name
