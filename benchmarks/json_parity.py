@@ -36,7 +36,7 @@ def run(tree: Path, args: list[str]) -> tuple[int, str]:
     env = {**os.environ, "PYTHONPATH": str(tree), "NO_COLOR": "1", "COLUMNS": "100"}
     done = subprocess.run(
         [sys.executable, "-m", "ckptctl", *args], capture_output=True, text=True, env=env,
-        cwd=REPO, timeout=300, check=False,
+        cwd=tree, timeout=300, check=False,
     )  # fmt: skip
     return done.returncode, done.stdout
 

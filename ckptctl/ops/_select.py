@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ckptctl.adapters.rename import compile_pattern
 from ckptctl.errors import SelectionError
 from ckptctl.fix import Note, Option, closest
 from ckptctl.model import describe_groups
@@ -149,6 +148,8 @@ def compile_regex(pattern: str, option: str) -> re.Pattern[str]:
 
     ``option`` is the API parameter the pattern came from (``pattern``).
     """
+    from ckptctl.adapters.rename import compile_pattern
+
     try:
         return compile_pattern(pattern, "filter")
     except SelectionError as exc:

@@ -32,9 +32,7 @@ from ckptctl.ops._select import (
     top_level_groups,
 )
 from ckptctl.ops._size_limit import check_size
-from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.model import ConvertReport, PlanRow
-from ckptctl.report.summary import AmbiguityKind, AmbiguousTensor
 from ckptctl.safety import Verdict
 
 if TYPE_CHECKING:
@@ -42,7 +40,7 @@ if TYPE_CHECKING:
 
     from ckptctl.dtypes import DType
     from ckptctl.model import Checkpoint, JSONValue, Progress, TensorEntry
-    from ckptctl.report.summary import LoadingSummary
+    from ckptctl.report.summary import AmbiguousTensor, LoadingSummary
     from ckptctl.sources import ByteSource
 
     Specs = Mapping[str, tuple[DType, tuple[int, ...]]]
@@ -213,6 +211,8 @@ def convert(
         if rope and target_specs is None:
             warnings.append(_rope_note(len(rope)))
         elif target_specs is not None:  # unproven: the check refuses them
+            from ckptctl.report.summary import AmbiguityKind, AmbiguousTensor
+
             ambiguous += [AmbiguousTensor(out, AmbiguityKind.ROPE, (src,))
                           for src, out in rope if out in target_specs]  # fmt: skip
         outside = outside_state_key(everything, opts.state_key, ckpt)
@@ -227,6 +227,8 @@ def convert(
         ok = True
         refused: str | Note | None = None
         if target_specs is not None:
+            from ckptctl.ops.summary import specs_of, summarize
+
             ambiguous += _unproven_layouts(items, target_specs)
             result = summarize(specs_of(outputs), target_specs, given=tuple(opts.adapters),
                                ambiguous=ambiguous)  # fmt: skip
@@ -491,6 +493,8 @@ def _layouts_by_values(
 
 def _unproven_layouts(items: list[PlanItem], target: Specs) -> list[AmbiguousTensor]:
     """Target tensors filled by a square weight whose layout nothing decided."""
+    from ckptctl.report.summary import AmbiguityKind, AmbiguousTensor
+
     return [
         AmbiguousTensor(i.entry.name, AmbiguityKind.LAYOUT, (i.source,))
         for i in items
@@ -499,6 +503,8 @@ def _unproven_layouts(items: list[PlanItem], target: Specs) -> list[AmbiguousTen
 
 
 def _refuse_ambiguous(ambiguous: tuple[AmbiguousTensor, ...]) -> Note:
+    from ckptctl.report.summary import AmbiguityKind
+
     n = len(ambiguous)
     names = ", ".join(repr(a.name) for a in ambiguous[:NAMES_SHOWN])
     names += ", ..." if n > NAMES_SHOWN else ""
@@ -526,6 +532,7 @@ def _infer(
     """Rules from the structure of the renamed source (before adapters) and of the target;
     where that leaves a choice open, from the target's values (``path``)."""
     from ckptctl.ops._structure import infer_rules
+    from ckptctl.report.summary import AmbiguityKind, AmbiguousTensor
 
     renamed, _ = run_pipeline(entries, replace(pipeline, adapters=(), module_types=()))
     kept = [i.entry for i in renamed if i.entry is not None]
@@ -695,6 +702,8 @@ def _plan_row(item: PlanItem, before: TensorEntry) -> PlanRow:
 
 
 def _read_specs(path: str) -> Specs:
+    from ckptctl.ops.summary import specs_of
+
     with open_checkpoint(path) as ref:
         return specs_of(ref.values())
 

@@ -8,26 +8,27 @@ from __future__ import annotations
 
 import json
 import math
-from functools import singledispatch
 from typing import TYPE_CHECKING
 
 from ckptctl.fix import spell
-from ckptctl.report.config import ConfigReport
-from ckptctl.report.diff import DiffReport, OnlyIn, TensorDiff
-from ckptctl.report.manifest import HashCheck, HashReport, TensorHash
-from ckptctl.report.model import SCHEMA_VERSION, ConvertReport, HeaderReport, LsReport
-from ckptctl.report.optimizer import OptimizerCheck, Orphan
-from ckptctl.report.quant import QuantModule
-from ckptctl.report.render_summary import error_message
-from ckptctl.report.safe_globals import SafeGlobalsReport
-from ckptctl.report.summary import LoadingSummary
-from ckptctl.report.tree import TreeNode
-from ckptctl.report.values import ShowReport, TensorStats
-from ckptctl.report.verify import FileResult, Finding, VerifyReport
-from ckptctl.safety import PickleSafety
+from ckptctl.report.model import SCHEMA_VERSION
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ckptctl.model import JSONValue
+    from ckptctl.report.config import ConfigReport
+    from ckptctl.report.diff import DiffReport, OnlyIn, TensorDiff
+    from ckptctl.report.manifest import HashCheck, HashReport, TensorHash
+    from ckptctl.report.model import ConvertReport, HeaderReport, LsReport
+    from ckptctl.report.optimizer import OptimizerCheck, Orphan
+    from ckptctl.report.quant import QuantModule
+    from ckptctl.report.safe_globals import SafeGlobalsReport
+    from ckptctl.report.summary import LoadingSummary
+    from ckptctl.report.tree import TreeNode
+    from ckptctl.report.values import ShowReport, TensorStats
+    from ckptctl.report.verify import FileResult, Finding, VerifyReport
+    from ckptctl.safety import PickleSafety
 
 
 def _text(value: object) -> str | None:
@@ -43,13 +44,19 @@ def dumps(obj: JSONValue) -> str:
     return json.dumps(obj, ensure_ascii=True, allow_nan=False, default=str) + "\n"
 
 
-@singledispatch
 def to_json(report: object) -> dict[str, JSONValue]:
-    """The JSON object of a report."""
+    """The JSON object of a report (or of a part of one: a summary, a check, a verdict).
+
+    Raises:
+        TypeError: no JSON form for this type.
+    """
+    for cls in type(report).__mro__:
+        convert = _CONVERTERS.get(f"{cls.__module__}.{cls.__qualname__}")
+        if convert is not None:
+            return convert(report)
     raise TypeError(f"no JSON rendering for {type(report).__name__}")
 
 
-@to_json.register(LsReport)
 def _ls(report: LsReport) -> dict[str, JSONValue]:
     tensors: list[dict[str, JSONValue]] = []
     for row in report.tensors:
@@ -99,7 +106,6 @@ def _ls(report: LsReport) -> dict[str, JSONValue]:
     return out
 
 
-@to_json.register(QuantModule)
 def _quant(module: QuantModule) -> dict[str, JSONValue]:
     return {
         "module": module.module,
@@ -117,7 +123,6 @@ def _quant(module: QuantModule) -> dict[str, JSONValue]:
     }
 
 
-@to_json.register(TreeNode)
 def _tree(node: TreeNode) -> dict[str, JSONValue]:
     out: dict[str, JSONValue] = {
         "name": node.name,
@@ -141,7 +146,6 @@ def _tree(node: TreeNode) -> dict[str, JSONValue]:
     return out
 
 
-@to_json.register(HeaderReport)
 def _header(report: HeaderReport) -> dict[str, JSONValue]:
     layout = report.layout
     regions: list[dict[str, JSONValue]] = []
@@ -172,7 +176,6 @@ def _header(report: HeaderReport) -> dict[str, JSONValue]:
     )
 
 
-@to_json.register(ConvertReport)
 def _convert(report: ConvertReport) -> dict[str, JSONValue]:
     return {
         "schema_version": SCHEMA_VERSION,
@@ -237,7 +240,6 @@ def _tensor(row: TensorDiff) -> dict[str, JSONValue]:
     }
 
 
-@to_json.register(DiffReport)
 def _diff(report: DiffReport) -> dict[str, JSONValue]:
     opts = report.options
     return {
@@ -308,7 +310,6 @@ def _file_json(result: FileResult) -> dict[str, JSONValue]:
     }
 
 
-@to_json.register(VerifyReport)
 def _verify(report: VerifyReport) -> dict[str, JSONValue]:
     """The ``--json`` object of a verify report (serialise with ``report.json.dumps``).
 
@@ -333,8 +334,9 @@ def _verify(report: VerifyReport) -> dict[str, JSONValue]:
     }
 
 
-@to_json.register(LoadingSummary)
 def _summary(summary: LoadingSummary) -> dict[str, JSONValue]:
+    from ckptctl.report.render_summary import error_message
+
     return {
         "ok": summary.ok,
         "counts": {
@@ -375,7 +377,6 @@ def _summary(summary: LoadingSummary) -> dict[str, JSONValue]:
     }
 
 
-@to_json.register(OptimizerCheck)
 def _optimizer(check: OptimizerCheck) -> dict[str, JSONValue]:
     def orphan(o: Orphan) -> dict[str, JSONValue]:
         return {"param_id": o.param_id, "path": o.path, "model_id": o.model_id}
@@ -411,7 +412,6 @@ def _optimizer(check: OptimizerCheck) -> dict[str, JSONValue]:
     }
 
 
-@to_json.register(PickleSafety)
 def _safety(safety: PickleSafety) -> dict[str, JSONValue]:
     unreached = safety.unreached_verdict
     return {
@@ -432,7 +432,6 @@ def _safety(safety: PickleSafety) -> dict[str, JSONValue]:
     }
 
 
-@to_json.register(ConfigReport)
 def _config(report: ConfigReport) -> dict[str, JSONValue]:
     """``verify --show-config --json``: the file (null: none found), its table, the settings."""
     return {
@@ -447,7 +446,6 @@ def _config(report: ConfigReport) -> dict[str, JSONValue]:
     }
 
 
-@to_json.register(SafeGlobalsReport)
 def _safe_globals(report: SafeGlobalsReport) -> dict[str, JSONValue]:
     """``verify --print-safe-globals --json``: the globals to allow and the code that does."""
     return {
@@ -471,7 +469,6 @@ def manifest_line(row: TensorHash) -> str:
     return json.dumps(_hash_item(row), ensure_ascii=True)
 
 
-@to_json.register(HashReport)
 def _hash(report: HashReport) -> dict[str, JSONValue]:
     return {
         "schema_version": SCHEMA_VERSION,
@@ -482,7 +479,6 @@ def _hash(report: HashReport) -> dict[str, JSONValue]:
     }
 
 
-@to_json.register(HashCheck)
 def _hash_check(check: HashCheck) -> dict[str, JSONValue]:
     return {
         "manifest": check.manifest,
@@ -503,7 +499,6 @@ def _finite(value: float | None) -> JSONValue:
     return None if value is None or not math.isfinite(value) else value
 
 
-@to_json.register(TensorStats)
 def _stats(stats: TensorStats) -> dict[str, JSONValue]:
     out: dict[str, JSONValue] = {
         "count": stats.count,
@@ -526,7 +521,6 @@ def _stats(stats: TensorStats) -> dict[str, JSONValue]:
     return out
 
 
-@to_json.register(ShowReport)
 def _show(report: ShowReport) -> dict[str, JSONValue]:
     return {
         "schema_version": SCHEMA_VERSION,
@@ -543,3 +537,25 @@ def _show(report: ShowReport) -> dict[str, JSONValue]:
             for t in report.tensors
         ],
     }
+
+
+#: type (``module.QualName``) -> its JSON form. Types are named, not imported, so that the JSON
+#: of one report imports no other report's module.
+_CONVERTERS: dict[str, Callable[..., dict[str, JSONValue]]] = {
+    "ckptctl.report.model.LsReport": _ls,
+    "ckptctl.report.quant.QuantModule": _quant,
+    "ckptctl.report.tree.TreeNode": _tree,
+    "ckptctl.report.model.HeaderReport": _header,
+    "ckptctl.report.model.ConvertReport": _convert,
+    "ckptctl.report.diff.DiffReport": _diff,
+    "ckptctl.report.verify.VerifyReport": _verify,
+    "ckptctl.report.summary.LoadingSummary": _summary,
+    "ckptctl.report.optimizer.OptimizerCheck": _optimizer,
+    "ckptctl.safety.PickleSafety": _safety,
+    "ckptctl.report.config.ConfigReport": _config,
+    "ckptctl.report.safe_globals.SafeGlobalsReport": _safe_globals,
+    "ckptctl.report.manifest.HashReport": _hash,
+    "ckptctl.report.manifest.HashCheck": _hash_check,
+    "ckptctl.report.values.TensorStats": _stats,
+    "ckptctl.report.values.ShowReport": _show,
+}

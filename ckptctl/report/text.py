@@ -10,7 +10,6 @@ from rich.text import Text
 
 from ckptctl.fix import Option, spell
 from ckptctl.model import TRUNCATED_KEY
-from ckptctl.report.render_summary import render_summary
 from ckptctl.report.sanitize import sanitize
 
 if TYPE_CHECKING:
@@ -642,6 +641,8 @@ def render_convert(report: ConvertReport, console: Console) -> None:
         for pattern, replacement, evidence in report.inferred:
             console.print(Text(f"  {sanitize(pattern)}={sanitize(replacement)}  # {evidence}"))
     if report.summary is not None:
+        from ckptctl.report.render_summary import render_summary
+
         console.print(Text(render_summary(report.summary)))
     for fix in report.fixes:
         console.print(Text(f"  try: {sanitize(spell(fix))}"))

@@ -31,6 +31,8 @@ spelling whenever it says more, so that a burnpack-to-burnpack copy is byte-iden
 
 from __future__ import annotations
 
+from typing import IO, TYPE_CHECKING
+
 from ckptctl.formats._base import FormatSpec
 from ckptctl.formats.burnpack._schema import (
     ALIGNMENT_BYTES,
@@ -41,8 +43,14 @@ from ckptctl.formats.burnpack._schema import (
     format_param_id,
     parse_param_id,
 )
-from ckptctl.formats.burnpack.reader import layout_burnpack, open_burnpack, sniff_burnpack
-from ckptctl.formats.burnpack.writer import BurnpackPlan, plan_layout, write_burnpack
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from ckptctl.formats.burnpack.reader import layout_burnpack, open_burnpack
+    from ckptctl.formats.burnpack.writer import BurnpackPlan, plan_layout, write_burnpack
+    from ckptctl.model import Checkpoint, HeaderLayout, JSONValue, TensorEntry
+    from ckptctl.sources import ByteSource
 
 __all__ = [
     "ALIGNMENT_BYTES",
@@ -60,14 +68,67 @@ __all__ = [
     "write_burnpack",
 ]
 
+
+def sniff_burnpack(head: bytes, source: ByteSource) -> bool:
+    """True when the file starts with the burnpack magic ``NRUB``."""
+    return head[:4] == MAGIC
+
+
+# The reader (cbor2) and the writer are imported when a burnpack file is opened or written, not
+# when the formats are registered (every command registers them all).
+
+#: public name -> the module that defines it, imported on first use (PEP 562)
+_LAZY = {
+    "layout_burnpack": "ckptctl.formats.burnpack.reader",
+    "open_burnpack": "ckptctl.formats.burnpack.reader",
+    "BurnpackPlan": "ckptctl.formats.burnpack.writer",
+    "plan_layout": "ckptctl.formats.burnpack.writer",
+    "write_burnpack": "ckptctl.formats.burnpack.writer",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def _open(source: ByteSource) -> Checkpoint:
+    from ckptctl.formats.burnpack.reader import open_burnpack
+
+    return open_burnpack(source)
+
+
+def _layout(source: ByteSource) -> HeaderLayout:
+    from ckptctl.formats.burnpack.reader import layout_burnpack
+
+    return layout_burnpack(source)
+
+
+def _write(
+    out: IO[bytes],
+    entries: Sequence[TensorEntry],
+    metadata: Mapping[str, str],
+    scalars: Mapping[str, JSONValue],
+) -> None:
+    from ckptctl.formats.burnpack.writer import write_burnpack
+
+    write_burnpack(out, entries, metadata, scalars)
+
+
 #: The formats this module adds to the registry (``ckptctl.formats``), in detection order.
 SPECS = (
     FormatSpec(
         name="burnpack",
         extensions=(".bpk",),
         sniff=sniff_burnpack,
-        open=open_burnpack,
-        layout=layout_burnpack,
-        write=write_burnpack,
+        open=_open,
+        layout=_layout,
+        write=_write,
     ),
 )

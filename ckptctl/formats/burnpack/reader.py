@@ -129,11 +129,6 @@ def open_burnpack(source: ByteSource) -> Checkpoint:
     )
 
 
-def sniff_burnpack(head: bytes, source: ByteSource) -> bool:
-    """True when the file starts with the burnpack magic ``NRUB``."""
-    return head[:4] == MAGIC
-
-
 def _jsonable(value: object, depth: int = 0) -> JSONValue:
     """Decoded CBOR as JSON-like data; bounded, because value-sharing tags can make cycles."""
     if depth > MAX_CBOR_DEPTH:

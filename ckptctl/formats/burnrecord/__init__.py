@@ -29,51 +29,152 @@ and scheduler records map onto burn 0.22's burnpack layout (burn-store spec §7.
 
 from __future__ import annotations
 
+import re
+import sys
 from functools import partial
+from typing import TYPE_CHECKING
 
 from ckptctl.formats._base import FormatSpec
-from ckptctl.formats.burnrecord._record import RecordKind
-from ckptctl.formats.burnrecord.reader import (
-    JSON,
-    JSON_GZ,
-    MPK,
-    MPK_GZ,
-    BurnRecordCheckpoint,
-    layout_bin,
-    layout_record,
-    open_bin,
-    open_record,
-    sniff_bin,
-    sniff_json,
-    sniff_json_gz,
-    sniff_mpk,
-    sniff_mpk_gz,
-)
+from ckptctl.formats.burnrecord._stream import inflate_head, is_gzip
+
+if TYPE_CHECKING:
+    from ckptctl.formats.burnrecord._record import RecordKind
+    from ckptctl.formats.burnrecord.reader import BurnRecordCheckpoint
+    from ckptctl.model import Checkpoint, HeaderLayout
+    from ckptctl.sources import ByteSource
 
 __all__ = ["BurnRecordCheckpoint", "RecordKind", "refusal_of"]
+
+_READER = "ckptctl.formats.burnrecord.reader"
+
+#: public name -> the module that defines it, imported on first use (PEP 562)
+_LAZY = {"BurnRecordCheckpoint": _READER, "RecordKind": "ckptctl.formats.burnrecord._record"}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def refusal_of(ckpt: object) -> str | None:
     """Why a checkpoint read from a Burn record cannot be migrated to burn 0.22, or None."""
-    return ckpt.refusal if isinstance(ckpt, BurnRecordCheckpoint) else None
+    reader = sys.modules.get(_READER)  # no record was opened before the reader was imported
+    return ckpt.refusal if reader and isinstance(ckpt, reader.BurnRecordCheckpoint) else None
+
+
+# --- sniffing: needs no reader (every command sniffs with every format) ----------------------
+
+
+def _is_map_head(byte: int) -> bool:
+    # MessagePack: fixmap (0x80-0x8f), map 16 (0xde), map 32 (0xdf)
+    return 0x80 <= byte <= 0x8F or byte in (0xDE, 0xDF)
+
+
+def _is_mpk_head(head: bytes) -> bool:
+    # serde derives write BurnRecord's fields in order: a 2-entry map, "metadata" first, whose
+    # value is the BurnMetadata map starting with "float".
+    return (
+        len(head) > 20
+        and _is_map_head(head[0])
+        and b"\xa8metadata" in head[:12]
+        and b"\xa5float" in head[:24]
+    )
+
+
+def _is_json_record_head(head: bytes) -> bool:
+    """True when ``head`` starts like a serde_json Burn record: ``{"metadata": {"float": ...``."""
+    return re.match(rb'\s*\{\s*"metadata"\s*:\s*\{\s*"float"\s*:', head) is not None
+
+
+_BIN_FLOATS = (b"f32", b"f64", b"half::binary16::f16", b"half::bfloat::bf16")
+
+
+def is_bincode_head(head: bytes) -> bool:
+    """A bincode ``BurnRecord`` (BinFileRecorder): varint-length float type name, then more."""
+    if not head:
+        return False
+    n = head[0]
+    return (
+        head[1 : 1 + n] in _BIN_FLOATS
+        and b"Recorder" in head[:1024]
+        and (b"BinFileRecorder" in head[:1024] or b"BinGzFileRecorder" in head[:1024])
+    )
+
+
+def sniff_mpk(head: bytes, source: ByteSource) -> bool:
+    """NamedMpkFileRecorder: a MessagePack ``BurnRecord``."""
+    return _is_mpk_head(head)
+
+
+def sniff_mpk_gz(head: bytes, source: ByteSource) -> bool:
+    """NamedMpkGzFileRecorder: the same, gzip-compressed."""
+    return is_gzip(head) and _is_mpk_head(inflate_head(head))
+
+
+def sniff_json(head: bytes, source: ByteSource) -> bool:
+    """PrettyJsonFileRecorder (and any serde_json record)."""
+    return _is_json_record_head(head)
+
+
+def sniff_json_gz(head: bytes, source: ByteSource) -> bool:
+    """JsonGzFileRecorder."""
+    return is_gzip(head) and _is_json_record_head(inflate_head(head))
+
+
+def sniff_bin(head: bytes, source: ByteSource) -> bool:
+    """BinFileRecorder / BinGzFileRecorder (bincode, refused)."""
+    return is_bincode_head(head) or (is_gzip(head) and is_bincode_head(inflate_head(head, 1024)))
+
+
+# --- the reader, imported when a record is opened --------------------------------------------
+
+
+def _open(source: ByteSource, *, variant: str) -> Checkpoint:
+    from ckptctl.formats.burnrecord.reader import VARIANTS, open_record
+
+    return open_record(source, VARIANTS[variant])
+
+
+def _layout(source: ByteSource, *, variant: str) -> HeaderLayout:
+    from ckptctl.formats.burnrecord.reader import VARIANTS, layout_record
+
+    return layout_record(source, VARIANTS[variant])
+
+
+def _open_bin(source: ByteSource) -> Checkpoint:
+    from ckptctl.formats.burnrecord.reader import open_bin
+
+    return open_bin(source)
+
+
+def _layout_bin(source: ByteSource) -> HeaderLayout:
+    from ckptctl.formats.burnrecord.reader import layout_bin
+
+    return layout_bin(source)
 
 
 #: The formats this module adds to the registry (``ckptctl.formats``), in detection order.
 SPECS = (
     *(
         FormatSpec(
-            name=variant.name,
+            name=name,
             extensions=(),
             sniff=sniff,
-            open=partial(open_record, variant=variant),
-            layout=partial(layout_record, variant=variant),
+            open=partial(_open, variant=name),
+            layout=partial(_layout, variant=name),
         )
-        for sniff, variant in (
-            (sniff_mpk, MPK),
-            (sniff_mpk_gz, MPK_GZ),
-            (sniff_json, JSON),
-            (sniff_json_gz, JSON_GZ),
+        for sniff, name in (
+            (sniff_mpk, "burn-mpk"),
+            (sniff_mpk_gz, "burn-mpk-gz"),
+            (sniff_json, "burn-json"),
+            (sniff_json_gz, "burn-json-gz"),
         )
     ),
-    FormatSpec(name="burn-bin", extensions=(), sniff=sniff_bin, open=open_bin, layout=layout_bin),
+    FormatSpec(name="burn-bin", extensions=(), sniff=sniff_bin, open=_open_bin, layout=_layout_bin),
 )

@@ -40,11 +40,6 @@ _NOT_NUMBER_TEXT = re.compile(rb"[^-+.eE0-9,\s]")
 _BAD_BYTE_TEXT = re.compile(rb"[0-9]{4}|[^0-9,\s]|,\s*,|^\s*,|,\s*$")
 
 
-def is_json_record_head(head: bytes) -> bool:
-    """True when ``head`` starts like a serde_json Burn record: ``{"metadata": {"float": ...``."""
-    return re.match(rb'\s*\{\s*"metadata"\s*:\s*\{\s*"float"\s*:', head) is not None
-
-
 class _Scanner:
     def __init__(self, cursor: Cursor, scan: Scan) -> None:
         self.c = cursor

@@ -35,11 +35,6 @@ _MAP = {0xDE: 2, 0xDF: 4}
 _EXT = frozenset({0xC7, 0xC8, 0xC9, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8})
 
 
-def is_map_head(byte: int) -> bool:
-    """True for a MessagePack map header byte."""
-    return 0x80 <= byte <= 0x8F or byte in _MAP
-
-
 class _Scanner:
     def __init__(self, cursor: Cursor, scan: Scan) -> None:
         self.c = cursor

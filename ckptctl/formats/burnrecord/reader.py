@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ckptctl.errors import CorruptCheckpointError, UnsupportedError
-from ckptctl.formats.burnrecord._json import TEXT_CHUNK_BYTES, is_json_record_head, parse_byte_text
-from ckptctl.formats.burnrecord._msgpack import is_map_head, scan_msgpack
+from ckptctl.formats.burnrecord._json import TEXT_CHUNK_BYTES, parse_byte_text
+from ckptctl.formats.burnrecord._msgpack import scan_msgpack
 from ckptctl.formats.burnrecord._record import (
     METADATA_KEYS,
     Interpreted,
@@ -20,8 +20,6 @@ from ckptctl.formats.burnrecord._stream import (
     FileCursor,
     GzipCursor,
     gzip_header_length,
-    inflate_head,
-    is_gzip,
 )
 from ckptctl.formats.burnrecord._tree import Blob, Node, Numbers, Scan
 from ckptctl.model import (
@@ -58,58 +56,7 @@ class BurnRecordCheckpoint(Checkpoint):
     refusal: str | None = None
 
 
-# --- sniffing --------------------------------------------------------------------------------
-
-
-def _is_mpk_head(head: bytes) -> bool:
-    # serde derives write BurnRecord's fields in order: a 2-entry map, "metadata" first, whose
-    # value is the BurnMetadata map starting with "float".
-    return (
-        len(head) > 20
-        and is_map_head(head[0])
-        and b"\xa8metadata" in head[:12]
-        and b"\xa5float" in head[:24]
-    )
-
-
-_BIN_FLOATS = (b"f32", b"f64", b"half::binary16::f16", b"half::bfloat::bf16")
-
-
-def is_bincode_head(head: bytes) -> bool:
-    """A bincode ``BurnRecord`` (BinFileRecorder): varint-length float type name, then more."""
-    if not head:
-        return False
-    n = head[0]
-    return (
-        head[1 : 1 + n] in _BIN_FLOATS
-        and b"Recorder" in head[:1024]
-        and (b"BinFileRecorder" in head[:1024] or b"BinGzFileRecorder" in head[:1024])
-    )
-
-
-def sniff_mpk(head: bytes, source: ByteSource) -> bool:
-    """NamedMpkFileRecorder: a MessagePack ``BurnRecord``."""
-    return _is_mpk_head(head)
-
-
-def sniff_mpk_gz(head: bytes, source: ByteSource) -> bool:
-    """NamedMpkGzFileRecorder: the same, gzip-compressed."""
-    return is_gzip(head) and _is_mpk_head(inflate_head(head))
-
-
-def sniff_json(head: bytes, source: ByteSource) -> bool:
-    """PrettyJsonFileRecorder (and any serde_json record)."""
-    return is_json_record_head(head)
-
-
-def sniff_json_gz(head: bytes, source: ByteSource) -> bool:
-    """JsonGzFileRecorder."""
-    return is_gzip(head) and is_json_record_head(inflate_head(head))
-
-
-def sniff_bin(head: bytes, source: ByteSource) -> bool:
-    """BinFileRecorder / BinGzFileRecorder (bincode, refused)."""
-    return is_bincode_head(head) or (is_gzip(head) and is_bincode_head(inflate_head(head, 1024)))
+# --- bincode records: refused -------------------------------------------------------------
 
 
 BIN_HINT = (
@@ -315,6 +262,9 @@ MPK = _Variant("burn-mpk", gzip=False, json=False)
 MPK_GZ = _Variant("burn-mpk-gz", gzip=True, json=False)
 JSON = _Variant("burn-json", gzip=False, json=True)
 JSON_GZ = _Variant("burn-json-gz", gzip=True, json=True)
+
+#: format name -> its variant (the registry, ``burnrecord/__init__.py``, names them)
+VARIANTS = {v.name: v for v in (MPK, MPK_GZ, JSON, JSON_GZ)}
 
 
 @dataclass

@@ -48,32 +48,16 @@ needs-trust, and torch 2.6+ refuses them with ``weights_only=True`` (its default
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 from typing import TYPE_CHECKING
 
 from ckptctl.errors import CkptError, CorruptCheckpointError, InputError
 from ckptctl.formats._base import FormatSpec
-from ckptctl.formats.deepspeed._zero import (
-    MODEL_FILE,
-    OPTIM_FILE,
-    RankFile,
-    merged_safety,
-    model_view,
-    read_layout,
-    save_objects,
-    state_keys,
-    state_view,
-    trainable_params,
-)
-from ckptctl.model import Checkpoint, CheckpointKind, HeaderLayout, Region, RegionKind
-from ckptctl.sources import open_source
+from ckptctl.formats.deepspeed._names import MODEL_FILE, OPTIM_FILE
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
-
-    from ckptctl.model import TensorEntry
+    from ckptctl.model import Checkpoint, HeaderLayout
     from ckptctl.sources import ByteSource
 
 __all__ = ["SPEC", "SPECS", "find_checkpoint", "is_deepspeed_dir", "open_deepspeed", "stand_in"]
@@ -212,6 +196,10 @@ def sniff(head: bytes, source: ByteSource) -> bool:
         return False
 
 
+# The reader (``_read.py``, ``_zero.py``) is imported when a save is opened, not when the formats
+# are registered (every command registers them all).
+
+
 def open_deepspeed(source: ByteSource) -> Checkpoint:
     """Open a DeepSpeed ZeRO checkpoint as one checkpoint of consolidated fp32 weights.
 
@@ -224,51 +212,10 @@ def open_deepspeed(source: ByteSource) -> Checkpoint:
         CorruptCheckpointError: a missing, truncated or inconsistent rank file (named).
         UnsupportedError: tensor parallelism, or a ZeRO stage other than 1-3.
     """
+    from ckptctl.formats.deepspeed._read import open_save
+
     folder, tag = _tag_folder(source)
-    opened: list[RankFile] = []
-    try:
-        layout = read_layout(folder, opened)
-        params = trainable_params(layout)
-        entries = model_view(layout, params)
-        safety, torch_notes = merged_safety(opened)
-    except BaseException:
-        for f in opened:
-            f.ckpt.close()
-        source.close()
-        raise
-    views: dict[str, Callable[[], list[TensorEntry]]] = {
-        key: functools.partial(state_view, layout, params, key) for key in state_keys(layout)
-    }
-    trainable = len(params)
-    notes = [
-        f"DeepSpeed ZeRO stage {layout.stage} checkpoint on {layout.world} "
-        f"rank{'s' if layout.world != 1 else ''} ({os.path.basename(folder)}): fp32 master "
-        f"weights of {trainable} trainable parameters, consolidated as deepspeed's "
-        "zero_to_fp32 does",
-        *layout.notes,
-        *torch_notes,
-    ]
-    if views:
-        notes.append("optimizer states by parameter name: state keys " + ", ".join(sorted(views)))
-    sources = [source, *(f.source for f in opened)]
-    return Checkpoint(
-        entries,
-        path=folder,
-        format="deepspeed-zero",
-        kind=CheckpointKind.STATE_DICT,
-        notes=notes,
-        objects=save_objects(layout, tag),
-        sources=sources,
-        safety=safety,
-        views=views,
-    )
-
-
-def _region_counts(regions: Iterator[Region]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for region in regions:
-        out[str(region.kind)] = out.get(str(region.kind), 0) + region.size
-    return out
+    return open_save(source, folder, tag)
 
 
 def layout_deepspeed(source: ByteSource) -> HeaderLayout:
@@ -278,48 +225,10 @@ def layout_deepspeed(source: ByteSource) -> HeaderLayout:
     Raises:
         CorruptCheckpointError: as :func:`open_deepspeed`.
     """
-    from ckptctl.formats.pytorch import layout_pytorch
+    from ckptctl.formats.deepspeed._read import layout_save
 
     folder, tag = _tag_folder(source)
-    opened: list[RankFile] = []
-    try:
-        layout = read_layout(folder, opened)
-        params = trainable_params(layout)
-        files = []
-        for f in opened:
-            with open_source(os.path.join(folder, f.name)) as part:
-                regions = layout_pytorch(part).regions
-                files.append({"file": f.name, "bytes": part.size,
-                              "regions": _region_counts(iter(regions))})  # fmt: skip
-    finally:
-        for f in opened:
-            f.ckpt.close()
-    header = {
-        "tag": tag or os.path.basename(folder),
-        "zero_stage": layout.stage,
-        "world_size": layout.world,
-        "files": files,
-        "param_shapes": {p.name: list(p.shape) for p in params},
-    }
-    if os.path.basename(source.path) == LATEST:
-        own: tuple[Region, ...] = (
-            (Region(RegionKind.METADATA, 0, source.size, note="the tag of the save"),)
-            if source.size
-            else ()
-        )
-    else:
-        own = layout_pytorch(source).regions
-    return HeaderLayout(
-        "deepspeed-zero",
-        source.size,
-        header,
-        own,
-        {
-            "files": len(files),
-            "bytes": sum(int(f["bytes"]) for f in files),  # type: ignore[call-overload]  # JSON
-            "regions_of": os.path.basename(source.path),  # the file the regions tile
-        },
-    )
+    return layout_save(source, folder, tag)
 
 
 SPEC = FormatSpec(

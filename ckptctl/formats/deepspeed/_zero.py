@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ckptctl.errors import CkptError, CorruptCheckpointError, UnsupportedError
+from ckptctl.formats.deepspeed._names import MODEL_FILE, OPTIM_FILE
 from ckptctl.formats.deepspeed._pieces import as_f32, pieces_entry, slice_elements, truncate
 from ckptctl.model import TensorEntry
 from ckptctl.safety import PickleSafety
@@ -23,8 +23,6 @@ if TYPE_CHECKING:
 
 #: Most rank files in one tag folder.
 MAX_RANKS = 65_536
-MODEL_FILE = re.compile(r"(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_model_states\.pt")
-OPTIM_FILE = re.compile(r"(bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt")
 #: What torch says of every DeepSpeed file since 2.6 made ``weights_only=True`` the default.
 TORCH_NOTE = (
     "torch.load(weights_only=True), the default since torch 2.6, refuses {which}: they name "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tarfile
 from typing import TYPE_CHECKING
 
 from ckptctl.errors import CkptError, CorruptCheckpointError
@@ -29,6 +28,8 @@ def _opens_as_tar(source: ByteSource) -> bool:
     """
     if source.size < 512:
         return False
+    import tarfile
+
     try:  # cheap first: the first header's checksum and fields
         tarfile.TarInfo.frombuf(source.read(0, 512), "utf-8", "surrogateescape")
     except tarfile.TarError:
