@@ -13,9 +13,9 @@ Names are imported on first use (PEP 562), so ``ckptctl --help`` does not pay fo
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from ckptctl._lazy import lazy_attributes
 from ckptctl._version import __version__
 from ckptctl.errors import (
     CkptError,
@@ -59,13 +59,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ckptctl' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = [

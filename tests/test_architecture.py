@@ -33,6 +33,7 @@ BASE = frozenset(
         "ckptctl.safety",
         "ckptctl.fix",
         "ckptctl._version",
+        "ckptctl._lazy",
     }
 )
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import IO, TYPE_CHECKING
 
+from ckptctl._lazy import lazy_attributes
 from ckptctl.formats._base import FormatSpec
 from ckptctl.formats.burnpack._schema import (
     ALIGNMENT_BYTES,
@@ -87,15 +88,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 def _open(source: ByteSource) -> Checkpoint:

@@ -34,6 +34,7 @@ import sys
 from functools import partial
 from typing import TYPE_CHECKING
 
+from ckptctl._lazy import lazy_attributes
 from ckptctl.formats._base import FormatSpec
 from ckptctl.formats.burnrecord._stream import inflate_head, is_gzip
 
@@ -51,15 +52,7 @@ _READER = "ckptctl.formats.burnrecord.reader"
 _LAZY = {"BurnRecordCheckpoint": _READER, "RecordKind": "ckptctl.formats.burnrecord._record"}
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 def refusal_of(ckpt: object) -> str | None:
