@@ -1,14 +1,17 @@
-"""Names a package exports but imports only on first use (a PEP 562 module ``__getattr__``),
-so that importing the package (every command imports ``ckptctl`` and the format registry)
-does not import what only some commands need."""
+"""Importing only what a command uses: names a package exports but imports on first use (a
+PEP 562 module ``__getattr__``), and tables keyed by type name, so that importing the package
+(every command imports ``ckptctl`` and the format registry) or the table's module (the text
+and JSON renderers) does not import what only some commands need."""
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, MutableMapping
+
+T = TypeVar("T")
 
 
 def lazy_attributes(
@@ -31,3 +34,13 @@ def lazy_attributes(
         return value
 
     return __getattr__
+
+
+def for_type(table: Mapping[str, T], value: object) -> T | None:
+    """The entry of ``table`` (keyed ``module.QualName``) for ``value``'s type or its nearest
+    base that has one, or None: a table that names types instead of importing them."""
+    for cls in type(value).__mro__:
+        found = table.get(f"{cls.__module__}.{cls.__qualname__}")
+        if found is not None:
+            return found
+    return None

@@ -10,6 +10,7 @@ import json
 import math
 from typing import TYPE_CHECKING
 
+from ckptctl._lazy import for_type
 from ckptctl.fix import spell
 from ckptctl.report.model import SCHEMA_VERSION
 
@@ -50,11 +51,10 @@ def to_json(report: object) -> dict[str, JSONValue]:
     Raises:
         TypeError: no JSON form for this type.
     """
-    for cls in type(report).__mro__:
-        convert = _CONVERTERS.get(f"{cls.__module__}.{cls.__qualname__}")
-        if convert is not None:
-            return convert(report)
-    raise TypeError(f"no JSON rendering for {type(report).__name__}")
+    convert = for_type(_CONVERTERS, report)
+    if convert is None:
+        raise TypeError(f"no JSON rendering for {type(report).__name__}")
+    return convert(report)
 
 
 def _ls(report: LsReport) -> dict[str, JSONValue]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ckptctl._lazy import for_type
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -33,12 +35,10 @@ def render(report: object, console: Console, **options: bool) -> None:
     Raises:
         TypeError: no renderer for this type.
     """
-    for cls in type(report).__mro__:
-        renderer = _RENDERERS.get(f"{cls.__module__}.{cls.__qualname__}")
-        if renderer is not None:
-            renderer(report, console, **options)
-            return
-    raise TypeError(f"no text rendering for {type(report).__name__}")
+    renderer = for_type(_RENDERERS, report)
+    if renderer is None:
+        raise TypeError(f"no text rendering for {type(report).__name__}")
+    renderer(report, console, **options)
 
 
 def _ls(report: LsReport, console: Console, **options: bool) -> None:
