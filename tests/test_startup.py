@@ -100,3 +100,12 @@ def test_lazy_package_names_resolve():
             assert getattr(module, name) is not None, name
         with pytest.raises(AttributeError):
             _ = module.no_such_name
+
+
+@pytest.mark.parametrize("adapter", [None, "pytorch-to-burn"])
+def test_only_a_layout_adapter_imports_the_family_restructuring(adapter, tmp_path):
+    source = str(VALID / "safetensors" / "bf16.safetensors")
+    args = ["convert", source, str(tmp_path / "out.safetensors")]
+    loaded = _modules_after(args + (["--adapter", adapter] if adapter else []))
+    assert ("ckptctl.adapters.families" in loaded) is (adapter is not None)
+    assert (tmp_path / "out.safetensors").stat().st_size > 0

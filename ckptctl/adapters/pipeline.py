@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from ckptctl.adapters import AdapterContext, parse_adapter
 from ckptctl.adapters._base import Chain, PlanItem, chain, plan, unique_names
-from ckptctl.adapters.families import fit_target_names, restructure
 from ckptctl.adapters.modules import (
     Decision,
     decide_module_types,
@@ -102,6 +101,9 @@ def run_pipeline(
     decisions: dict[str, Decision] = {}
     staged = renamed
     if direction is not None:
+        # Only a layout adapter restructures families; most converts never import the module.
+        from ckptctl.adapters.families import fit_target_names, restructure
+
         family = restructure(renamed, direction, rules=rules, modules=modules, target=target)
         placed, warnings = family.placed, warnings + family.warnings
         staged = [b.entry for built in placed.values() for b in built]
