@@ -37,6 +37,7 @@ from bench import precompile, run  # the same timing, peak-RSS and bytecode set-
 WORK = Path(__file__).resolve().parent / "_work"
 CKPTCTL = [sys.executable, "-m", "ckptctl"]
 COLUMNS = 4096
+TORCHRUN_TRIES = 3
 
 _WORKER = """
 import sys, torch, torch.distributed as dist, torch.distributed.checkpoint as dcp
@@ -66,11 +67,19 @@ def make_input(size_mib: int) -> tuple[Path, int]:
         script.write_text(_WORKER)
         torchrun = Path(sys.executable).with_name("torchrun")
         env = dict(os.environ, OMP_NUM_THREADS="1")
-        subprocess.run(
-            [str(torchrun), "--standalone", "--nproc_per_node=2", str(script), str(target),
-             str(count), str(rows), str(COLUMNS)],
-            check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        cmd = [str(torchrun), "--standalone", "--nproc_per_node=2", str(script), str(target),
+               str(count), str(rows), str(COLUMNS)]  # fmt: skip
+        for attempt in range(1, TORCHRUN_TRIES + 1):
+            shutil.rmtree(target, ignore_errors=True)
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+            if done.returncode == 0:
+                break
+            # torchrun's rendezvous can lose its port to another process between choosing it and
+            # binding it (pytorch/pytorch#126510): a failed start is tried again, then shown.
+            print(f"torchrun failed (try {attempt} of {TORCHRUN_TRIES}, exit {done.returncode}):",
+                  done.stderr[-4000:], sep="\n", file=sys.stderr)  # fmt: skip
+        else:
+            raise SystemExit(f"could not write {target} with torchrun")
     for path in target.iterdir():
         with path.open("rb") as f:
             while f.read(1 << 24):

@@ -22,10 +22,11 @@ def test_bench_dcp_quick(tmp_path):
         [sys.executable, str(scripts / "bench_dcp.py"), "--quick"],
         capture_output=True,
         text=True,
-        check=True,
+        check=False,
         timeout=900,
         cwd=tmp_path,
     )
+    assert out.returncode == 0, out.stderr[-4000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ")]
     cases = [row.split(" | ")[0] for row in rows[2:]]
     assert cases == [
