@@ -914,3 +914,103 @@ def test_slice_source_reads_its_window_and_names_what_ran_past_it():
         item.fileno()
     item.close()
     assert parent.read(0, 2) == b"01"  # closing the slice leaves the parent open
+
+
+# --- ByteSource.release_pages: the map's pages leave the resident set ----------------------------
+
+_SMAPS = "/proc/self/smaps"
+needs_smaps = pytest.mark.skipif(
+    not os.path.exists(_SMAPS) or not hasattr(__import__("mmap"), "MADV_DONTNEED"),
+    reason="reads this process's mappings from /proc/self/smaps (Linux)",
+)
+
+
+def mapped_kib(path) -> int:
+    """Resident KiB of this process's mappings of ``path``."""
+    import re
+
+    total, ours = 0, False
+    with open(_SMAPS, encoding="utf-8", errors="replace") as smaps:
+        for line in smaps:
+            if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):
+                ours = line.rstrip("\n").endswith(" " + str(path))
+            elif ours and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def four_mib(tmp_path):
+    path = tmp_path / "rank.bin"
+    path.write_bytes((np.arange(4 * MIB, dtype=np.uint32) % 251).astype(np.uint8).tobytes())
+    return path
+
+
+def touch_every_page(view: memoryview) -> int:
+    return sum(view[::4096])
+
+
+@needs_smaps
+def test_release_pages_unmaps_the_range_rounded_out_to_pages(four_mib):
+    # At least the range's pages leave (the kernel may drop a whole huge-page mapping that
+    # the range cuts into, so more can go: the counts are bounds).
+    expected = four_mib.read_bytes()
+    with ByteSource(four_mib) as src:
+        view = src.view(0, src.size)
+        touch_every_page(view)
+        assert mapped_kib(four_mib) == 4096
+        src.release_pages(MIB + 5, 2 * MIB)  # [1 MiB, 3 MiB + 5): 512 pages and the one with 5
+        assert mapped_kib(four_mib) <= 4096 - 2048 - 4
+        assert bytes(view) == expected  # every page maps again on use
+        assert mapped_kib(four_mib) == 4096
+        src.release_pages(4 * MIB - 10, 100)  # runs past the end: only what is in the file
+        assert mapped_kib(four_mib) <= 4096 - 4
+        src.release_pages(0, src.size)
+        assert mapped_kib(four_mib) == 0
+        src.release_pages(0, 0)
+        touch_every_page(view)
+        src.release_pages(0, 0)  # nothing
+        assert mapped_kib(four_mib) == 4096
+
+
+def mapped_pages(path, start: int, end: int) -> list[bool]:
+    """For each page of bytes ``[start, end)`` of ``path``: is it mapped in this process
+    (/proc/self/pagemap's present bit of the one mapping of ``path``)?"""
+    import re
+    import struct
+
+    with open(_SMAPS, encoding="utf-8", errors="replace") as smaps:
+        heads = [line for line in smaps if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line)]
+    (head,) = [h for h in heads if h.rstrip("\n").endswith(" " + str(path))]
+    low, offset = int(head.split("-")[0], 16), int(head.split()[2], 16)
+    first, last = (low + start - offset) // 4096, (low + end - offset - 1) // 4096
+    with open("/proc/self/pagemap", "rb") as pagemap:
+        pagemap.seek(first * 8)
+        raw = pagemap.read((last - first + 1) * 8)
+    return [bool(word >> 63) for (word,) in struct.iter_unpack("<Q", raw)]
+
+
+@needs_smaps
+def test_a_slice_releases_its_own_range_of_the_parent(four_mib):
+    with ByteSource(four_mib) as parent:
+        touch_every_page(parent.view(0, parent.size))
+        item = _src.SliceSource(parent, 3 * MIB, MIB, "rank.bin@3145728")
+        item.release_pages(0, MIB)  # the parent's last MiB
+        assert not any(mapped_pages(four_mib, 3 * MIB, 4 * MIB))
+        # the first half stays (the kernel may drop the huge page the range is in, no more)
+        assert all(mapped_pages(four_mib, 0, 2 * MIB))
+        touch_every_page(parent.view(0, parent.size))
+        item.release_pages(0, 0)
+        assert mapped_kib(four_mib) == 4096
+
+
+def test_release_pages_without_a_map_maps_nothing(four_mib):
+    with ByteSource(four_mib) as src:
+        src.release_pages(0, src.size)
+        assert src._map is None
+    memory = _src.MemorySource(b"abc", "m")
+    memory.release_pages(0, 3)  # no map: nothing to do
+    assert memory.read(0, 3) == b"abc"

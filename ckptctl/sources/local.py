@@ -102,6 +102,19 @@ class ByteSource:
             return memoryview(b"")
         return self.buffer[offset : offset + length]
 
+    def release_pages(self, offset: int, length: int) -> None:
+        """Unmap the pages of ``[offset, offset+length)`` from this process (they stay in the
+        page cache; a later view maps them again). A reader that parses many archives inside
+        one file (DCP items) calls it after each, so its resident set holds one archive's
+        headers, not every header it touched: the kernel maps whole page-cache folios (up to
+        2 MiB) where a parse reads a few bytes."""
+        mapped = getattr(self, "_map", None)
+        advise = getattr(mmap, "MADV_DONTNEED", None)
+        if mapped is None or advise is None or length <= 0:
+            return
+        start = offset - offset % mmap.PAGESIZE
+        mapped.madvise(advise, start, min(self.size, offset + length) - start)
+
     def check_range(self, offset: int, length: int, what: str) -> None:
         """Raise ``CorruptCheckpointError`` unless ``[offset, offset+length)`` is in the file."""
         if offset < 0 or length < 0 or offset + length > self.size:
@@ -194,6 +207,9 @@ class SliceSource(ByteSource):
     def absolute(self, offset: int) -> int:
         """Where byte ``offset`` of the slice is in the parent."""
         return self.base + offset
+
+    def release_pages(self, offset: int, length: int) -> None:
+        self.parent.release_pages(self.base + offset, length)
 
     def close(self) -> None:
         """Nothing to release: the parent owns the file."""
