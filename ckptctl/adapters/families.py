@@ -89,6 +89,12 @@ def _j(*parts: str) -> str:
     return ".".join(p for p in parts if p)
 
 
+def _under(names: Sequence[str], prefix: str) -> list[str]:
+    """The names inside module ``prefix`` (all of them for the root): ``attn.query.weight`` is
+    inside ``attn``, ``attn2.weight_ih_l0`` is not."""
+    return [n for n in names if n.startswith(prefix + ".")] if prefix else list(names)
+
+
 @dataclass(frozen=True)
 class Slot:
     """One piece of one layer: rows of a torch tensor that are one Burn tensor.
@@ -315,7 +321,7 @@ def _torch_layers(
         decoder = _j(prefix, "multihead_attn.in_proj_weight") in by_name
         family = "TransformerDecoderLayer" if decoder else "TransformerEncoderLayer"
         d = by_name[_j(prefix, "self_attn.in_proj_weight")].shape[1]
-        members = [n for n in names if n.startswith(prefix + ".")]
+        members = _under(names, prefix)
         text = "names: self_attn, linear1, linear2, norm1, norm2" + (
             ", multihead_attn, norm3" if decoder else ""
         )
@@ -343,7 +349,7 @@ def _torch_layers(
                 f"tensor {weight.name!r} has shape {list(weight.shape)}: a MultiheadAttention "
                 "in_proj_weight is [3 * embed_dim, embed_dim]"
             )
-        members = [n for n in names if n.startswith(_j(prefix, ""))] if prefix else names
+        members = _under(names, prefix)
         facts, evidence = _facts(
             "MultiheadAttention", {"d_model": d}, members, rules, modules, prefix,
             "name: in_proj_weight",
@@ -420,7 +426,7 @@ def _burn_layers(by_name: Mapping[str, TensorEntry], rules: Sequence[ModuleRule]
             if prefix in taken or not all(_j(prefix, g) in by_name for g in needed):
                 continue
             d = by_name[_j(prefix, attn, "query.weight")].shape[0]
-            members = [n for n in names if n.startswith(prefix + ".")]
+            members = _under(names, prefix)
             text = f"names: {attn}, pwff, norm_1, norm_2" + (", norm_3" if attn != "mha" else "")
             facts, evidence = _facts(family, {"d_model": d}, members, rules, {}, prefix, text)
             layers.append(Layer(family, prefix, prefix, facts, evidence,
@@ -433,7 +439,7 @@ def _burn_layers(by_name: Mapping[str, TensorEntry], rules: Sequence[ModuleRule]
         if not all(_j(prefix, r, "weight") in by_name for r in ("key", "value", "output")):
             continue
         d = by_name[_j(prefix, "query.weight")].shape[0]
-        members = [n for n in names if n.startswith(_j(prefix, ""))] if prefix else names
+        members = _under(names, prefix)
         facts, evidence = _facts("MultiheadAttention", {"d_model": d}, members, rules, {}, prefix,
                                  "names: query, key, value, output")  # fmt: skip
         layers.append(Layer("MultiheadAttention", prefix, prefix, facts, evidence))
@@ -457,7 +463,7 @@ def _burn_layers(by_name: Mapping[str, TensorEntry], rules: Sequence[ModuleRule]
     for base, indexes in stacks.items():
         family, hidden, bidir = units[_j(base, str(indexes[0]))]
         same = all(units.get(_j(base, str(i))) == (family, hidden, bidir) for i in indexes)
-        members = [n for n in names if n.startswith(_j(base, ""))]
+        members = _under(names, base)
         rule, _ = _declared(rules, members)
         declared = None if rule is None else rule.options.get("num_layers")
         if sorted(indexes) != list(range(len(indexes))) or not same:
@@ -477,7 +483,7 @@ def _burn_layers(by_name: Mapping[str, TensorEntry], rules: Sequence[ModuleRule]
     for prefix, (family, hidden, bidir) in units.items():
         if prefix in done:
             continue
-        members = [n for n in names if n.startswith(_j(prefix, ""))] if prefix else names
+        members = _under(names, prefix)
         text = f"names: Burn {'Bi' if bidir else ''}{family.title()} gates"
         found = {"hidden": hidden, "num_layers": 1, "bidirectional": bidir, "vec": False}
         facts, evidence = _facts(family, found, members, rules, {}, prefix, text)

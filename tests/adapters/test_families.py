@@ -25,9 +25,11 @@ import pytest
 from safetensors.numpy import load_file
 
 from ckptctl import open_checkpoint
+from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
 from ckptctl.errors import SelectionError, UnsupportedError
 from ckptctl.fix import Note, Option
 from ckptctl.ops.convert import ConvertOptions, convert
+from tests.strategies import array_entry
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "valid" / "burn_modules"
 Record = dict[str, np.ndarray]
@@ -627,3 +629,75 @@ def test_attention_parts_burn_has_no_place_for_are_refused() -> None:
         UnsupportedError, match=r"'a\.bias_k' of MultiheadAttention 'a' has no Burn"
     ):
         restructure(bias_kv, TO_BURN)
+
+
+# --- a layer's tensors are the names under its module path, not names that extend it ------------
+
+
+def _siblings(kind: str) -> dict[str, np.ndarray]:
+    """A MultiheadAttention at ``attn`` beside an RNN at ``attn2`` (PyTorch or Burn names)."""
+    d, hidden, inputs = 2, 2, 3
+    values = iter(range(1000))
+
+    def ramp(*shape: int) -> np.ndarray:
+        count = int(np.prod(shape))
+        return np.array([next(values) for _ in range(count)], dtype=np.float32).reshape(shape)
+
+    if kind == "torch":
+        return {
+            "attn.in_proj_weight": ramp(3 * d, d),
+            "attn.in_proj_bias": ramp(3 * d),
+            "attn.out_proj.weight": ramp(d, d),
+            "attn.out_proj.bias": ramp(d),
+            "attn2.weight_ih_l0": ramp(hidden, inputs),
+            "attn2.weight_hh_l0": ramp(hidden, hidden),
+            "attn2.bias_ih_l0": ramp(hidden),
+            "attn2.bias_hh_l0": ramp(hidden),
+        }
+    record = {}
+    for role in ("query", "key", "value", "output"):
+        record[f"attn.{role}.weight"] = ramp(d, d)
+        record[f"attn.{role}.bias"] = ramp(d)
+    record["attn2.gate.input_transform.weight"] = ramp(inputs, hidden)
+    record["attn2.gate.input_transform.bias"] = ramp(hidden)
+    record["attn2.gate.hidden_transform.weight"] = ramp(hidden, hidden)
+    record["attn2.gate.hidden_transform.bias"] = ramp(hidden)
+    return record
+
+
+@pytest.mark.parametrize(("kind", "adapter"), [("torch", "pytorch-to-burn"),
+                                               ("burn", "burn-to-pytorch")])  # fmt: skip
+def test_a_rule_for_a_sibling_whose_name_extends_a_layers_does_not_reach_it(
+    kind: str, adapter: str
+) -> None:
+    # `^attn2\.=RNN` names the RNN only; the attention `attn` beside it is no RNN and is
+    # converted as the attention it is (it was refused: "says RNN, but ... MultiheadAttention")
+    record = _siblings(kind)
+    entries = [array_entry(name, array) for name, array in record.items()]
+    rules = (r"^attn2\.=RNN",)
+    items, _ = run_pipeline(entries, PipelineOptions(adapters=(adapter,), module_types=rules))
+    out = {item.entry.name: item.entry for item in items if item.entry is not None}
+    assert len(out) == len(items)  # nothing dropped
+    attention = (
+        {f"attn.{r}.{p}" for r in ("query", "key", "value", "output") for p in ("weight", "bias")}
+        if kind == "torch"
+        else {"attn.in_proj_weight", "attn.in_proj_bias", "attn.out_proj.weight",
+              "attn.out_proj.bias"}
+    )  # fmt: skip
+    recurrent = (
+        {f"attn2.gate.{t}.{p}" for t in ("input_transform", "hidden_transform")
+         for p in ("weight", "bias")}
+        if kind == "torch"
+        else {"attn2.weight_ih_l0", "attn2.weight_hh_l0", "attn2.bias_ih_l0", "attn2.bias_hh_l0"}
+    )  # fmt: skip
+    assert set(out) == attention | recurrent
+    if kind == "torch":  # the query Linear: rows [0:d] of in_proj_weight, as [in, out]
+        want = record["attn.in_proj_weight"][0:2].T
+        assert np.array_equal(out["attn.query.weight"].load(), want)
+        assert np.array_equal(out["attn2.gate.input_transform.weight"].load(),
+                              record["attn2.weight_ih_l0"].T)  # fmt: skip
+    else:  # the fused in_proj_weight: query, key, value rows, each back to [out, in]
+        want = np.concatenate([record[f"attn.{r}.weight"].T for r in ("query", "key", "value")])
+        assert np.array_equal(out["attn.in_proj_weight"].load(), want)
+        assert np.array_equal(out["attn2.weight_ih_l0"].load(),
+                              record["attn2.gate.input_transform.weight"].T)  # fmt: skip
