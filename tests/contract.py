@@ -222,6 +222,7 @@ BYTE_SOURCE_MEMBERS = {
     "close": "reads nothing",
     "is_remote": "a class constant (False), reads nothing",
     "fetch_all": "reads nothing for a local file (a remote source downloads itself)",
+    "release_pages": "reads nothing: unmaps pages of the memory map (madvise MADV_DONTNEED)",
 }
 
 _PROT_NONE = 0
