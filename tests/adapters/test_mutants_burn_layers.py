@@ -31,13 +31,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ckptctl.adapters import Action, ActionKind, PlanItem
+from ckptctl.adapters import Action, ActionKind
 from ckptctl.adapters.families import Layer, _burn_layers
 from ckptctl.adapters.modules import parse_module_rules
 from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
 from ckptctl.errors import SelectionError
 from ckptctl.fix import Note, Option
 from ckptctl.model import TensorEntry
+from tests.adapters._plans import Want, assert_plan
 from tests.strategies import array_entry
 
 B2P = "burn-to-pytorch"
@@ -45,7 +46,6 @@ D, FF = 2, 3  # d_model and feed-forward width of the Transformer layers run thr
 H, IN = 2, 3  # hidden size and input size of the recurrent layers
 ROLES = ("query", "key", "value", "output")
 Record = dict[str, np.ndarray]
-Want = dict[str, tuple[str, np.ndarray, Action]]  # torch name -> (Burn source, array, action)
 
 
 def ramp(shape: tuple[int, ...], start: int) -> np.ndarray:
@@ -59,22 +59,6 @@ def entries(record: Record) -> list[TensorEntry]:
 
 def by_name(record: Record) -> dict[str, TensorEntry]:
     return {entry.name: entry for entry in entries(record)}
-
-
-def assert_bytes(entry: TensorEntry | None, want: np.ndarray) -> None:
-    assert entry is not None
-    assert entry.shape == want.shape
-    assert np.array(entry.load()).tobytes() == np.ascontiguousarray(want).tobytes()
-
-
-def assert_plan(items: list[PlanItem], want: Want) -> None:
-    assert [item.entry.name if item.entry else None for item in items] == list(want)
-    for item in items:
-        assert item.entry is not None
-        source, array, action = want[item.entry.name]
-        assert item.source == source, item.entry.name
-        assert item.actions == (action,), item.entry.name
-        assert_bytes(item.entry, array)
 
 
 # --- Burn records ------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
 from ckptctl.errors import SelectionError, UnsupportedError
 from ckptctl.fix import Note, Option
 from ckptctl.model import JSONValue, TensorEntry
+from tests.adapters._plans import Want, assert_bytes, assert_plan
 from tests.strategies import array_entry
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "valid" / "burn_modules"
@@ -50,7 +51,6 @@ P2B, B2P = "pytorch-to-burn", "burn-to-pytorch"
 H, IN = 2, 3  # hidden size and input size of the recurrent layers
 LSTM_NAMES = "LSTM (names: weight_ih_l0 with 4 x 2 rows)"
 Record = dict[str, np.ndarray]
-Want = dict[str, tuple[str, np.ndarray, Action]]  # output name -> (source, array, action)
 Modules = Mapping[str, tuple[str, Mapping[str, JSONValue]]]  # a whole-model file's classes
 
 # torch's row block of each LSTM gate (i, f, g, o), and Burn's field order (lstm_module.rs:61-70)
@@ -81,12 +81,6 @@ def outputs(
     items, warnings = run_pipeline(entries(record), options, modules=modules)
     assert warnings == []
     return items
-
-
-def assert_bytes(entry: TensorEntry | None, want: np.ndarray) -> None:
-    assert entry is not None
-    assert entry.shape == want.shape
-    assert np.array(entry.load()).tobytes() == np.ascontiguousarray(want).tobytes()
 
 
 def torch_lstm(prefix: str, layers: int = 1, bias: tuple[int, ...] = (4 * H,)) -> Record:
@@ -123,16 +117,6 @@ def burn_lstm(sd: Record, prefix: str, layers: int, reason: str = LSTM_NAMES) ->
                         Action(ActionKind.SPLIT, detail, reason, P2B),
                     )
     return out
-
-
-def assert_lstm_plan(items: list[PlanItem], want: Want) -> None:
-    assert [item.entry.name if item.entry else None for item in items] == list(want)
-    for item in items:
-        assert item.entry is not None
-        source, array, action = want[item.entry.name]
-        assert item.source == source, item.entry.name
-        assert item.actions == (action,), item.entry.name
-        assert_bytes(item.entry, array)
 
 
 # --- _facts: declarations and class attributes against the file --------------------------------
@@ -190,7 +174,7 @@ def test_class_attributes_the_file_lacks_are_skipped() -> None:
     sd = torch_lstm("lstm")
     modules = {"lstm": ("LSTM", {"bidirectional": False, "num_layers": 1, "batch_first": True})}
     items = outputs(sd, P2B, modules=modules)
-    assert_lstm_plan(items, burn_lstm(sd, "lstm", 1, reason="LSTM (class LSTM from file)"))
+    assert_plan(items, burn_lstm(sd, "lstm", 1, reason="LSTM (class LSTM from file)"))
 
 
 def test_a_rule_overrides_the_norm_first_of_the_files_class() -> None:
@@ -251,7 +235,7 @@ def test_lstm_outputs_come_in_burns_field_order(
         ]
     if len(bias) == 2:
         assert want["lstm.forget_gate.input_transform.bias"][1].shape == (H, 1)
-    assert_lstm_plan(outputs(sd, P2B), want)
+    assert_plan(outputs(sd, P2B), want)
 
 
 def test_a_fused_tensor_with_too_few_rows_is_refused() -> None:
