@@ -7,6 +7,15 @@ import numpy as np
 from ckptctl.adapters import Action, PlanItem
 from ckptctl.model import TensorEntry
 
+#: torch's recurrent tensor kinds (``{kind}_l{k}``) in torch's order, and the Burn transform
+#: (``gate.{transform}.weight|bias``) each one's rows come from
+RNN_PARTS = (
+    ("weight_ih", "input_transform"),
+    ("weight_hh", "hidden_transform"),
+    ("bias_ih", "input_transform"),
+    ("bias_hh", "hidden_transform"),
+)
+
 #: output name -> (source name, expected array, the one action that made it)
 Want = dict[str, tuple[str, np.ndarray, Action]]
 

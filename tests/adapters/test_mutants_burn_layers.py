@@ -38,7 +38,7 @@ from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
 from ckptctl.errors import SelectionError
 from ckptctl.fix import Note, Option
 from ckptctl.model import TensorEntry
-from tests.adapters._plans import Want, assert_plan
+from tests.adapters._plans import RNN_PARTS, Want, assert_plan
 from tests.strategies import array_entry
 
 B2P = "burn-to-pytorch"
@@ -366,12 +366,7 @@ def rnn_want(record: Record, burn: str, torch: str, reason: str) -> Want:
     """torch name -> (Burn source, array, action) of the one-gate Burn Rnn ``burn`` as the
     torch tensors ``{torch}_l{k}...``: ``torch`` is the name before ``_l``."""
     want: Want = {}
-    for kind, transform in (
-        ("weight_ih", "input_transform"),
-        ("weight_hh", "hidden_transform"),
-        ("bias_ih", "input_transform"),
-        ("bias_hh", "hidden_transform"),
-    ):
+    for kind, transform in RNN_PARTS:
         param = kind.split("_")[0]
         source = f"{burn}.gate.{transform}.{param}"
         how = ", transposed" if param == "weight" else ""

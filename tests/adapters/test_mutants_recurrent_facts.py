@@ -43,7 +43,7 @@ from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
 from ckptctl.errors import SelectionError, UnsupportedError
 from ckptctl.fix import Note, Option
 from ckptctl.model import JSONValue, TensorEntry
-from tests.adapters._plans import Want, assert_bytes, assert_plan
+from tests.adapters._plans import RNN_PARTS, Want, assert_bytes, assert_plan
 from tests.strategies import array_entry
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "valid" / "burn_modules"
@@ -267,12 +267,7 @@ def fused_rnn(record: Record, prefix: str) -> list[tuple[str, str, np.ndarray, A
     """(torch name, Burn source, array, action) of the torch RNN tensors built from a Burn Rnn
     at ``prefix``: one gate, rows [0:H], in torch's order."""
     out = []
-    for kind, transform in (
-        ("weight_ih", "input_transform"),
-        ("weight_hh", "hidden_transform"),
-        ("bias_ih", "input_transform"),
-        ("bias_hh", "hidden_transform"),
-    ):
+    for kind, transform in RNN_PARTS:
         param = kind.split("_")[0]
         burn, torch = f"{prefix}.gate.{transform}.{param}", f"{prefix}.{kind}_l0"
         if burn not in record:
