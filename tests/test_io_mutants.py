@@ -843,6 +843,7 @@ def test_copy_range_asks_the_kernel_for_at_most_1_gib_a_call(tmp_path, monkeypat
         f.truncate((5 << 29) + ALIGNED)  # 2.5 GiB + the head, sparse: no disk used
     fake = _CountingCopy()
     monkeypatch.setattr(os, "copy_file_range", fake)
+    monkeypatch.setattr(_src, "COPY_TASK_BYTES", 4 << 30)  # one task
     with ByteSource(big) as src, open(tmp_path / "out.bin", "wb") as out:
         out.write(b"HDR")
         copy_range(src, ALIGNED, 5 << 29, out)

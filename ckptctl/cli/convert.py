@@ -207,7 +207,10 @@ def run_conversion(
     help="With --max-shard-size: write only DST.index.json (reads no tensor), after the "
     "--shards runs.",
 )
-@jobs_option("With --max-shard-size: write N shards at once; the files are the same for any N.")
+@jobs_option(
+    "Copy tensor bytes with up to N threads (at most 4), and with --max-shard-size write N "
+    "shards at once; the files are the same for any N."
+)
 @write_options
 @remote_options
 @output_options

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from ckptctl.cli._options import (
@@ -68,5 +70,6 @@ def command(
         force=force,
         fsync=not no_fsync,
         dry_run=dry_run,
+        jobs=os.cpu_count() or 1,  # threads copying tensor bytes, as convert's default -j
     )
     return run_conversion(src, dst, options, fmt=fmt, quiet=quiet)

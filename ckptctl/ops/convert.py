@@ -34,6 +34,7 @@ from ckptctl.ops._select import (
 from ckptctl.ops._size_limit import check_size
 from ckptctl.report.model import ConvertReport, PlanRow
 from ckptctl.safety import Verdict
+from ckptctl.sources import set_copy_threads
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -76,7 +77,8 @@ class ConvertOptions:
             (``tied_weights``: a JSON map of kept name to dropped names).
         force: overwrite the destination.
         fsync: flush the output to disk before renaming it into place.
-        jobs: shards written at once with ``max_shard_bytes`` (the files do not depend on it).
+        jobs: threads copying tensor bytes at once, and shards written at once with
+            ``max_shard_bytes`` (the files do not depend on it).
         shards: ``(K, N)``: with ``max_shard_bytes``, write only this run's share of the shards
             (K, K+N, K+2N ..., 1-based) and no index, so N runs can share the work.
         index_only: with ``max_shard_bytes``, write only the index (after the ``shards`` runs).
@@ -311,38 +313,39 @@ def convert(
             report_bytes, total = opts.progress, sum(e.nbytes for e in outputs)
             report_bytes(0, total)  # the bar knows its end before the first tensor is read
             outputs = [_with_progress(e, lambda n: report_bytes(n, total)) for e in outputs]
-        if opts.max_shard_bytes is not None:
-            written = write_sharded(
+        with set_copy_threads(opts.jobs):
+            if opts.max_shard_bytes is not None:
+                written = write_sharded(
+                    dst,
+                    outputs,
+                    metadata,
+                    max_shard_bytes=opts.max_shard_bytes,
+                    force=opts.force,
+                    sources=_sources(src, ckpt),
+                    fsync=opts.fsync,
+                    jobs=opts.jobs,
+                    part=opts.shards,
+                    index_only=opts.index_only,
+                )
+                return replace(
+                    report,
+                    written=bool(written),
+                    destination=written[-1] if written else report.destination,
+                    destination_format=_sharded_format(opts, written),
+                    bytes_written=sum(os.path.getsize(p) for p in written),
+                    warnings=report.warnings
+                    + (() if written else ("this share of the shards is empty: nothing written",)),
+                )
+            save_checkpoint(
                 dst,
                 outputs,
                 metadata,
-                max_shard_bytes=opts.max_shard_bytes,
+                scalars=ckpt.scalars,
                 force=opts.force,
                 sources=_sources(src, ckpt),
                 fsync=opts.fsync,
-                jobs=opts.jobs,
-                part=opts.shards,
-                index_only=opts.index_only,
+                to=opts.to,
             )
-            return replace(
-                report,
-                written=bool(written),
-                destination=written[-1] if written else report.destination,
-                destination_format=_sharded_format(opts, written),
-                bytes_written=sum(os.path.getsize(p) for p in written),
-                warnings=report.warnings
-                + (() if written else ("this share of the shards is empty: nothing written",)),
-            )
-        save_checkpoint(
-            dst,
-            outputs,
-            metadata,
-            scalars=ckpt.scalars,
-            force=opts.force,
-            sources=_sources(src, ckpt),
-            fsync=opts.fsync,
-            to=opts.to,
-        )
     return replace(report, written=True, bytes_written=os.path.getsize(dst))
 
 

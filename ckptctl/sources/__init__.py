@@ -19,6 +19,7 @@ from ckptctl.sources.local import (
     copy_range,
     copy_ranges,
     read_chunks,
+    set_copy_threads,
 )
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ __all__ = [
     "copy_ranges",
     "open_source",
     "read_chunks",
+    "set_copy_threads",
 ]
 
 

@@ -8,6 +8,7 @@ interface every source offers (the remote one in ``sources/remote.py`` subclasse
 from __future__ import annotations
 
 import contextlib
+import itertools
 import mmap
 import os
 import stat
@@ -246,29 +247,136 @@ def copy_ranges(ranges: Iterable[tuple[ByteSource, int, int]], dst: IO[bytes]) -
     """Copy byte ranges ``(source, offset, length)``, one after the other, to ``dst`` (a real
     file) at its position, leaving it positioned after them.
 
-    A range of at least ``COPY_BYTES`` at the same offset within a page as its place in
-    ``dst`` goes through ``os.copy_file_range``, which moves whole pages in the kernel (or
-    shares them: reflinks, server-side copies). The kernel splits every page of any other range
-    in two, slower than a copy through a buffer that stays in the cache, so the others (of a
-    local file) are read with ``preadv`` into one ``COPY_BYTES`` buffer, many short ranges
-    into one buffer-full (the rows of a column-split tensor), and written with ``pwrite``.
-    Ranges of sources without a file descriptor (in memory, remote) are read with
-    :func:`read_chunks` and written.
+    The output is cut into tasks of ``COPY_TASK_BYTES``, each written at its own place with
+    ``pwrite``, so up to ``copy_threads()`` threads copy at once (a copy through user space is
+    bound by the CPU: every byte is copied twice, in and out; ``cp`` copies once, in the
+    kernel). Within a task, a range of at least ``COPY_BYTES`` at the same offset within a page
+    as its place in ``dst`` goes through ``os.copy_file_range``, which moves whole pages in the
+    kernel (or shares them: reflinks, server-side copies). The kernel splits every page of any
+    other range in two, slower than a copy through a buffer that stays in the cache, so the
+    others (of a local file) are read with ``preadv`` into one ``COPY_BYTES`` buffer, many short
+    ranges into one buffer-full (the rows of a column-split tensor), and written with
+    ``pwrite``. Ranges of sources without a file descriptor (in memory, remote) are read with
+    :func:`read_chunks` and written, in the calling thread.
 
     Raises:
         CorruptCheckpointError: a range is not inside its source, or the file shrank.
     """
     dst.flush()
-    out = _Gather(dst.fileno(), dst.tell())
-    copy_file_range = getattr(os, "copy_file_range", None)
-    descriptors: dict[ByteSource, int | None] = {}
+    fd, start = dst.fileno(), dst.tell()
+    tasks = _tasks(ranges, start)
+    head = list(itertools.islice(tasks, 2))
+    threads = copy_threads()
+    if len(head) == 2 and threads > 1:
+        end = _run_tasks(fd, itertools.chain(head, tasks), threads)
+    else:  # one task, or one thread: no pool to start
+        end = start
+        for task in itertools.chain(head, tasks):
+            end = _copy_task(fd, task)
+    dst.seek(end)
+
+
+#: Output bytes per task of :func:`copy_ranges`: large enough that a task's start-up (a
+#: buffer, a thread hand-over) is noise, small enough that a tensor of a few hundred MiB is
+#: shared among the threads.
+COPY_TASK_BYTES = 16 * 1024 * 1024
+#: At most this many threads copy at once, whatever the machine (the output file's writes
+#: take its inode lock in turn: more threads only wait).
+MAX_COPY_THREADS = 4
+_copy_threads: int | None = None
+
+
+def copy_threads() -> int:
+    """How many threads :func:`copy_ranges` uses: ``set_copy_threads``'s number, else the
+    cores this process may run on, at most ``MAX_COPY_THREADS``."""
+    if _copy_threads is not None:
+        return _copy_threads
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(MAX_COPY_THREADS, cores or 1))
+
+
+@contextlib.contextmanager
+def set_copy_threads(threads: int) -> Iterator[None]:
+    """Within the block, :func:`copy_ranges` uses at most ``threads`` threads (``convert -j``)."""
+    global _copy_threads
+    before = _copy_threads
+    _copy_threads = max(1, min(threads, copy_threads()))
     try:
-        for src, offset, length in ranges:
-            src.check_range(offset, length, "copy")
-            fd = descriptors.get(src, -1)
-            if fd == -1:
-                fd = descriptors[src] = _descriptor(src)
-            if fd is None:
+        yield
+    finally:
+        _copy_threads = before
+
+
+#: One task of :func:`copy_ranges`: where its first byte goes in the output, and its ranges
+#: ``(source, descriptor or None, offset, length)``.
+_Task = tuple[int, list[tuple["ByteSource", "int | None", int, int]]]
+
+
+def _tasks(ranges: Iterable[tuple[ByteSource, int, int]], position: int) -> Iterator[_Task]:
+    """``ranges`` checked and cut into tasks of ``COPY_TASK_BYTES`` of output (a range that
+    crosses a task's end is split there), the first one's output at ``position``."""
+    descriptors: dict[ByteSource, int | None] = {}
+    batch: list[tuple[ByteSource, int | None, int, int]] = []
+    size = 0
+    for src, offset, length in ranges:
+        src.check_range(offset, length, "copy")
+        fd = descriptors.get(src, -1)
+        if fd == -1:
+            fd = descriptors[src] = _descriptor(src)
+        while length:
+            take = min(length, COPY_TASK_BYTES - size)
+            batch.append((src, fd, offset, take))
+            offset, length, size = offset + take, length - take, size + take
+            if size == COPY_TASK_BYTES:
+                yield position, batch
+                position, batch, size = position + size, [], 0
+    if batch:
+        yield position, batch
+
+
+def _run_tasks(fd: int, tasks: Iterable[_Task], threads: int) -> int:
+    """Run the tasks, those of local files on ``threads`` threads (at most twice as many
+    queued), those with a range of a source without a descriptor (remote sources are read by
+    one thread) in this one; returns where the output ends. A failure is raised once every
+    task started has ended: no thread writes after the return (nor after a failure)."""
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    end = 0
+    pending: set[Future[int]] = set()
+    errors: list[BaseException] = []
+    with ThreadPoolExecutor(threads) as pool:
+        try:
+            for task in tasks:
+                if len(pending) >= 2 * threads:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    errors.extend(e for f in done if (e := f.exception()) is not None)
+                if errors:
+                    break
+                if all(src_fd is not None for _, src_fd, _, _ in task[1]):
+                    pending.add(pool.submit(_copy_task, fd, task))
+                else:
+                    end = max(end, _copy_task(fd, task))
+        except BaseException as exc:  # a bad range, an interrupt: stop once the others end
+            errors.insert(0, exc)
+        for future in wait(pending).done:
+            error = future.exception()
+            if error is not None:
+                errors.append(error)
+            else:
+                end = max(end, future.result())
+    if errors:
+        raise errors[0]
+    return end
+
+
+def _copy_task(fd: int, task: _Task) -> int:
+    """Copy one task's ranges to their place in the output ``fd``; returns where they end."""
+    position, ranges = task
+    out = _Gather(fd, position)
+    copy_file_range = getattr(os, "copy_file_range", None)
+    try:
+        for src, src_fd, offset, length in ranges:
+            if src_fd is None:
                 out.flush()
                 for piece in read_chunks(src, offset, length):
                     out.write(piece)
@@ -279,13 +387,13 @@ def copy_ranges(ranges: Iterable[tuple[ByteSource, int, int]], dst: IO[bytes]) -
                 and (offset - out.start - out.filled) % mmap.PAGESIZE == 0
             ):
                 out.flush()
-                done = _copy_in_kernel(copy_file_range, fd, offset, length, out)
+                done = _copy_in_kernel(copy_file_range, src_fd, offset, length, out)
                 offset, length = offset + done, length - done
-            out.add(src, fd, offset, length)
+            out.add(src, src_fd, offset, length)
         out.flush()
     finally:
         out.release()
-    dst.seek(out.start)
+    return out.start
 
 
 def _descriptor(src: ByteSource) -> int | None:

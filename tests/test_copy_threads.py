@@ -1,0 +1,323 @@
+"""``sources.copy_ranges`` on several threads (issue 26: a copy through user space is bound by
+the CPU, so the output is cut into tasks written at their own places at once).
+
+Every test compares the output with the bytes the ranges name; the thread tests make the
+threads meet (a barrier, an event) so a copy that runs its tasks one after the other fails
+instead of passing slowly.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from ckptctl import ConvertOptions, convert, save_checkpoint
+from ckptctl.errors import CorruptCheckpointError
+from ckptctl.sources import ByteSource, MemorySource
+from ckptctl.sources import local as _src
+from tests.strategies import array_entry
+
+DATA = bytes(range(256)) * 4
+OTHER = bytes(reversed(DATA))
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "a.bin").write_bytes(DATA)
+    (tmp_path / "b.bin").write_bytes(OTHER)
+    with ByteSource(tmp_path / "a.bin") as a, ByteSource(tmp_path / "b.bin") as b:
+        yield a, b
+
+
+@pytest.fixture
+def cores(monkeypatch):
+    """``cores(n)``: the process may run on ``n`` cores."""
+
+    def set_cores(n: int) -> None:
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(n)), raising=False)
+
+    return set_cores
+
+
+def _copy(tmp_path, ranges, threads: int) -> bytes:
+    path = tmp_path / "dst.bin"
+    with open(path, "wb") as out, _src.set_copy_threads(threads):
+        out.write(b"HDR")
+        _src.copy_ranges(ranges, out)
+        out.write(b"END")  # where copy_ranges left the position
+    return bytes(path.read_bytes())
+
+
+def _rows(a, b, memory) -> tuple[list[tuple[ByteSource, int, int]], bytes]:
+    """Ranges of a column split (two files in turn) and of a source without a descriptor."""
+    ranges, want = [], b""
+    for row in range(12):
+        ranges += [(a, 100 + 10 * row, 10), (b, 7 + 6 * row, 6)]
+        want += DATA[100 + 10 * row : 110 + 10 * row] + OTHER[7 + 6 * row : 13 + 6 * row]
+    ranges += [(memory, 2, 5), (a, 500, 300), (memory, 0, 0), (b, 3, 1)]
+    return ranges, want + b"cdefg" + DATA[500:800] + OTHER[3:4]
+
+
+def _spy_tasks(monkeypatch) -> list[tuple[int, bool]]:
+    """Record each task's thread and whether every range of it has a descriptor."""
+    seen: list[tuple[int, bool]] = []
+    real = _src._copy_task
+
+    def spy(fd, task):
+        seen.append((threading.get_ident(), all(r[1] is not None for r in task[1])))
+        return real(fd, task)
+
+    monkeypatch.setattr(_src, "_copy_task", spy)
+    return seen
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("task_bytes", [5, 16, 100, 4096])
+@pytest.mark.parametrize("copy_bytes", [7, 64])
+def test_copy_ranges_in_tasks_writes_the_bytes_and_ends_after_them(
+    tmp_path, files, cores, monkeypatch, threads, task_bytes, copy_bytes
+):
+    cores(4)
+    monkeypatch.setattr(_src, "COPY_TASK_BYTES", task_bytes)
+    monkeypatch.setattr(_src, "COPY_BYTES", copy_bytes)
+    ranges, want = _rows(files[0], files[1], MemorySource(b"abcdefgh", "nested"))
+    assert _copy(tmp_path, ranges, threads) == b"HDR" + want + b"END"
+
+
+def test_copy_ranges_of_nothing_leaves_the_position(tmp_path, files, cores):
+    cores(2)
+    assert _copy(tmp_path, [], 2) == b"HDREND"
+    assert _copy(tmp_path, [(files[0], 5, 0)], 2) == b"HDREND"
+
+
+def test_tasks_cut_the_output_at_every_task_end(files, monkeypatch):
+    a, b = files
+    memory = MemorySource(b"abcdefgh", "nested")
+    monkeypatch.setattr(_src, "COPY_TASK_BYTES", 10)
+    tasks = list(_src._tasks([(a, 0, 4), (b, 50, 13), (memory, 1, 3), (a, 7, 10)], 3))
+    fa, fb = a.fileno(), b.fileno()
+    assert tasks == [
+        (3, [(a, fa, 0, 4), (b, fb, 50, 6)]),
+        (13, [(b, fb, 56, 7), (memory, None, 1, 3)]),
+        (23, [(a, fa, 7, 10)]),
+    ]
+
+
+def test_tasks_check_every_range_before_it_is_copied(files):
+    a, _ = files
+    tasks = _src._tasks([(a, 0, 4), (a, len(DATA) - 2, 3)], 0)
+    with pytest.raises(CorruptCheckpointError, match="past the end of the file"):
+        list(tasks)
+
+
+def test_tasks_of_local_files_run_on_threads_at_once(tmp_path, files, cores, monkeypatch):
+    """Two tasks must be running together to pass the barrier: a serial copy breaks it."""
+    cores(2)
+    monkeypatch.setattr(_src, "COPY_TASK_BYTES", 64)
+    barrier = threading.Barrier(2, timeout=20)
+    real = _src._copy_task
+    threads: set[int] = set()
+
+    def meet(fd, task):
+        if task[0] < 3 + 128:  # the first two tasks wait for each other
+            barrier.wait()
+        threads.add(threading.get_ident())
+        return real(fd, task)
+
+    monkeypatch.setattr(_src, "_copy_task", meet)
+    a, b = files
+    ranges = [(a, 0, 200), (b, 10, 100)]
+    assert _copy(tmp_path, ranges, 2) == b"HDR" + DATA[:200] + OTHER[10:110] + b"END"
+    assert len(threads) == 2
+    assert threading.get_ident() not in threads
+
+
+def test_tasks_without_a_descriptor_run_in_the_calling_thread(tmp_path, files, cores, monkeypatch):
+    cores(2)
+    monkeypatch.setattr(_src, "COPY_TASK_BYTES", 16)
+    seen = _spy_tasks(monkeypatch)
+    ranges, want = _rows(files[0], files[1], MemorySource(b"abcdefgh", "nested"))
+    assert _copy(tmp_path, ranges, 2) == b"HDR" + want + b"END"
+    me = threading.get_ident()
+    assert [local for _, local in seen].count(False) == 1  # the task with the memory range
+    assert all((ident == me) == (not local) for ident, local in seen)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_one_task_or_one_thread_copies_in_the_calling_thread(
+    tmp_path, files, cores, monkeypatch, jobs
+):
+    cores(2)
+    monkeypatch.setattr(_src, "COPY_TASK_BYTES", 300 if jobs == 2 else 64)
+    seen = _spy_tasks(monkeypatch)
+    a, _ = files
+    assert _copy(tmp_path, [(a, 0, 300)], jobs) == b"HDR" + DATA[:300] + b"END"
+    assert {ident for ident, _ in seen} == {threading.get_ident()}
+    assert len(seen) == (1 if jobs == 2 else 5)
+
+
+def test_copy_ranges_queues_at_most_twice_as_many_tasks_as_threads(tmp_path, files, cores,
+                                                                  monkeypatch):  # fmt: skip
+    """The ranges are read as the copy goes: with the threads held, the copy takes the tasks
+    it runs, the ones it queues (as many again) and one more, then waits."""
+    cores(2)
+    monkeypatch.setattr(_src, "COPY_TASK_BYTES", 10)
+    go = threading.Event()
+    real = _src._copy_task
+
+    def held(fd, task):
+        assert go.wait(20)
+        return real(fd, task)
+
+    monkeypatch.setattr(_src, "_copy_task", held)
+    a, _ = files
+    taken: list[int] = []
+
+    def ranges():
+        for i in range(20):
+            taken.append(i)
+            yield a, 10 * i, 10
+
+    result: list[bytes] = []
+    copier = threading.Thread(target=lambda: result.append(_copy(tmp_path, ranges(), 2)))
+    copier.start()
+    deadline = time.monotonic() + 20
+    while len(taken) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # time to take more, if it would
+    assert len(taken) == 5
+    go.set()
+    copier.join(20)
+    assert result == [b"HDR" + DATA[:200] + b"END"]
+
+
+def test_a_failed_task_fails_the_copy_once_no_task_runs(tmp_path, files, cores, monkeypatch):
+    cores(2)
+    monkeypatch.setattr(_src, "COPY_TASK_BYTES", 10)
+    running = [0]
+    lock = threading.Lock()
+    real = _src._copy_task
+
+    def counted(fd, task):
+        with lock:
+            running[0] += 1
+        try:
+            time.sleep(0.02)
+            return real(fd, task)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(_src, "_copy_task", counted)
+    path = tmp_path / "shrinks.bin"
+    path.write_bytes(DATA)
+    with ByteSource(path) as src:
+        os.truncate(path, 100)
+        with pytest.raises(CorruptCheckpointError, match="file truncated") as info:
+            _copy(tmp_path, [(src, 10 * i, 10) for i in range(30)], 2)
+        assert running == [0]
+    assert info.value.path == str(path)
+
+
+def test_a_bad_range_after_tasks_started_fails_once_no_task_runs(tmp_path, files, cores,
+                                                                 monkeypatch):  # fmt: skip
+    cores(2)
+    monkeypatch.setattr(_src, "COPY_TASK_BYTES", 10)
+    running = [0]
+    started = threading.Event()
+    real = _src._copy_task
+
+    def slow(fd, task):
+        running[0] += 1
+        started.set()
+        time.sleep(0.2)
+        running[0] -= 1
+        return real(fd, task)
+
+    monkeypatch.setattr(_src, "_copy_task", slow)
+    a, _ = files
+
+    def ranges():
+        yield from [(a, 0, 10), (a, 10, 10), (a, 20, 10)]
+        assert started.wait(20)
+        yield a, len(DATA) - 2, 3  # past the end: found while tasks run
+
+    with pytest.raises(CorruptCheckpointError, match="past the end of the file"):
+        _copy(tmp_path, ranges(), 2)
+    assert running == [0]
+
+
+@pytest.mark.parametrize(("n", "want"), [(1, 1), (2, 2), (4, 4), (16, _src.MAX_COPY_THREADS)])
+def test_copy_threads_are_the_cores_up_to_a_bound(cores, n, want):
+    cores(n)
+    assert _src.copy_threads() == want
+
+
+def test_copy_threads_without_affinity_are_the_cpu_count(monkeypatch):
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    assert _src.copy_threads() == 3
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert _src.copy_threads() == 1
+
+
+def test_set_copy_threads_lowers_the_count_within_the_block_only(cores):
+    cores(3)
+    with _src.set_copy_threads(2):
+        assert _src.copy_threads() == 2
+        with _src.set_copy_threads(8):  # never more than the cores
+            assert _src.copy_threads() == 2
+        assert _src.copy_threads() == 2
+    assert _src.copy_threads() == 3
+    with pytest.raises(RuntimeError), _src.set_copy_threads(1):
+        assert _src.copy_threads() == 1
+        raise RuntimeError
+    assert _src.copy_threads() == 3
+    with _src.set_copy_threads(0):
+        assert _src.copy_threads() == 1
+
+
+def test_convert_copies_with_jobs_threads(tmp_path, cores, monkeypatch):
+    """``convert -j N``: N threads copy (1: the calling thread only); the files are the same."""
+    from ckptctl import open_checkpoint
+
+    cores(2)
+    monkeypatch.setattr(_src, "COPY_TASK_BYTES", 4096)
+    arrays = {f"t{i}": np.arange(3000 * (i + 1), dtype=np.float32) for i in range(3)}
+    src = tmp_path / "in.safetensors"
+    save_checkpoint(src, [array_entry(k, v) for k, v in arrays.items()])
+    tasks = sum(-(-a.nbytes // 4096) for a in arrays.values())
+    written = {}
+    for jobs in (1, 2):
+        seen = _spy_tasks(monkeypatch)
+        out = tmp_path / f"out{jobs}.bpk"
+        convert(src, out, ConvertOptions(jobs=jobs))
+        written[jobs] = out.read_bytes()
+        assert len(seen) == tasks
+        assert ({ident for ident, _ in seen} == {threading.get_ident()}) == (jobs == 1)
+    assert written[1] == written[2]
+    with open_checkpoint(tmp_path / "out2.bpk") as ckpt:
+        for entry in ckpt.entries():
+            assert bytes(entry.data.read()) == arrays[entry.name].tobytes()
+
+
+@pytest.mark.parametrize(
+    ("args", "threads"),
+    [(("convert", "-j", "1"), False), (("convert",), True), (("remap", "-r", "^t=u"), True)],
+)
+def test_commands_copy_on_threads_unless_told(tmp_path, cores, monkeypatch, run_cli, args, threads):
+    """``convert`` (default ``-j``: the cores) and ``remap`` copy on threads; ``-j 1`` does not."""
+    cores(2)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(_src, "COPY_TASK_BYTES", 4096)
+    src = tmp_path / "in.safetensors"
+    save_checkpoint(src, [array_entry("t", np.arange(9000, dtype=np.float32))])
+    seen = _spy_tasks(monkeypatch)
+    result = run_cli(args[0], src, tmp_path / "out.safetensors", *args[1:], "-q")
+    assert result.code == 0, result.stderr
+    assert len(seen) == 9
+    assert ({ident for ident, _ in seen} != {threading.get_ident()}) == threads
