@@ -195,31 +195,40 @@ def test_copy_ranges_queues_at_most_twice_as_many_tasks_as_threads(tmp_path, fil
     assert result == [b"HDR" + DATA[:200] + b"END"]
 
 
+class _Running:
+    """``_copy_task`` slowed by ``delay`` seconds, counting the tasks running and started."""
+
+    def __init__(self, monkeypatch, delay: float) -> None:
+        self.now = 0
+        self.started = threading.Event()
+        self._lock = threading.Lock()
+        self._delay = delay
+        self._real = _src._copy_task
+        monkeypatch.setattr(_src, "_copy_task", self)
+
+    def __call__(self, fd, task):
+        with self._lock:
+            self.now += 1
+        self.started.set()
+        try:
+            time.sleep(self._delay)
+            return self._real(fd, task)
+        finally:
+            with self._lock:
+                self.now -= 1
+
+
 def test_a_failed_task_fails_the_copy_once_no_task_runs(tmp_path, files, cores, monkeypatch):
     cores(2)
     monkeypatch.setattr(_src, "COPY_TASK_BYTES", 10)
-    running = [0]
-    lock = threading.Lock()
-    real = _src._copy_task
-
-    def counted(fd, task):
-        with lock:
-            running[0] += 1
-        try:
-            time.sleep(0.02)
-            return real(fd, task)
-        finally:
-            with lock:
-                running[0] -= 1
-
-    monkeypatch.setattr(_src, "_copy_task", counted)
+    running = _Running(monkeypatch, 0.02)
     path = tmp_path / "shrinks.bin"
     path.write_bytes(DATA)
     with ByteSource(path) as src:
         os.truncate(path, 100)
         with pytest.raises(CorruptCheckpointError, match="file truncated") as info:
             _copy(tmp_path, [(src, 10 * i, 10) for i in range(30)], 2)
-        assert running == [0]
+        assert running.now == 0
     assert info.value.path == str(path)
 
 
@@ -227,28 +236,17 @@ def test_a_bad_range_after_tasks_started_fails_once_no_task_runs(tmp_path, files
                                                                  monkeypatch):  # fmt: skip
     cores(2)
     monkeypatch.setattr(_src, "COPY_TASK_BYTES", 10)
-    running = [0]
-    started = threading.Event()
-    real = _src._copy_task
-
-    def slow(fd, task):
-        running[0] += 1
-        started.set()
-        time.sleep(0.2)
-        running[0] -= 1
-        return real(fd, task)
-
-    monkeypatch.setattr(_src, "_copy_task", slow)
+    running = _Running(monkeypatch, 0.2)
     a, _ = files
 
     def ranges():
         yield from [(a, 0, 10), (a, 10, 10), (a, 20, 10)]
-        assert started.wait(20)
+        assert running.started.wait(20)
         yield a, len(DATA) - 2, 3  # past the end: found while tasks run
 
     with pytest.raises(CorruptCheckpointError, match="past the end of the file"):
         _copy(tmp_path, ranges(), 2)
-    assert running == [0]
+    assert running.now == 0
 
 
 @pytest.mark.parametrize(("n", "want"), [(1, 1), (2, 2), (4, 4), (16, _src.MAX_COPY_THREADS)])
