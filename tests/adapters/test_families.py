@@ -701,3 +701,28 @@ def test_a_rule_for_a_sibling_whose_name_extends_a_layers_does_not_reach_it(
         assert np.array_equal(out["attn.in_proj_weight"].load(), want)
         assert np.array_equal(out["attn2.weight_ih_l0"].load(),
                               record["attn2.gate.input_transform.weight"].T)  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "adapter"), [("torch", "pytorch-to-burn"),
+                                               ("burn", "burn-to-pytorch")])  # fmt: skip
+@pytest.mark.parametrize("prefix", ["enc.attn", ""])
+def test_a_rule_reaches_the_layer_whose_names_it_matches_at_any_depth(
+    kind: str, adapter: str, prefix: str
+) -> None:
+    # the attention alone, under `enc.attn` or at the root (a module saved by itself); a rule
+    # typing one of its tensors as an LSTM is that layer's declaration, and contradicts it
+    record = {
+        (f"{prefix}.{name[5:]}" if prefix else name[5:]): array
+        for name, array in _siblings(kind).items()
+        if name.startswith("attn.")
+    }
+    entries = [array_entry(name, array) for name, array in record.items()]
+    first = next(iter(record))
+    with pytest.raises(SelectionError) as info:
+        run_pipeline(
+            entries, PipelineOptions(adapters=(adapter,), module_types=(f"^{first}$=LSTM",))
+        )
+    assert info.value.message.startswith(
+        f"tensor {first!r}: module rule #1 '^{first}$=LSTM' says LSTM, but its tensors are a "
+        "MultiheadAttention ("
+    )
