@@ -9,6 +9,7 @@ pinned by their whole message, module-type decisions by their type, evidence tex
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -22,6 +23,7 @@ from ckptctl.adapters.rename import (
     Rename,
     _class_end,
     _skip_verbose,
+    check_replacement,
     compile_pattern,
     parse_rules,
     remap_name,
@@ -950,3 +952,32 @@ def test_perl_classes_use_rust_tables() -> None:
             f"give it a class of its own, e.g. ({shown}|[ab]) for [ab{shown}]",
         )
     assert translate_pattern("\\ba\\B") == f"{BOUNDARY}a{NOT_BOUNDARY}"
+
+
+# --- check_replacement: the whole message and hint of each refusal -------------------------
+
+
+@pytest.mark.parametrize(
+    ("template", "message", "hint"),
+    [
+        (
+            r"L\1",
+            r"rule: the replacement writes a group as '\1', Python's syntax; Burn would write it "
+            "literally, and no tensor name wants a backslash",
+            r"groups are written $1 or ${name} in a replacement, not \1: 'L${1}'",
+        ),
+        (
+            r"a\.b",
+            "rule: the replacement has a backslash, which Burn writes literally (a replacement "
+            "is plain text apart from its $ groups)",
+            "no tensor name wants a backslash: write '.' for a dot in a replacement",
+        ),
+    ],
+)
+def test_check_replacement_refuses_backslashes_in_these_words(
+    template: str, message: str, hint: str
+) -> None:
+    with pytest.raises(SelectionError) as info:
+        check_replacement(template, re.compile(r"^(x)"), "rule")
+    assert info.value.message == message
+    assert info.value.hint == hint
