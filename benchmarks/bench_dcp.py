@@ -5,6 +5,7 @@ Usage (a Python with torch, safetensors and ckptctl installed; not run in CI)::
     python benchmarks/bench_dcp.py                 # 1 GiB over 2 ranks, 3 runs each
     python benchmarks/bench_dcp.py --size-mib 2048 --runs 5
     python benchmarks/bench_dcp.py --quick         # 32 MiB, 1 run: a smoke test
+    python benchmarks/bench_dcp.py --cp-only --jobs 1   # ckptctl copying on one thread
 
 The input is written by ``torchrun --nproc_per_node=2`` with gloo: F32 DTensors of 4096 columns
 (64 MiB each at 1 GiB), half ``Shard(0)`` (rows: one file range per chunk), half ``Shard(1)``
@@ -129,6 +130,9 @@ def main() -> None:
         action="store_true",
         help="only the rows against cp (torch's baselines take minutes)",
     )
+    parser.add_argument(
+        "--jobs", type=int, help="ckptctl's -j (copy threads; default: ckptctl's, the cores)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.runs, args.size_mib = 1, 32
@@ -146,7 +150,8 @@ def main() -> None:
         consolidate + "; import safetensors.torch as st; "
         f"st.save_file(torch.load({str(tmp_pt)!r}, weights_only=True), {str(st_out)!r})"
     )
-    ckptctl_st = [*CKPTCTL, "convert", str(directory), str(st_out), "--force"]
+    jobs = [] if args.jobs is None else ["-j", str(args.jobs)]
+    ckptctl_st = [*CKPTCTL, "convert", str(directory), str(st_out), "--force", *jobs]
     rank_files = " ".join(map(str, sorted(directory.glob("*.distcp"))))
     torch_rows = (
         [
@@ -165,7 +170,7 @@ def main() -> None:
                 *measure(
                     ("ckptctl .pt", "dcp_to_torch_save"),
                     (
-                        [*CKPTCTL, "convert", str(directory), str(pt_out), "--force"],
+                        [*CKPTCTL, "convert", str(directory), str(pt_out), "--force", *jobs],
                         [py, "-c", consolidate],
                     ),
                     args.runs,
@@ -193,7 +198,8 @@ def main() -> None:
         path.unlink(missing_ok=True)
     shutil.rmtree(copy_dir, ignore_errors=True)
     bound = 64 + largest / 2**20
-    print(f"{total / 2**20:.0f} MiB in 2 rank files, largest tensor {largest / 2**20:.0f} MiB "
+    print(f"ckptctl {' '.join(jobs) or 'default -j'}: "
+          f"{total / 2**20:.0f} MiB in 2 rank files, largest tensor {largest / 2**20:.0f} MiB "
           f"(bound {bound:.0f} MiB); median of {args.runs} runs, whole process; load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}\n")  # fmt: skip
     print("| case | ckptctl | baseline | speed | ckptctl RSS | baseline RSS | baseline |")
