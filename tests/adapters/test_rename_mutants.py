@@ -17,6 +17,7 @@ import pytest
 
 from ckptctl.adapters import Action, ActionKind
 from ckptctl.adapters._rust_classes import DIGIT, SPACE, WORD
+from ckptctl.adapters.layout import will_transpose
 from ckptctl.adapters.modules import Decision, decide_module_types, parse_module_rules
 from ckptctl.adapters.pipeline import PipelineOptions, _uncertain, run_pipeline
 from ckptctl.adapters.rename import (
@@ -981,3 +982,62 @@ def test_check_replacement_refuses_backslashes_in_these_words(
         check_replacement(template, re.compile(r"^(x)"), "rule")
     assert info.value.message == message
     assert info.value.hint == hint
+
+
+# --- PRelu: Burn's `alpha`, PyTorch's `weight`, by pattern and by target -----------------------
+
+
+def test_a_lone_one_d_alpha_is_a_prelu_by_pattern() -> None:
+    assert decide(entry("act.alpha", (1,)), entry("act2.alpha", (4,))) == {
+        "act.alpha": ("PRelu", "pattern: a lone 1-D alpha (Burn's PRelu)", False, None, None),
+        "act2.alpha": ("PRelu", "pattern: a lone 1-D alpha (Burn's PRelu)", False, None, None),
+    }
+    # not alone, or not 1-D: no PRelu
+    alone_2d = decide(entry("a.alpha", (2, 2)))["a.alpha"]
+    with_beta = decide(entry("b.alpha", (2,)), entry("b.beta", (2,)))["b.alpha"]
+    assert alone_2d[0] != "PRelu"
+    assert with_beta[0] != "PRelu"
+
+
+@pytest.mark.parametrize(("source", "other"), [("act.weight", "act.alpha"),
+                                               ("act.alpha", "act.weight")])  # fmt: skip
+def test_a_target_holding_the_other_prelu_name_decides_a_rename(source: str, other: str) -> None:
+    target = {other: (DType.F32, (3,))}
+    assert decide(entry(source, (3,)), target=target) == {
+        source: ("PRelu", f"target has {other!r}: a PRelu", False, None, True)
+    }
+    # a 2-D tensor of that name is no PRelu parameter
+    assert decide(entry(source, (3, 3)), target={other: (DType.F32, (3, 3))})[source][0] != (
+        "PRelu"
+    )
+
+
+def test_a_root_level_prelu_target_names_the_bare_parameter() -> None:
+    target = {"alpha": (DType.F32, (1,))}
+    assert decide(entry("weight", (1,)), target=target)["weight"][:2] == (
+        "PRelu",
+        "target has 'alpha': a PRelu",
+    )
+
+
+# --- layout.will_transpose ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "decision", "want"),
+    [
+        ("fc.weight", (4, 3), Decision("fc.weight", "Linear", "pattern"), True),
+        ("fc.weight", (4, 3), None, False),
+        ("fc.weight", (4, 3), Decision("fc.weight", "Linear", "family", done=True), False),
+        ("fc.weight", (4, 3), Decision("fc.weight", None, "nothing"), False),
+        ("fc.weight", (4,), Decision("fc.weight", "Linear", "pattern"), False),
+        ("fc.bias", (4, 3), Decision("fc.bias", "Linear", "pattern"), False),
+        ("fc.weight", (4, 3), Decision("fc.weight", "Embedding", "pattern"), False),
+        ("fc.weight", (4, 3), Decision("fc.weight", "Embedding", "target", transpose=True), True),
+        ("fc.weight", (4, 3), Decision("fc.weight", "Linear", "target", transpose=False), False),
+    ],
+)
+def test_will_transpose_only_a_rank_2_weight_the_adapters_own(
+    name: str, shape: tuple[int, ...], decision: Decision | None, want: bool
+) -> None:
+    assert will_transpose(entry(name, shape), decision) is want
