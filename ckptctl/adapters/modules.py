@@ -370,8 +370,7 @@ def _target_evidence(
 def _compatible(a: str, b: str) -> bool:
     if a == b:
         return True
-    norms = RENAMED_NORMS | {"InstanceNorm"}
-    return (a == "norm" and b in norms) or (b == "norm" and a in norms)
+    return (a == "norm" and b in RENAMED_NORMS) or (b == "norm" and a in RENAMED_NORMS)
 
 
 def decide_module_types(
@@ -458,7 +457,7 @@ def _decide(
             kind = klass or pattern
             module_type = (
                 kind.module_type
-                if kind and kind.module_type in RENAMED_NORMS | {"InstanceNorm"}
+                if kind and kind.module_type in RENAMED_NORMS
                 else "LayerNorm"
             )
         if chosen is not tev and tev is not None:
