@@ -25,6 +25,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from ckptctl import open_checkpoint
+from ckptctl.adapters.families import _without_variants
 from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
 from ckptctl.errors import SelectionError, UnsupportedError
 from ckptctl.fix import Note, Option
@@ -568,7 +569,8 @@ def test_a_split_reads_only_its_own_rows_of_the_source(tmp_path: Path) -> None:
     """Streaming: a split is a byte range of the fused tensor, read block by block (pread)."""
     from safetensors.numpy import save_file
 
-    from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
+    from ckptctl.adapters.families import _without_variants
+from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
     from ckptctl.model import FileData
 
     d = 512
@@ -726,3 +728,17 @@ def test_a_rule_reaches_the_layer_whose_names_it_matches_at_any_depth(
         f"tensor {first!r}: module rule #1 '^{first}$=LSTM' says LSTM, but its tensors are a "
         "MultiheadAttention ("
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [
+        ("weight", "weight"),  # a root tensor: nothing to take out
+        ("Layer.weight", "Layer.weight"),  # the first and last segments always stay
+        ("norm.Layer.gamma", "norm.gamma"),
+        ("blocks.0.BaseConv.Inner.conv.weight", "blocks.0.conv.weight"),
+        ("a.X.FC.b", "a.X.FC.b"),  # one letter, or no lower case: no variant
+    ],
+)
+def test_without_variants_drops_the_camel_case_segments_inside(name: str, want: str) -> None:
+    assert _without_variants(name) == want
