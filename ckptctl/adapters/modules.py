@@ -456,9 +456,7 @@ def _decide(
         if module_type == "norm":  # the target says "a norm"; name the kind if we can
             kind = klass or pattern
             module_type = (
-                kind.module_type
-                if kind and kind.module_type in RENAMED_NORMS
-                else "LayerNorm"
+                kind.module_type if kind and kind.module_type in RENAMED_NORMS else "LayerNorm"
             )
         if chosen is not tev and tev is not None:
             evidence += f"; {tev.text}"

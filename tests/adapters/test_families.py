@@ -569,8 +569,7 @@ def test_a_split_reads_only_its_own_rows_of_the_source(tmp_path: Path) -> None:
     """Streaming: a split is a byte range of the fused tensor, read block by block (pread)."""
     from safetensors.numpy import save_file
 
-    from ckptctl.adapters.families import _without_variants
-from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
+    from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
     from ckptctl.model import FileData
 
     d = 512
