@@ -112,7 +112,11 @@ REQUIRE_TIERS_ENV = "CKPTCTL_REQUIRE_TIERS"
 
 
 def load_module(path: Path) -> Any:
-    """Import the script at ``path`` (a fixture generator) as a module, without running main."""
+    """Import the script at ``path`` (a fixture generator) as a module, without running main.
+
+    No bytecode is written beside it: a ``__pycache__`` in a fixture folder would be one more
+    file to the tests that check every file there is described (and a second run would fail).
+    """
     import importlib.util
     import sys
 
@@ -121,9 +125,11 @@ def load_module(path: Path) -> Any:
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module  # dataclasses look their module up while being made
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:
         spec.loader.exec_module(module)
     finally:
+        sys.dont_write_bytecode = writes
         del sys.modules[path.stem]
     return module
 

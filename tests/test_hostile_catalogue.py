@@ -9,7 +9,6 @@ writes now.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 
 from ckptctl.errors import CkptError, CorruptCheckpointError, UnsafePickleError, UnsupportedError
 from ckptctl.formats import open_checkpoint
+from tests.conftest import load_module
 
 HOSTILE = Path(__file__).resolve().parents[1] / "fixtures" / "hostile"
 CATALOGUE = HOSTILE / "pickle_catalogue"
@@ -122,12 +122,8 @@ def test_every_file_has_a_readme_line() -> None:
 
 
 def test_committed_files_match_the_generator(monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = importlib.util.spec_from_file_location("make_catalogue", CATALOGUE / "make_catalogue.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "make_catalogue", module)
-    spec.loader.exec_module(module)
+    module = load_module(CATALOGUE / "make_catalogue.py")
+    monkeypatch.setitem(sys.modules, "make_catalogue", module)  # its payloads pickle its classes
     for folder, files in ((CATALOGUE, module.catalogue()), (ZIP, module.zip_tricks())):
         for name, (data, _) in files.items():
             assert (folder / name).read_bytes() == data, name

@@ -14,7 +14,6 @@ and 256 MiB with the expected outcome, or is refused with a message naming the l
 
 from __future__ import annotations
 
-import sys
 import time
 import tracemalloc
 from pathlib import Path
@@ -24,7 +23,7 @@ import pytest
 
 from ckptctl import open_checkpoint
 from ckptctl.ops.convert import convert
-from tests.conftest import run_measured, time_bound
+from tests.conftest import load_module, run_measured, time_bound
 from tests.contract import exercise
 
 LIMITS = Path(__file__).resolve().parents[1] / "fixtures" / "hostile" / "limits"
@@ -181,11 +180,7 @@ CASES = [
 @pytest.fixture(scope="module")
 def large_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The cases of ``make_limits.large_cases()`` (too large to commit), built once."""
-    sys.path.insert(0, str(LIMITS))
-    try:
-        import make_limits  # type: ignore[import-not-found]  # the fixture generator
-    finally:
-        sys.path.remove(str(LIMITS))
+    make_limits = load_module(LIMITS / "make_limits.py")
     out = tmp_path_factory.mktemp("large_limits")
     for name, (data, _) in make_limits.large_cases().items():
         assert len(data) <= 2_000_000, name
@@ -231,11 +226,7 @@ def test_command_on_hostile_file_is_bounded(
 
 def test_expanded_view_converts_in_chunks(tmp_path: Path) -> None:
     # [1, 2, 3, nan] expanded to [2**22, 4]: 64 MiB written, never held whole.
-    sys.path.insert(0, str(LIMITS))
-    try:
-        import make_limits
-    finally:
-        sys.path.remove(str(LIMITS))
+    make_limits = load_module(LIMITS / "make_limits.py")
     src = tmp_path / "expanded.pt"
     src.write_bytes(make_limits._expanded_view(4, (2**22, 4), (0, 1)))
     dst = tmp_path / "out.safetensors"

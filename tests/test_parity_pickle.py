@@ -12,13 +12,11 @@ No torch here.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import struct
 import zipfile
 from io import BytesIO
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -33,18 +31,7 @@ MANIFEST: dict[str, dict[str, Any]] = json.loads((PARITY / "manifest.json").read
 EXPECTS = {"safe", "needs-trust", "unsafe", "refused"}
 
 
-def load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "make_parity_pickle", PARITY / "make_parity_pickle.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-GENERATOR = load_generator()
+GENERATOR = load_module(PARITY / "make_parity_pickle.py")
 VARIANTS: dict[str, Any] = GENERATOR.variants()
 
 

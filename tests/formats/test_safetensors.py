@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import itertools
 import json
 import re
 import struct
 from pathlib import Path
-from types import ModuleType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -35,7 +33,7 @@ from ckptctl import (
 from ckptctl.dtypes import TORCH_NAMES
 from ckptctl.model import TensorEntry
 from ckptctl.sources import ByteSource, copy_range
-from tests.conftest import HOSTILE, VALID
+from tests.conftest import HOSTILE, VALID, load_module
 from tests.contract import FormatContract, exercise, sample_entries
 from tests.strategies import array_entry, checkpoints, make_entry
 
@@ -48,15 +46,6 @@ def st_bytes(header: dict[str, Any] | str, data: bytes = b"") -> bytes:
     text = header if isinstance(header, str) else json.dumps(header)
     raw = text.encode()
     return struct.pack("<Q", len(raw)) + raw + data
-
-
-def load_module(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def reference_bytes(entries: list[TensorEntry], metadata: dict[str, str] | None) -> bytes:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -24,23 +23,14 @@ from ckptctl.ops.verify import FileResult, Finding, Status, verify
 from ckptctl.report.json import to_json
 from ckptctl.report.render_summary import error_line
 from ckptctl.sources import ByteSource
-from tests.conftest import CORPUS, FIXTURES, HOSTILE, REPO, VALID
+from tests.conftest import CORPUS, FIXTURES, HOSTILE, REPO, VALID, load_module
 
 PT = VALID / "pytorch"
 OPTIM = VALID / "optim"
 SHARDED = VALID / "safetensors" / "sharded"
 
 
-def _load_make_optim():
-    spec = importlib.util.spec_from_file_location("make_optim", OPTIM / "make_optim.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-MO = _load_make_optim()
+MO = load_module(OPTIM / "make_optim.py")
 
 
 def one(path: Path | str, **kwargs) -> FileResult:

@@ -8,7 +8,6 @@ The files are our own generator's (fixtures/hostile/limits/make_limits.py: only
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ import pytest
 
 from ckptctl import open_checkpoint
 from ckptctl.ops.convert import convert
+from tests.conftest import load_module
 
 torch = pytest.importorskip("torch")
 
@@ -35,11 +35,7 @@ def test_expanded_view_reads_like_torch() -> None:
 
 
 def test_converted_expanded_view_holds_torch_values(tmp_path: Path) -> None:
-    sys.path.insert(0, str(LIMITS))
-    try:
-        import make_limits  # type: ignore[import-not-found]  # the fixture generator
-    finally:
-        sys.path.remove(str(LIMITS))
+    make_limits = load_module(LIMITS / "make_limits.py")
     src = tmp_path / "expanded.pt"
     src.write_bytes(make_limits._expanded_view(4, (2**21, 4), (0, 1)))
     dst = tmp_path / "expanded.safetensors"
