@@ -319,3 +319,112 @@ def test_commands_copy_on_threads_unless_told(tmp_path, cores, monkeypatch, run_
     assert result.code == 0, result.stderr
     assert len(seen) == 9
     assert ({ident for ident, _ in seen} != {threading.get_ident()}) == threads
+
+
+# --- Interleaved ranges (the rows of a column split): whole rows a buffer-full at a time ---
+
+INTERLEAVINGS = {
+    "two files": lambda a, b: [(a, 100, 10), (b, 7, 6)],
+    "uneven, three parts": lambda a, b: [(b, 0, 1), (a, 3, 5), (b, 400, 9)],
+    "one file twice": lambda a, b: [(a, 0, 4), (a, 500, 4)],
+    "an empty part": lambda a, b: [(a, 10, 3), (b, 10, 0), (b, 20, 2)],
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("count", [1, 7, 30])
+@pytest.mark.parametrize(
+    ("copy_bytes", "iovecs", "task_bytes"),
+    [(64, 1024, 1 << 20), (64, 2, 1 << 20), (16, 1024, 40), (4096, 5, 100)],
+)
+@pytest.mark.parametrize("parts", INTERLEAVINGS, ids=list(INTERLEAVINGS))
+def test_interleaved_ranges_copy_as_their_ranges_in_turn(
+    tmp_path, files, cores, monkeypatch, threads, count, copy_bytes, iovecs, task_bytes, parts
+):
+    cores(4)
+    monkeypatch.setattr(_src, "COPY_BYTES", copy_bytes)
+    monkeypatch.setattr(_src, "MAX_IOVECS", iovecs)
+    monkeypatch.setattr(_src, "COPY_TASK_BYTES", task_bytes)
+    interleaved = _src.Interleaved(tuple(INTERLEAVINGS[parts](*files)), count)
+    content = {files[0]: DATA, files[1]: OTHER}
+    reads: list[int] = []
+    preadv = _src._preadv
+    monkeypatch.setattr(_src, "_preadv", lambda *args: reads.append(len(args[2])) or preadv(*args))
+    listed = list(interleaved)
+    assert len(listed) == count * len(interleaved.parts)
+    assert [(s, o, n) for s, o, n in listed[: len(interleaved.parts)]] == list(interleaved.parts)
+    want = b"".join(content[s][o : o + n] for s, o, n in listed)
+    assert _copy(tmp_path, interleaved, threads) == b"HDR" + want + b"END"
+    assert reads
+    assert max(reads) <= iovecs  # runs per preadv
+    row = sum(n for _, _, n in interleaved.parts)
+    if count == 30 and row * iovecs <= copy_bytes:  # buffers full of rows: as many as it takes
+        assert max(reads) == iovecs
+
+
+@pytest.mark.parametrize(
+    ("task_bytes", "bounds"),
+    [(40, [(0, 2), (2, 4), (4, 6), (6, 7)]), (10, [(k, k + 1) for k in range(7)])],
+)
+def test_interleaved_rows_are_copied_in_tasks_of_whole_rows(files, monkeypatch, task_bytes, bounds):
+    a, b = files
+    monkeypatch.setattr(_src, "COPY_BYTES", 64)
+    monkeypatch.setattr(_src, "COPY_TASK_BYTES", task_bytes)
+    tasks = _src._row_tasks(_src.Interleaved(((a, 100, 10), (b, 7, 0), (b, 7, 6)), 7), 3)
+    assert tasks is not None
+    parts = ((a, a.fileno(), 100, 10, 0), (b, b.fileno(), 7, 6, 10))
+    # 16-byte rows: 2 to a task of 40 bytes, 1 to a task shorter than a row
+    assert list(tasks) == [_src._Rows(3 + 16 * k, parts, 16, k, stop) for k, stop in bounds]
+
+
+@pytest.mark.parametrize(
+    ("parts", "count"),
+    [
+        (lambda a, m: [(a, 0, 40), (a, 100, 25)], 3),  # a row longer than the buffer
+        (lambda a, m: [(a, 0, 4), (m, 0, 2)], 3),  # a source without a descriptor
+        (lambda a, m: [(a, 0, 4)], 0),  # no rounds
+        (lambda a, m: [(a, 0, 0), (a, 9, 0)], 5),  # empty rows
+    ],
+)
+def test_interleaved_ranges_the_row_copy_leaves_to_the_range_copy(
+    tmp_path, files, monkeypatch, parts, count
+):
+    monkeypatch.setattr(_src, "COPY_BYTES", 64)
+    memory = MemorySource(b"abcdefgh", "nested")
+    interleaved = _src.Interleaved(tuple(parts(files[0], memory)), count)
+    assert _src._row_tasks(interleaved, 0) is None
+    content = {files[0]: DATA, memory: b"abcdefgh"}
+    want = b"".join(content[s][o : o + n] for s, o, n in interleaved)
+    assert _copy(tmp_path, interleaved, 2) == b"HDR" + want + b"END"
+
+
+def test_interleaved_ranges_are_checked_before_any_row_is_copied(tmp_path, files):
+    a, b = files
+    # b's runs end 2 bytes past its end in the last round
+    interleaved = _src.Interleaved(((a, 0, 4), (b, len(OTHER) - 5 * 7 + 2, 5)), 7)
+    path = tmp_path / "dst.bin"
+    with open(path, "wb") as out:
+        out.write(b"HDR")
+        with pytest.raises(CorruptCheckpointError, match="past the end of the file"):
+            _src.copy_ranges(interleaved, out)
+    assert path.read_bytes() == b"HDR"
+
+
+def test_interleaved_rows_of_a_file_that_shrank_fail_naming_it(tmp_path):
+    path = tmp_path / "rank.bin"
+    path.write_bytes(DATA)
+    with ByteSource(path) as src, open(tmp_path / "dst.bin", "wb") as out:
+        os.truncate(path, 100)
+        with pytest.raises(CorruptCheckpointError, match="file truncated") as info:
+            _src.copy_ranges(_src.Interleaved(((src, 0, 8), (src, 96, 8)), 2), out)
+    assert info.value.path == str(path)
+    assert info.value.message == "read 4 of 16 bytes at offset 96: file truncated"
+
+
+def test_interleaved_rows_as_long_as_the_buffer_are_copied_as_rows(tmp_path, files, monkeypatch):
+    a, b = files
+    monkeypatch.setattr(_src, "COPY_BYTES", 16)
+    interleaved = _src.Interleaved(((a, 0, 10), (b, 30, 6)), 3)
+    assert _src._row_tasks(interleaved, 0) is not None
+    want = b"".join(DATA[10 * k : 10 * k + 10] + OTHER[30 + 6 * k : 36 + 6 * k] for k in range(3))
+    assert _copy(tmp_path, interleaved, 1) == b"HDR" + want + b"END"

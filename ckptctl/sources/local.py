@@ -13,6 +13,7 @@ import mmap
 import os
 import stat
 import threading
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
 from ckptctl.errors import CorruptCheckpointError, InputError
@@ -257,14 +258,17 @@ def copy_ranges(ranges: Iterable[tuple[ByteSource, int, int]], dst: IO[bytes]) -
     others (of a local file) are read with ``preadv`` into one ``COPY_BYTES`` buffer, many short
     ranges into one buffer-full (the rows of a column-split tensor), and written with
     ``pwrite``. Ranges of sources without a file descriptor (in memory, remote) are read with
-    :func:`read_chunks` and written, in the calling thread.
+    :func:`read_chunks` and written, in the calling thread. :class:`Interleaved` ranges of
+    short rows are copied a buffer-full of whole rows at a time, each part's runs with one
+    ``preadv`` (no Python per range: a column split of 1 GiB is 65,536 of them).
 
     Raises:
         CorruptCheckpointError: a range is not inside its source, or the file shrank.
     """
     dst.flush()
     fd, start = dst.fileno(), dst.tell()
-    tasks = _tasks(ranges, start)
+    rows = _row_tasks(ranges, start) if isinstance(ranges, Interleaved) else None
+    tasks = _tasks(ranges, start) if rows is None else rows
     head = list(itertools.islice(tasks, 2))
     threads = copy_threads()
     if len(head) == 2 and threads > 1:
@@ -307,9 +311,85 @@ def set_copy_threads(threads: int) -> Iterator[None]:
         _copy_threads = before
 
 
+@dataclass(frozen=True)
+class Interleaved:
+    """Ranges taken in rounds: round ``k`` is the ``k``-th run of every part in turn, part
+    ``(source, start, length)``'s ``k``-th run being ``length`` bytes at ``start + k * length``
+    (the rows of a tensor split by columns: each row is one run of every chunk). Iterating
+    yields the ``(source, offset, length)`` ranges; :func:`copy_ranges` copies short rows
+    without listing them.
+
+    Attributes:
+        parts: each part's source, first byte and run length, in the order of a round.
+        count: the rounds.
+    """
+
+    parts: tuple[tuple[ByteSource, int, int], ...]
+    count: int
+
+    def __iter__(self) -> Iterator[tuple[ByteSource, int, int]]:
+        for k in range(self.count):
+            for source, start, length in self.parts:
+                yield source, start + k * length, length
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """A task of whole rounds of :class:`Interleaved` ranges: rounds ``first`` to ``stop``,
+    written from ``position`` on; ``parts`` hold each part's descriptor and its place in a
+    row (``row`` bytes)."""
+
+    position: int
+    parts: tuple[tuple[ByteSource, int, int, int, int], ...]  # source, fd, start, length, place
+    row: int
+    first: int
+    stop: int
+
+    def copy(self, fd: int) -> int:
+        """Copy the rounds a buffer-full at a time; returns where they end in ``fd``."""
+        row, position = self.row, self.position
+        per = min(COPY_BYTES // row, MAX_IOVECS)
+        buffer = _take_spare("copy_buffer", COPY_BYTES)
+        try:
+            for k in range(self.first, self.stop, per):
+                size = min(per, self.stop - k) * row
+                for source, src_fd, start, length, place in self.parts:
+                    views = [buffer[r : r + length] for r in range(place, size, row)]
+                    _preadv(source, src_fd, views, start + k * length, len(views) * length)
+                _pwrite_all(fd, buffer[:size], position)
+                position += size
+        finally:
+            _SPARE.copy_buffer = buffer
+        return position
+
+
 #: One task of :func:`copy_ranges`: where its first byte goes in the output, and its ranges
-#: ``(source, descriptor or None, offset, length)``.
-_Task = tuple[int, list[tuple["ByteSource", "int | None", int, int]]]
+#: ``(source, descriptor or None, offset, length)``; or rounds of interleaved ranges.
+_Task = tuple[int, list[tuple[ByteSource, int | None, int, int]]] | _Rows
+
+
+def _row_tasks(ranges: Interleaved, position: int) -> Iterator[_Rows] | None:
+    """Tasks of whole rounds of ``ranges`` (about ``COPY_TASK_BYTES`` of output each), checked
+    before the first is copied; None where the per-range copy is the right one: a row longer
+    than the buffer (long runs, which may go through ``copy_file_range``), or a part of a
+    source without a descriptor."""
+    row = sum(length for _, _, length in ranges.parts)
+    if not ranges.count or not 0 < row <= COPY_BYTES:
+        return None
+    parts, place = [], 0
+    for source, start, length in ranges.parts:
+        fd = _descriptor(source)
+        if fd is None:
+            return None
+        source.check_range(start, length * ranges.count, "copy")
+        if length:
+            parts.append((source, fd, start, length, place))
+        place += length
+    per = max(1, COPY_TASK_BYTES // row)
+    return (
+        _Rows(position + k * row, tuple(parts), row, k, min(k + per, ranges.count))
+        for k in range(0, ranges.count, per)
+    )
 
 
 def _tasks(ranges: Iterable[tuple[ByteSource, int, int]], position: int) -> Iterator[_Task]:
@@ -352,7 +432,7 @@ def _run_tasks(fd: int, tasks: Iterable[_Task], threads: int) -> int:
                     errors.extend(e for f in done if (e := f.exception()) is not None)
                 if errors:
                     break
-                if all(src_fd is not None for _, src_fd, _, _ in task[1]):
+                if _on_threads(task):
                     pending.add(pool.submit(_copy_task, fd, task))
                 else:
                     end = max(end, _copy_task(fd, task))
@@ -369,8 +449,15 @@ def _run_tasks(fd: int, tasks: Iterable[_Task], threads: int) -> int:
     return end
 
 
+def _on_threads(task: _Task) -> bool:
+    """Whether every range of ``task`` is of a local file (one with a descriptor)."""
+    return isinstance(task, _Rows) or all(src_fd is not None for _, src_fd, _, _ in task[1])
+
+
 def _copy_task(fd: int, task: _Task) -> int:
     """Copy one task's ranges to their place in the output ``fd``; returns where they end."""
+    if isinstance(task, _Rows):
+        return task.copy(fd)
     position, ranges = task
     out = _Gather(fd, position)
     copy_file_range = getattr(os, "copy_file_range", None)
@@ -462,25 +549,27 @@ class _Gather:
             run.read()
         self._runs.clear()
         if self.filled and self._buffer is not None:
-            self._write_at(self._buffer[: self.filled], self.start)
+            _pwrite_all(self.fd, self._buffer[: self.filled], self.start)
         self.start += self.filled
         self.filled = 0
 
     def write(self, data: bytes | memoryview) -> None:
         """Write ``data`` at ``start`` (nothing may be queued)."""
-        self._write_at(memoryview(data).cast("B"), self.start)
+        _pwrite_all(self.fd, memoryview(data).cast("B"), self.start)
         self.start += len(data)
-
-    def _write_at(self, data: memoryview, position: int) -> None:
-        done = 0
-        while done < len(data):
-            done += os.pwrite(self.fd, data[done:], position + done)
 
     def release(self) -> None:
         """Give the buffer back for the next copy in this thread."""
         if self._buffer is not None:
             _SPARE.copy_buffer = self._buffer
             self._buffer = None
+
+
+def _pwrite_all(fd: int, data: memoryview, position: int) -> None:
+    """Write all of ``data`` at ``position`` of ``fd``."""
+    done = 0
+    while done < len(data):
+        done += os.pwrite(fd, data[done:], position + done)
 
 
 class _Run:

@@ -19,6 +19,7 @@ from ckptctl.formats import read_layout, resolve_path
 from ckptctl.formats.pytorch import _unpickler
 from ckptctl.model import CheckpointKind
 from ckptctl.safety import Verdict
+from ckptctl.sources import Interleaved
 from tests.conftest import VALID
 from tests.formats._shares import assert_shares_equal_one_run
 
@@ -109,27 +110,31 @@ def test_row_splits_are_copied_as_file_ranges(tmp_path: Path) -> None:
         assert ckpt["plain"].data.file_range() is not None
 
 
+@pytest.mark.parametrize("copy_bytes", [40, 4096])
 @pytest.mark.parametrize("case", sorted(set(TRUTH) - {"dcp_zstd"}))
 def test_convert_copies_column_splits_row_by_row_from_the_rank_files(
-    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    case: str, copy_bytes: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A tensor split by columns goes to the output as each row's part of every chunk, copied
-    from the rank files (runs of every length here, many per copy buffer and across buffers),
-    never assembled; the output is torch's tensors byte for byte."""
+    from the rank files (runs of every length here, many per copy buffer and across buffers;
+    rows in lockstep a buffer-full of whole rows at a time), never assembled; the output is
+    torch's tensors byte for byte."""
     from ckptctl.formats.dcp import _assemble
     from ckptctl.ops.convert import ConvertOptions, convert
     from ckptctl.sources import local
 
     monkeypatch.setattr(_assemble, "MIN_RUN_BYTES", 1)
-    monkeypatch.setattr(local, "COPY_BYTES", 40)
+    monkeypatch.setattr(local, "COPY_BYTES", copy_bytes)
     monkeypatch.setattr(local, "MAX_IOVECS", 3)
     ranges: list[tuple[str, int]] = []
     real = local.copy_ranges
+    rows: list[int] = []
+    copy_rows = local._Rows.copy
+    monkeypatch.setattr(local._Rows, "copy", lambda self, fd: rows.append(1) or copy_rows(self, fd))
 
     def spy(pieces: Any, out: Any) -> None:
-        listed = list(pieces)
-        ranges.extend((os.path.basename(s.path), n) for s, _, n in listed)
-        real(listed, out)
+        ranges.extend((os.path.basename(s.path), n) for s, _, n in pieces)
+        real(pieces, out)
 
     monkeypatch.setattr("ckptctl.formats._base.copy_ranges", spy)
     read = _assemble.AssembledData.read
@@ -150,6 +155,9 @@ def test_convert_copies_column_splits_row_by_row_from_the_rank_files(
     if case in ("dtensor_shard1", "dtensor_2d"):  # column splits: a range per row part
         assert len(ranges) > 2 * len(split)
         assert {name for name, _ in ranges} >= {"__0_0.distcp", "__1_0.distcp"}
+    # dtensor_shard1's rows (24 and 8 bytes) are copied as whole rows; dtensor_2d is a mesh
+    if case in ("dtensor_shard1", "dtensor_2d"):
+        assert bool(rows) is (case == "dtensor_shard1")
 
 
 @pytest.mark.parametrize(
@@ -197,8 +205,11 @@ def test_runs_in_tensor_order(
     truth.sort()
     assert sum(n for *_, n in truth) == 4 * math.prod(shape)
     assert _assemble._in_lockstep(located) is lockstep
-    got: list[Any] = list(_assemble._InTensorOrder(located))
+    order = _assemble.in_tensor_order(located)
+    assert isinstance(order, Interleaved) is lockstep
+    got: list[Any] = list(order)
     assert got == [(source, offset, n) for _, source, offset, n in truth]
+    assert list(_assemble._InTensorOrder(located)) == got  # the merge agrees in every case
 
 
 def test_split_tensors_span_chunks_and_rank_files() -> None:
