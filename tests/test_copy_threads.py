@@ -349,7 +349,12 @@ def test_interleaved_ranges_copy_as_their_ranges_in_turn(
     content = {files[0]: DATA, files[1]: OTHER}
     reads: list[int] = []
     preadv = _src._preadv
-    monkeypatch.setattr(_src, "_preadv", lambda *args: reads.append(len(args[2])) or preadv(*args))
+
+    def spy(src, fd, views, offset, want):
+        reads.append(len(views))
+        preadv(src, fd, views, offset, want)
+
+    monkeypatch.setattr(_src, "_preadv", spy)
     listed = list(interleaved)
     assert len(listed) == count * len(interleaved.parts)
     assert [(s, o, n) for s, o, n in listed[: len(interleaved.parts)]] == list(interleaved.parts)

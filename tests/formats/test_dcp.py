@@ -130,7 +130,12 @@ def test_convert_copies_column_splits_row_by_row_from_the_rank_files(
     real = local.copy_ranges
     rows: list[int] = []
     copy_rows = local._Rows.copy
-    monkeypatch.setattr(local._Rows, "copy", lambda self, fd: rows.append(1) or copy_rows(self, fd))
+
+    def spy_rows(task: local._Rows, fd: int) -> int:
+        rows.append(task.stop - task.first)
+        return copy_rows(task, fd)
+
+    monkeypatch.setattr(local._Rows, "copy", spy_rows)
 
     def spy(pieces: Any, out: Any) -> None:
         ranges.extend((os.path.basename(s.path), n) for s, _, n in pieces)
