@@ -433,3 +433,23 @@ def test_interleaved_rows_as_long_as_the_buffer_are_copied_as_rows(tmp_path, fil
     assert _src._row_tasks(interleaved, 0) is not None
     want = b"".join(DATA[10 * k : 10 * k + 10] + OTHER[30 + 6 * k : 36 + 6 * k] for k in range(3))
     assert _copy(tmp_path, interleaved, 1) == b"HDR" + want + b"END"
+
+
+def test_interleaved_rows_reuse_the_threads_copy_buffer(tmp_path, files, monkeypatch):
+    a, b = files
+    monkeypatch.setattr(_src, "COPY_BYTES", 32)
+    monkeypatch.setattr(_src, "_SPARE", threading.local())
+    owners: list[object] = []
+    preadv = _src._preadv
+
+    def spy(src, fd, views, offset, want):
+        owners.append(views[0].obj)
+        preadv(src, fd, views, offset, want)
+
+    monkeypatch.setattr(_src, "_preadv", spy)
+    interleaved = _src.Interleaved(((a, 0, 4), (b, 8, 4)), 9)
+    _copy(tmp_path, interleaved, 1)
+    _copy(tmp_path, interleaved, 1)  # the next copy in this thread: the same buffer
+    assert len(owners) == 12  # 4 rows to a buffer: 3 buffer-fulls of 2 reads, twice
+    assert all(owner is owners[0] for owner in owners)
+    assert _src._SPARE.copy_buffer.obj is owners[0]  # given back
