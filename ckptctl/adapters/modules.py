@@ -367,10 +367,10 @@ def _target_evidence(
     return None
 
 
-def _compatible(a: str, b: str) -> bool:
-    if a == b:
-        return True
-    return (a == "norm" and b in RENAMED_NORMS) or (b == "norm" and a in RENAMED_NORMS)
+def _compatible(target: str, declared: str) -> bool:
+    """Whether a declared module type fits what the target's names and shapes show (a target
+    shows ``norm`` for any norm whose parameters Burn renames)."""
+    return declared == target or (target == "norm" and declared in RENAMED_NORMS)
 
 
 def decide_module_types(
