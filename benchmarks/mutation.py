@@ -4,7 +4,9 @@ Each module listed in ``[tool.mutmut] only_mutate`` (pyproject.toml) is a *unit*
 its own copy of the repository under ``benchmarks/_work/mutation/<unit>/`` with ``mutmut run``
 restricted to that unit, so two units run side by side on a 2-core machine and a run that is
 stopped (``--budget``, Ctrl-C) resumes where it stopped: mutmut keeps each verdict in the copy's
-``mutants/`` directory. The fast test tiers are the test command (see ``pytest_add_cli_args``).
+``mutants/`` directory, and the harness in ``benchmarks/mutation_verdicts.json`` (kept in the
+repository), from which a new copy on another machine starts: a unit larger than one sitting is
+finished over several. The fast test tiers are the test command (see ``pytest_add_cli_args``).
 
 Results go to ``benchmarks/mutation_results.json`` (machine-readable, kept in the repository)
 and ``benchmarks/MUTATION.md`` (the table: mutants, killed, survived, equivalent, score per unit,
@@ -48,6 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 # second worktree, _work may be a symlink to the first one's)
 WORK = (REPO / "benchmarks" / "_work" / "mutation").resolve()
 RESULTS_JSON = REPO / "benchmarks" / "mutation_results.json"
+VERDICTS_JSON = REPO / "benchmarks" / "mutation_verdicts.json"
 RESULTS_MD = REPO / "benchmarks" / "MUTATION.md"
 REASONS_TOML = REPO / "benchmarks" / "mutation_reasons.toml"
 
@@ -196,6 +199,80 @@ def mutmut(
     finally:
         log.close()
     return subprocess.CompletedProcess(cmd, proc.returncode, "", "")
+
+
+def _meta_files(work: Path, unit: str) -> dict[str, Path]:
+    """Source file (relative to the copy) -> mutmut's ``.meta`` file of it, for ``unit``."""
+    out = {}
+    for meta in sorted((work / "mutants").rglob("*.py.meta")):
+        source = meta.relative_to(work / "mutants").as_posix().removesuffix(".meta")
+        if fnmatch.fnmatch(source, unit):
+            out[source] = meta
+    return out
+
+
+def keep_verdicts(unit: str, work: Path) -> None:
+    """Store the copy's verdicts of ``unit`` in ``mutation_verdicts.json`` (kept in the
+    repository), each function's with the hash mutmut gave its code.
+
+    A unit can take longer than one sitting (a machine's session, a CI job), and ``_work/`` does
+    not travel: :func:`seed_verdicts` puts these back into a new copy, and mutmut keeps those of
+    every function whose code is unchanged, so the next run goes on where this one stopped.
+    Verdicts are exit codes as mutmut keeps them, comma-separated by mutant number (empty: not
+    run yet).
+    """
+    stored = json.loads(VERDICTS_JSON.read_text("utf-8")) if VERDICTS_JSON.exists() else {}
+    files: dict[str, object] = {}
+    for source, meta in _meta_files(work, unit).items():
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        by_function: dict[str, list[str]] = {}
+        for name, code in data["exit_code_by_key"].items():
+            function, _, number = name.rpartition("__mutmut_")
+            codes = by_function.setdefault(function, [])
+            codes.extend([""] * (int(number) - len(codes)))
+            codes[int(number) - 1] = "" if code is None else str(code)
+        files[source] = {
+            "hashes": data.get("hash_by_function_name", {}),
+            "verdicts": {f: ",".join(codes) for f, codes in sorted(by_function.items())},
+        }
+    stored[unit] = files
+    VERDICTS_JSON.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n", "utf-8")
+
+
+def seed_verdicts(unit: str, work: Path) -> int:
+    """Write the verdicts :func:`keep_verdicts` stored for ``unit`` as mutmut's ``.meta`` files
+    where the copy has no mutants of a file yet; returns how many verdicts were written.
+
+    mutmut generates a file's mutants when it finds none, and keeps a verdict from the ``.meta``
+    file already there only if the function's code hashes as before: an edited function is run
+    again, the rest is not.
+    """
+    stored = json.loads(VERDICTS_JSON.read_text("utf-8")) if VERDICTS_JSON.exists() else {}
+    count = 0
+    for source, data in stored.get(unit, {}).items():
+        meta = work / "mutants" / (source + ".meta")
+        if meta.exists() or (work / "mutants" / source).exists():
+            continue
+        codes = {
+            f"{function}__mutmut_{number}": int(code) if code else None
+            for function, joined in data["verdicts"].items()
+            for number, code in enumerate(joined.split(","), start=1)
+        }
+        count += sum(code is not None for code in codes.values())
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        meta.write_text(
+            json.dumps(
+                {
+                    "exit_code_by_key": codes,
+                    "hash_by_function_name": data["hashes"],
+                    "type_check_error_by_key": {},
+                    "durations_by_key": {},
+                    "estimated_durations_by_key": {},
+                }
+            ),
+            encoding="utf-8",
+        )
+    return count
 
 
 def verdicts(work: Path) -> dict[str, str]:
@@ -384,6 +461,11 @@ def run_unit(
     sync(work, source)
     refresh_mutants(work, unit)
     configure(work, unit, deselect)
+    seeded = seed_verdicts(unit, work)
+    if seeded:
+        print(
+            f"{slug(unit)}: {seeded} verdicts of earlier runs (mutation_verdicts.json)", flush=True
+        )
     names: list[str] = []
     if rerun_survivors:
         # pending ones too: a run stopped (or failed) after forgetting the survivors left them so
@@ -401,6 +483,7 @@ def run_unit(
         if done.returncode not in (0, -signal.SIGINT, -signal.SIGKILL):
             print(f"{slug(unit)}: mutmut failed; see {work / 'mutmut.log'}", flush=True)
     result = summarise(unit, work, time.monotonic() - start)
+    keep_verdicts(unit, work)
     print(f"{slug(unit)}: {_row(result)}", flush=True)
     return result
 
@@ -540,12 +623,17 @@ def main() -> None:
                         print(f"{old} -> {new}")
                     result = summarise(unit, work, seconds)
                 results[unit] = result.__dict__
+                keep_verdicts(unit, work)
         save(results)
         return
     chosen = resolve(args.units) if args.units else units()
     if args.fresh:
+        stored = json.loads(VERDICTS_JSON.read_text("utf-8")) if VERDICTS_JSON.exists() else {}
         for unit in chosen:
             shutil.rmtree(WORK / slug(unit) / "mutants", ignore_errors=True)
+            stored.pop(unit, None)
+        if VERDICTS_JSON.exists():
+            VERDICTS_JSON.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n", "utf-8")
     jobs = max(1, min(args.jobs, len(chosen)))
     children = max(1, args.cores // jobs)
     with ThreadPoolExecutor(jobs) as pool:

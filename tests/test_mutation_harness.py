@@ -198,3 +198,77 @@ def test_rerun_names_are_survivors_and_pending_less_the_equivalent(harness: Modu
     assert harness.rerun_names(found, {}) == every
     equivalent = {"m.x_f__mutmut_2": ("a = 1.0", "the same float"), "m.x_f__mutmut_9": ("", "")}
     assert harness.rerun_names(found, equivalent) == [n for n in every if n != every[0]]
+
+
+def _meta(codes: dict[str, int | None], hashes: dict[str, str]) -> dict[str, object]:
+    return {
+        "exit_code_by_key": codes,
+        "hash_by_function_name": hashes,
+        "type_check_error_by_key": {},
+        "durations_by_key": {},
+        "estimated_durations_by_key": {},
+    }
+
+
+def test_verdicts_kept_in_the_repository_seed_a_new_copy(
+    harness: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A unit's verdicts travel to another machine: kept compactly, written back as mutmut's
+    .meta files of a copy that has none, for mutmut to keep where a function is unchanged."""
+    import json
+
+    monkeypatch.setattr(harness, "VERDICTS_JSON", tmp_path / "verdicts.json")
+    old = tmp_path / "old" / "mutants" / "ckptctl" / "adapters"
+    old.mkdir(parents=True)
+    codes = {
+        "ckptctl.adapters.m.x_f__mutmut_1": 1,
+        "ckptctl.adapters.m.x_f__mutmut_2": 0,
+        "ckptctl.adapters.m.x_f__mutmut_4": None,
+        "ckptctl.adapters.m.x_f__mutmut_3": -24,
+        "ckptctl.adapters.m.xǁCǁg__mutmut_1": 33,
+    }
+    hashes = {"x_f": "aa", "xǁCǁg": "bb"}
+    (old / "m.py.meta").write_text(json.dumps(_meta(codes, hashes)), encoding="utf-8")
+    (tmp_path / "old" / "mutants" / "ckptctl" / "other.py.meta").write_text(
+        json.dumps(_meta({"ckptctl.other.x_h__mutmut_1": 1}, {})), encoding="utf-8"
+    )
+    harness.keep_verdicts("ckptctl/adapters/*", tmp_path / "old")
+    stored = json.loads((tmp_path / "verdicts.json").read_text(encoding="utf-8"))
+    assert stored == {
+        "ckptctl/adapters/*": {
+            "ckptctl/adapters/m.py": {
+                "hashes": hashes,
+                "verdicts": {
+                    "ckptctl.adapters.m.x_f": "1,0,-24,",
+                    "ckptctl.adapters.m.xǁCǁg": "33",
+                },
+            }
+        }
+    }
+    new = tmp_path / "new"
+    assert harness.seed_verdicts("ckptctl/adapters/*", new) == 4
+    seeded = json.loads((new / "mutants" / "ckptctl" / "adapters" / "m.py.meta").read_text("utf-8"))
+    assert seeded == _meta(codes, hashes)
+    assert not (new / "mutants" / "ckptctl" / "other.py.meta").exists()  # another unit's
+    assert harness.seed_verdicts("ckptctl/dtypes.py", new) == 0  # nothing kept for it
+
+
+def test_seeding_leaves_a_copy_with_mutants_alone(
+    harness: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import json
+
+    monkeypatch.setattr(harness, "VERDICTS_JSON", tmp_path / "verdicts.json")
+    stored = {"ckptctl/m.py": {"hashes": {"x_f": "aa"}, "verdicts": {"ckptctl.m.x_f": "1,1"}}}
+    (tmp_path / "verdicts.json").write_text(json.dumps({"ckptctl/m.py": stored}), "utf-8")
+    mutants = tmp_path / "work" / "mutants" / "ckptctl"
+    mutants.mkdir(parents=True)
+    (mutants / "m.py").write_text("# mutants of this run\n", encoding="utf-8")
+    assert harness.seed_verdicts("ckptctl/m.py", tmp_path / "work") == 0
+    assert not (mutants / "m.py.meta").exists()
+    (mutants / "m.py").unlink()
+    (mutants / "m.py.meta").write_text("{}", encoding="utf-8")
+    assert harness.seed_verdicts("ckptctl/m.py", tmp_path / "work") == 0
+    assert (mutants / "m.py.meta").read_text(encoding="utf-8") == "{}"
+    (mutants / "m.py.meta").unlink()
+    assert harness.seed_verdicts("ckptctl/m.py", tmp_path / "work") == 2
