@@ -236,7 +236,7 @@ def keep_verdicts(unit: str, work: Path) -> None:
             "verdicts": {f: ",".join(codes) for f, codes in sorted(by_function.items())},
         }
     stored[unit] = files
-    VERDICTS_JSON.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n", "utf-8")
+    VERDICTS_JSON.write_text(json.dumps(stored, indent=1, sort_keys=True, ensure_ascii=False) + "\n", "utf-8")
 
 
 def seed_verdicts(unit: str, work: Path) -> int:
@@ -633,7 +633,7 @@ def main() -> None:
             shutil.rmtree(WORK / slug(unit) / "mutants", ignore_errors=True)
             stored.pop(unit, None)
         if VERDICTS_JSON.exists():
-            VERDICTS_JSON.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n", "utf-8")
+            VERDICTS_JSON.write_text(json.dumps(stored, indent=1, sort_keys=True, ensure_ascii=False) + "\n", "utf-8")
     jobs = max(1, min(args.jobs, len(chosen)))
     children = max(1, args.cores // jobs)
     with ThreadPoolExecutor(jobs) as pool:
