@@ -245,7 +245,8 @@ def seed_verdicts(unit: str, work: Path) -> int:
 
     mutmut generates a file's mutants when it finds none, and keeps a verdict from the ``.meta``
     file already there only if the function's code hashes as before: an edited function is run
-    again, the rest is not.
+    again, the rest is not (its callers neither, where a copy that stayed on one machine would
+    re-run them too; ``--fresh`` when an edit may have changed what they do).
     """
     stored = json.loads(VERDICTS_JSON.read_text("utf-8")) if VERDICTS_JSON.exists() else {}
     count = 0
