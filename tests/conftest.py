@@ -51,6 +51,22 @@ TIME_SLACK = 4.0 if "MUTANT_UNDER_TEST" in os.environ else 1.0
 if os.environ.get("MUTANT_UNDER_TEST") == "stats":
     del os.environ["MUTANT_UNDER_TEST"]
 
+#: Address space of a process that runs a mutant's tests: a mutant that allocates without end
+#: (a loop that grows a list) then fails with MemoryError, a kill, instead of taking the
+#: machine's memory until the kernel's OOM killer ends it (SIGKILL, which mutmut calls
+#: "suspicious"; seen here: 20 GB). No test comes near it.
+MUTANT_ADDRESS_SPACE = 16 << 30
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under mutmut, bound the address space of the process that runs a mutant."""
+    if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", ""):
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if soft == resource.RLIM_INFINITY or soft > MUTANT_ADDRESS_SPACE:
+            resource.setrlimit(resource.RLIMIT_AS, (MUTANT_ADDRESS_SPACE, hard))
+
 
 #: Runs ``ckptctl ARGV...`` and, whatever happens, writes its peak RSS and CPU time to the
 #: file named by its last argument (``/proc/self/status``'s ``VmHWM``).

@@ -272,3 +272,34 @@ def test_seeding_leaves_a_copy_with_mutants_alone(
     assert (mutants / "m.py.meta").read_text(encoding="utf-8") == "{}"
     (mutants / "m.py.meta").unlink()
     assert harness.seed_verdicts("ckptctl/m.py", tmp_path / "work") == 2
+
+
+@pytest.mark.parametrize(
+    ("under_test", "before", "bounded"),
+    [
+        ("ckptctl.m.x_f__mutmut_3", -1, True),  # a mutant's run, no limit yet
+        ("ckptctl.m.x_f__mutmut_3", 64 << 30, True),
+        ("ckptctl.m.x_f__mutmut_3", 1 << 30, False),  # a lower limit stays
+        ("", -1, False),  # mutmut's clean run
+        ("stats", -1, False),
+        (None, -1, False),  # not under mutmut
+    ],
+)
+def test_a_mutants_test_process_gets_a_bounded_address_space(
+    monkeypatch: pytest.MonkeyPatch, under_test: str | None, before: int, bounded: bool
+) -> None:
+    import resource
+
+    from tests import conftest
+
+    if under_test is None:
+        monkeypatch.delenv("MUTANT_UNDER_TEST", raising=False)
+    else:
+        monkeypatch.setenv("MUTANT_UNDER_TEST", under_test)
+    before = resource.RLIM_INFINITY if before == -1 else before
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (before, resource.RLIM_INFINITY))
+    set_to: list[tuple[int, tuple[int, int]]] = []
+    monkeypatch.setattr(resource, "setrlimit", lambda kind, limits: set_to.append((kind, limits)))
+    conftest.pytest_configure(None)  # type: ignore[arg-type]  # the hook does not use it
+    want = [(resource.RLIMIT_AS, (16 << 30, resource.RLIM_INFINITY))] if bounded else []
+    assert set_to == want
