@@ -236,7 +236,9 @@ def keep_verdicts(unit: str, work: Path) -> None:
             "verdicts": {f: ",".join(codes) for f, codes in sorted(by_function.items())},
         }
     stored[unit] = files
-    VERDICTS_JSON.write_text(json.dumps(stored, indent=1, sort_keys=True, ensure_ascii=False) + "\n", "utf-8")
+    VERDICTS_JSON.write_text(
+        json.dumps(stored, indent=1, sort_keys=True, ensure_ascii=False) + "\n", "utf-8"
+    )
 
 
 def seed_verdicts(unit: str, work: Path) -> int:
@@ -411,10 +413,18 @@ def renumber(result: UnitResult) -> list[tuple[str, str]]:
             and any(entry["mutated"] in line for line in added)
         ]
         if len(stale) == 1:
-            text = text.replace(f'mutant = "{stale[0]}"\n', f'mutant = "{name}"\n', 1)
             used.add(stale[0])
             moved.append((stale[0], name))
     if moved:
+        # all at once: moved one after the other, 133 -> 134 then 134 -> 135 would move the
+        # first entry twice and leave the second
+        new_name = dict(moved)
+        text = re.sub(
+            r'^mutant = "([^"]+)"$',
+            lambda m: f'mutant = "{new_name.pop(m.group(1), m.group(1))}"',
+            text,
+            flags=re.MULTILINE,
+        )
         REASONS_TOML.write_text(text, encoding="utf-8")
     return moved
 
@@ -634,7 +644,9 @@ def main() -> None:
             shutil.rmtree(WORK / slug(unit) / "mutants", ignore_errors=True)
             stored.pop(unit, None)
         if VERDICTS_JSON.exists():
-            VERDICTS_JSON.write_text(json.dumps(stored, indent=1, sort_keys=True, ensure_ascii=False) + "\n", "utf-8")
+            VERDICTS_JSON.write_text(
+                json.dumps(stored, indent=1, sort_keys=True, ensure_ascii=False) + "\n", "utf-8"
+            )
     jobs = max(1, min(args.jobs, len(chosen)))
     children = max(1, args.cores // jobs)
     with ThreadPoolExecutor(jobs) as pool:

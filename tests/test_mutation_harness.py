@@ -170,6 +170,35 @@ reason = "another function: never moved to f"
     assert module.renumber(again) == []  # nothing stale left that matches
 
 
+def test_renumber_moves_a_chain_of_reasons_each_once(
+    harness: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # every mutant of f moved up by one: 2's reason is now 3's, 3's is now 4's
+    reasons = """
+[[survivor]]
+mutant = "ckptctl.m.x_f__mutmut_2"
+mutated = "b = None"
+reason = "r2"
+
+[[survivor]]
+mutant = "ckptctl.m.x_f__mutmut_3"
+mutated = "c = z"
+reason = "r3"
+"""
+    module = _fake_run(harness, monkeypatch, tmp_path, reasons)
+    assert module.renumber(module.summarise("u", tmp_path, 1.0)) == [
+        ("ckptctl.m.x_f__mutmut_2", "ckptctl.m.x_f__mutmut_3"),
+        ("ckptctl.m.x_f__mutmut_3", "ckptctl.m.x_f__mutmut_4"),
+    ]
+    again = module.summarise("u", tmp_path, 1.0)
+    assert {s["mutant"]: s.get("reason") for s in again.survivors} == {
+        "ckptctl.m.x_f__mutmut_2": None,
+        "ckptctl.m.x_f__mutmut_3": "r2",
+        "ckptctl.m.x_f__mutmut_4": "r3",
+        "ckptctl.m.x_f__mutmut_10": None,
+    }
+
+
 def test_the_reasons_file_is_well_formed() -> None:
     data = tomllib.loads(REASONS.read_text(encoding="utf-8"))
     assert set(data) <= {"equivalent", "survivor"}
