@@ -249,3 +249,30 @@ def test_safetensors_variant_of_values_only_accounts_for_its_empty_blob(tmp_path
     assert rank_file["unaccounted_bytes"] == 0
     with open_checkpoint(target) as ckpt:
         assert ckpt.objects == {"step": 3, "name": "x"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
+def test_convert_of_a_1_gib_checkpoint_stays_within_64_mib_plus_the_largest_tensor(
+    tmp_path: Path,
+) -> None:
+    """``dcp.save`` of 1 GiB in one process (16 tensors of 64 MiB, 16 items in one rank file):
+    the consolidated output holds torch's tensors and ckptctl's peak memory (its own VmHWM)
+    stays within the bound (each item's parse leaves no rank-file page mapped)."""
+    import torch.distributed.checkpoint as dcp
+
+    from tests.conftest import REPO, run_measured
+
+    state = {f"layers.{i}.weight": torch.full((4096, 4096), float(i)) for i in range(16)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "no process group": a one-process save
+        dcp.save(state, checkpoint_id=str(tmp_path / "ckpt"))
+    out = tmp_path / "model.safetensors"
+    run = run_measured(["convert", str(tmp_path / "ckpt"), str(out), "--no-fsync"], REPO)
+    assert run.code == 0, run.output
+    peak_mib = run.peak_rss / (1 << 20)
+    assert peak_mib <= 64 + 64, f"peak RSS {peak_mib:.0f} MiB"
+    with safetensors_torch.safe_open(str(out), framework="pt") as f:
+        assert list(f.keys()) == sorted(state)
+        for name in ("layers.0.weight", "layers.7.weight", "layers.15.weight"):
+            assert torch.equal(f.get_tensor(name), state[name]), name
