@@ -211,6 +211,19 @@ def _meta_files(work: Path, unit: str) -> dict[str, Path]:
     return out
 
 
+def _stored_verdicts() -> dict[str, dict[str, dict[str, object]]]:
+    """Unit -> source file -> what :func:`keep_verdicts` stored (empty when nothing is)."""
+    if not VERDICTS_JSON.exists():
+        return {}
+    stored: dict[str, dict[str, dict[str, object]]] = json.loads(VERDICTS_JSON.read_text("utf-8"))
+    return stored
+
+
+def _write_verdicts(stored: dict[str, dict[str, dict[str, object]]]) -> None:
+    text = json.dumps(stored, indent=1, sort_keys=True, ensure_ascii=False)
+    VERDICTS_JSON.write_text(text + "\n", "utf-8")
+
+
 def keep_verdicts(unit: str, work: Path) -> None:
     """Store the copy's verdicts of ``unit`` in ``mutation_verdicts.json`` (kept in the
     repository), each function's with the hash mutmut gave its code.
@@ -221,8 +234,8 @@ def keep_verdicts(unit: str, work: Path) -> None:
     Verdicts are exit codes as mutmut keeps them, comma-separated by mutant number (empty: not
     run yet).
     """
-    stored = json.loads(VERDICTS_JSON.read_text("utf-8")) if VERDICTS_JSON.exists() else {}
-    files: dict[str, object] = {}
+    stored = _stored_verdicts()
+    files: dict[str, dict[str, object]] = {}
     for source, meta in _meta_files(work, unit).items():
         data = json.loads(meta.read_text(encoding="utf-8"))
         by_function: dict[str, list[str]] = {}
@@ -236,9 +249,7 @@ def keep_verdicts(unit: str, work: Path) -> None:
             "verdicts": {f: ",".join(codes) for f, codes in sorted(by_function.items())},
         }
     stored[unit] = files
-    VERDICTS_JSON.write_text(
-        json.dumps(stored, indent=1, sort_keys=True, ensure_ascii=False) + "\n", "utf-8"
-    )
+    _write_verdicts(stored)
 
 
 def seed_verdicts(unit: str, work: Path) -> int:
@@ -250,7 +261,7 @@ def seed_verdicts(unit: str, work: Path) -> int:
     again, the rest is not (its callers neither, where a copy that stayed on one machine would
     re-run them too; ``--fresh`` when an edit may have changed what they do).
     """
-    stored = json.loads(VERDICTS_JSON.read_text("utf-8")) if VERDICTS_JSON.exists() else {}
+    stored = _stored_verdicts()
     count = 0
     for source, data in stored.get(unit, {}).items():
         meta = work / "mutants" / (source + ".meta")
@@ -639,14 +650,12 @@ def main() -> None:
         return
     chosen = resolve(args.units) if args.units else units()
     if args.fresh:
-        stored = json.loads(VERDICTS_JSON.read_text("utf-8")) if VERDICTS_JSON.exists() else {}
+        stored = _stored_verdicts()
         for unit in chosen:
             shutil.rmtree(WORK / slug(unit) / "mutants", ignore_errors=True)
             stored.pop(unit, None)
         if VERDICTS_JSON.exists():
-            VERDICTS_JSON.write_text(
-                json.dumps(stored, indent=1, sort_keys=True, ensure_ascii=False) + "\n", "utf-8"
-            )
+            _write_verdicts(stored)
     jobs = max(1, min(args.jobs, len(chosen)))
     children = max(1, args.cores // jobs)
     with ThreadPoolExecutor(jobs) as pool:
