@@ -323,6 +323,21 @@ def test_commands_copy_on_threads_unless_told(tmp_path, cores, monkeypatch, run_
 
 # --- Interleaved ranges (the rows of a column split): whole rows a buffer-full at a time ---
 
+
+@pytest.fixture
+def preadv_calls(monkeypatch):
+    """The buffers of every ``preadv`` of a copy, call by call."""
+    calls: list[list[memoryview]] = []
+    preadv = _src._preadv
+
+    def spy(src, fd, views, offset, want):
+        calls.append(views)
+        preadv(src, fd, views, offset, want)
+
+    monkeypatch.setattr(_src, "_preadv", spy)
+    return calls
+
+
 INTERLEAVINGS = {
     "two files": lambda a, b: [(a, 100, 10), (b, 7, 6)],
     "uneven, three parts": lambda a, b: [(b, 0, 1), (a, 3, 5), (b, 400, 9)],
@@ -339,7 +354,17 @@ INTERLEAVINGS = {
 )
 @pytest.mark.parametrize("parts", INTERLEAVINGS, ids=list(INTERLEAVINGS))
 def test_interleaved_ranges_copy_as_their_ranges_in_turn(
-    tmp_path, files, cores, monkeypatch, threads, count, copy_bytes, iovecs, task_bytes, parts
+    tmp_path,
+    files,
+    cores,
+    monkeypatch,
+    preadv_calls,
+    threads,
+    count,
+    copy_bytes,
+    iovecs,
+    task_bytes,
+    parts,
 ):
     cores(4)
     monkeypatch.setattr(_src, "COPY_BYTES", copy_bytes)
@@ -347,19 +372,12 @@ def test_interleaved_ranges_copy_as_their_ranges_in_turn(
     monkeypatch.setattr(_src, "COPY_TASK_BYTES", task_bytes)
     interleaved = _src.Interleaved(tuple(INTERLEAVINGS[parts](*files)), count)
     content = {files[0]: DATA, files[1]: OTHER}
-    reads: list[int] = []
-    preadv = _src._preadv
-
-    def spy(src, fd, views, offset, want):
-        reads.append(len(views))
-        preadv(src, fd, views, offset, want)
-
-    monkeypatch.setattr(_src, "_preadv", spy)
     listed = list(interleaved)
     assert len(listed) == count * len(interleaved.parts)
     assert [(s, o, n) for s, o, n in listed[: len(interleaved.parts)]] == list(interleaved.parts)
     want = b"".join(content[s][o : o + n] for s, o, n in listed)
     assert _copy(tmp_path, interleaved, threads) == b"HDR" + want + b"END"
+    reads = [len(views) for views in preadv_calls]
     assert reads
     assert max(reads) <= iovecs  # runs per preadv
     row = sum(n for _, _, n in interleaved.parts)
@@ -435,21 +453,14 @@ def test_interleaved_rows_as_long_as_the_buffer_are_copied_as_rows(tmp_path, fil
     assert _copy(tmp_path, interleaved, 1) == b"HDR" + want + b"END"
 
 
-def test_interleaved_rows_reuse_the_threads_copy_buffer(tmp_path, files, monkeypatch):
+def test_interleaved_rows_reuse_the_threads_copy_buffer(tmp_path, files, monkeypatch, preadv_calls):
     a, b = files
     monkeypatch.setattr(_src, "COPY_BYTES", 32)
     monkeypatch.setattr(_src, "_SPARE", threading.local())
-    owners: list[object] = []
-    preadv = _src._preadv
-
-    def spy(src, fd, views, offset, want):
-        owners.append(views[0].obj)
-        preadv(src, fd, views, offset, want)
-
-    monkeypatch.setattr(_src, "_preadv", spy)
     interleaved = _src.Interleaved(((a, 0, 4), (b, 8, 4)), 9)
     _copy(tmp_path, interleaved, 1)
     _copy(tmp_path, interleaved, 1)  # the next copy in this thread: the same buffer
+    owners = [views[0].obj for views in preadv_calls]
     assert len(owners) == 12  # 4 rows to a buffer: 3 buffer-fulls of 2 reads, twice
     assert all(owner is owners[0] for owner in owners)
     assert _src._SPARE.copy_buffer.obj is owners[0]  # given back
