@@ -249,6 +249,85 @@ def test_a_bad_range_after_tasks_started_fails_once_no_task_runs(tmp_path, files
     assert running.now == 0
 
 
+def _truncated(tmp_path):
+    """A source opened at 1,024 bytes whose file then shrank to 100: reads past 100 fail."""
+    path = tmp_path / "shrinks.bin"
+    path.write_bytes(DATA)
+    src = ByteSource(path)
+    os.truncate(path, 100)
+    return src
+
+
+def test_a_task_failing_after_the_last_is_queued_fails_with_its_error(tmp_path, files, cores,
+                                                                      monkeypatch):  # fmt: skip
+    """The error of a task still running when every task is queued is the one raised."""
+    cores(2)
+    monkeypatch.setattr(_src, "COPY_TASK_BYTES", 10)
+    a, _ = files
+    with (
+        _truncated(tmp_path) as src,
+        pytest.raises(CorruptCheckpointError, match="file truncated") as info,
+    ):
+        _copy(tmp_path, [(a, 0, 10), (a, 10, 10), (src, 200, 10)], 2)
+    assert info.value.path == src.path
+
+
+def test_a_bad_range_is_raised_before_the_error_of_a_task(tmp_path, files, cores, monkeypatch):
+    """A range found bad while a task has already failed: the bad range is the error raised
+    (found first in the ranges' order), once the failed task has ended."""
+    cores(2)
+    monkeypatch.setattr(_src, "COPY_TASK_BYTES", 10)
+    failed = threading.Event()
+    real = _src._copy_task
+
+    def spy(fd, task):
+        try:
+            return real(fd, task)
+        except CorruptCheckpointError:
+            failed.set()
+            raise
+
+    monkeypatch.setattr(_src, "_copy_task", spy)
+    a, _ = files
+    with _truncated(tmp_path) as src:
+
+        def ranges():
+            yield from [(a, 0, 10), (src, 200, 10)]
+            assert failed.wait(20)
+            yield a, len(DATA) - 2, 3  # past the end
+
+        with pytest.raises(CorruptCheckpointError, match="past the end of the file"):
+            _copy(tmp_path, ranges(), 2)
+
+
+def test_a_full_queue_takes_the_next_task_as_soon_as_one_ends(tmp_path, files, cores, monkeypatch):
+    """With 2 threads and 4 tasks queued, the first task to end makes room for the fifth: the
+    copy does not wait for all four (here three of them wait for the fifth to be queued)."""
+    cores(2)
+    monkeypatch.setattr(_src, "COPY_TASK_BYTES", 10)
+    fifth = threading.Event()
+    waited: list[bool] = []
+    real_copy, real_on_threads = _src._copy_task, _src._on_threads
+    queued: list[int] = []
+
+    def on_threads(task):
+        queued.append(task[0])
+        if len(queued) == 5:
+            fifth.set()
+        return real_on_threads(task)
+
+    def copy(fd, task):
+        if task[0] in queued[1:4]:  # the 2nd to 4th tasks: positions 13, 23, 33
+            waited.append(fifth.wait(5))
+        return real_copy(fd, task)
+
+    monkeypatch.setattr(_src, "_on_threads", on_threads)
+    monkeypatch.setattr(_src, "_copy_task", copy)
+    a, _ = files
+    assert _copy(tmp_path, [(a, 10 * i, 10) for i in range(6)], 2) == b"HDR" + DATA[:60] + b"END"
+    assert waited == [True, True, True]
+
+
 @pytest.mark.parametrize(("n", "want"), [(1, 1), (2, 2), (4, 4), (5, 4), (16, 4)])
 def test_copy_threads_are_the_cores_up_to_a_bound(cores, n, want):
     cores(n)
@@ -428,9 +507,22 @@ def test_interleaved_ranges_are_checked_before_any_row_is_copied(tmp_path, files
     path = tmp_path / "dst.bin"
     with open(path, "wb") as out:
         out.write(b"HDR")
-        with pytest.raises(CorruptCheckpointError, match="past the end of the file"):
+        with pytest.raises(CorruptCheckpointError) as info:
             _src.copy_ranges(interleaved, out)
     assert path.read_bytes() == b"HDR"
+    assert info.value.message == (
+        f"copy of 35 bytes at offset {len(OTHER) - 33} is past the end of the file "
+        f"({len(OTHER)} bytes)"
+    )
+
+
+def test_interleaved_rows_of_one_byte_are_copied_as_rows(tmp_path, files):
+    a, _ = files
+    interleaved = _src.Interleaved(((a, 5, 1), (a, 40, 0)), 9)
+    tasks = _src._row_tasks(interleaved, 3)
+    assert tasks is not None
+    assert list(tasks) == [_src._Rows(3, ((a, a.fileno(), 5, 1, 0),), 1, 0, 9)]
+    assert _copy(tmp_path, interleaved, 2) == b"HDR" + DATA[5:14] + b"END"
 
 
 def test_interleaved_rows_of_a_file_that_shrank_fail_naming_it(tmp_path):

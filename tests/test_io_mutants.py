@@ -888,7 +888,7 @@ def test_memory_source_reads_inside_and_names_itself_when_a_read_runs_past_its_e
         src.fileno()
 
 
-def test_slice_source_reads_its_window_and_names_what_ran_past_it():
+def test_slice_source_reads_its_window_and_names_what_ran_past_it(monkeypatch):
     parent = _src.MemorySource(b"0123456789", "__0_0.distcp")
     item = _src.SliceSource(parent, 2, 5, "__0_0.distcp@2")
     assert (item.path, item.size, item.read(1, 3), bytes(item.view(0, 5))) == (
@@ -913,6 +913,10 @@ def test_slice_source_reads_its_window_and_names_what_ran_past_it():
     )
     with pytest.raises(OSError, match=r"^__0_0.distcp@2 is part of a file, it has no file desc"):
         item.fileno()
+    released: list[tuple[int, int]] = []
+    monkeypatch.setattr(parent, "release_pages", lambda *at: released.append(at))
+    item.release_pages(3, 2)
+    assert released == [(5, 2)]  # the parent's bytes [base + 3, base + 5)
     item.close()
     assert parent.read(0, 2) == b"01"  # closing the slice leaves the parent open
 
