@@ -981,6 +981,36 @@ def test_release_pages_unmaps_the_range_rounded_out_to_pages(four_mib):
         assert mapped_kib(four_mib) == 4096
 
 
+@needs_smaps
+def test_release_pages_of_one_byte_unmaps_its_page_and_nothing_far_past_it(four_mib):
+    with ByteSource(four_mib) as src:
+        touch_every_page(src.view(0, src.size))
+        src.release_pages(MIB + 5, 1)
+        assert mapped_pages(four_mib, MIB, MIB + 1) == [False]
+        # the other huge page's worth stays whole (the range's own may be split, no more)
+        assert all(mapped_pages(four_mib, 2 * MIB, 4 * MIB))
+
+
+@needs_smaps
+@pytest.mark.parametrize("length", [0, -3])
+def test_release_pages_of_no_bytes_unmaps_nothing(four_mib, length):
+    with ByteSource(four_mib) as src:
+        touch_every_page(src.view(0, src.size))
+        src.release_pages(2 * MIB + 4096 + 5, length)
+        assert all(mapped_pages(four_mib, 0, 4 * MIB))
+
+
+@needs_smaps
+def test_release_pages_without_madv_dontneed_is_a_no_op(four_mib, monkeypatch):
+    import mmap
+
+    monkeypatch.delattr(mmap, "MADV_DONTNEED")
+    with ByteSource(four_mib) as src:
+        touch_every_page(src.view(0, src.size))
+        src.release_pages(0, src.size)
+        assert mapped_kib(four_mib) == 4096
+
+
 def mapped_pages(path, start: int, end: int) -> list[bool]:
     """For each page of bytes ``[start, end)`` of ``path``: is it mapped in this process
     (/proc/self/pagemap's present bit of the one mapping of ``path``)?"""
