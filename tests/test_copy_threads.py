@@ -545,6 +545,19 @@ def test_interleaved_rows_as_long_as_the_buffer_are_copied_as_rows(tmp_path, fil
     assert _copy(tmp_path, interleaved, 1) == b"HDR" + want + b"END"
 
 
+def test_range_copies_reuse_the_threads_copy_buffer(tmp_path, files, monkeypatch, preadv_calls):
+    a, b = files
+    monkeypatch.setattr(_src, "COPY_BYTES", 32)
+    monkeypatch.setattr(_src, "_SPARE", threading.local())
+    ranges = [(a, 3, 20), (b, 5, 10)]  # off their page places: read into the buffer
+    for _ in range(2):  # the next copy in this thread: the same buffer
+        assert _copy(tmp_path, ranges, 1) == b"HDR" + DATA[3:23] + OTHER[5:15] + b"END"
+    owners = [views[0].obj for views in preadv_calls]
+    assert len(owners) == 4
+    assert all(owner is owners[0] for owner in owners)
+    assert _src._SPARE.copy_buffer.obj is owners[0]  # given back
+
+
 def test_interleaved_rows_reuse_the_threads_copy_buffer(tmp_path, files, monkeypatch, preadv_calls):
     a, b = files
     monkeypatch.setattr(_src, "COPY_BYTES", 32)
