@@ -109,6 +109,25 @@ def test_only_square_weights_are_counted_as_square(run_cli, tmp_path):
     ]
 
 
+@pytest.mark.parametrize(
+    ("shapes", "warning"),
+    [
+        ({"c_attn": (8, 24)}, "1 Conv1D weight typed by name only (c_attn)"),
+        (
+            {"c_attn": (8, 24), "c_fc": (8, 32)},
+            "2 Conv1D weights typed by name only (c_attn, c_fc)",
+        ),
+    ],
+)
+def test_weights_typed_by_name_only_are_counted_in_one_line(run_cli, tmp_path, shapes, warning):
+    gpt = tmp_path / "gpt.safetensors"
+    save_file({f"h.0.{n}.weight": np.zeros(s, "<f4") for n, s in shapes.items()}, str(gpt))
+    result = run_cli("convert", gpt, tmp_path / "g.bpk", "-a", "pytorch-to-burn")
+    assert result.code == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert lines == [f"warning: {warning}: confirm with --module-type"]
+
+
 @pytest.mark.parametrize(("typed", "meant"), [("inspect", "ls"), ("info", "ls"), ("stats", "show")])
 def test_commands_other_tools_have_get_did_you_mean(run_cli, typed, meant):
     result = run_cli(typed, "x")
