@@ -107,6 +107,25 @@ def test_tasks_cut_the_output_at_every_task_end(files, monkeypatch):
     ]
 
 
+def test_tasks_ask_each_source_for_its_descriptor_once(files, monkeypatch):
+    # 65,536 ranges per GiB of a column split: one look-up per source, not per range
+    asked: list[ByteSource] = []
+    real = _src._descriptor
+
+    def spy(src: ByteSource) -> int | None:
+        asked.append(src)
+        return real(src)
+
+    monkeypatch.setattr(_src, "_descriptor", spy)
+    a, b = files
+    memory = MemorySource(b"abcdefgh", "nested")
+    ranges = [(a, 0, 4), (b, 4, 4), (memory, 0, 2), (a, 8, 4), (b, 0, 1), (memory, 3, 1)]
+    ((_, batch),) = _src._tasks(ranges, 0)  # type: ignore[misc]  # no _Rows from _tasks
+    assert asked == [a, b, memory]
+    fds = [fd for _, fd, _, _ in batch]
+    assert fds == [a.fileno(), b.fileno(), None, a.fileno(), b.fileno(), None]
+
+
 def test_tasks_check_every_range_before_it_is_copied(files):
     a, _ = files
     tasks = _src._tasks([(a, 0, 4), (a, len(DATA) - 2, 3)], 0)

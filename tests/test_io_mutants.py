@@ -363,6 +363,19 @@ def _copy_ranges(tmp_path, ranges):
     return path.read_bytes()
 
 
+def test_copy_ranges_takes_a_range_s_place_after_the_bytes_gathered_before_it(
+    tmp_path, source, monkeypatch
+):
+    # 100 bytes gathered after the 3-byte head put the next range's place at byte 103, where
+    # its source offset 103 is: the same place in the page, so the kernel copies it
+    monkeypatch.setattr(_src, "COPY_BYTES", 350)
+    fake = FakeCopyFileRange(cap=1 << 20)
+    monkeypatch.setattr(os, "copy_file_range", fake)
+    got = _copy_ranges(tmp_path, [(source, 0, 100), (source, 103, 400)])
+    assert got == b"HDR" + DATA[:100] + DATA[103:503] + b"END"
+    assert [(c[2], c[3], c[4]) for c in fake.calls] == [(400, 103, 103)]
+
+
 def test_copy_ranges_gathers_runs_of_two_files_one_read_per_file_and_buffer(
     tmp_path, source, monkeypatch
 ):
