@@ -1238,6 +1238,51 @@ def test_storage_by_value_of_an_untyped_storage(tmp_path: Path) -> None:
     assert bytes(storages_["7"].load()) == b"abc"
 
 
+UNTYPED = glob("torch.storage", "UntypedStorage")
+
+
+@pytest.mark.parametrize(
+    ("data", "message", "torch_says"),
+    [
+        (
+            counted(3, b"ab"),
+            "storage '7' ends at byte {size_plus_1} but the data has {size} bytes",
+            "it runs out of data or memory",
+        ),
+        (
+            counted(3, b"")[:5],
+            "legacy stream is truncated in its storage data",
+            "it runs out of data or memory",
+        ),
+        (
+            counted(4, b"abcd"),
+            "storage '7' has 4 elements, the pickle says 3",
+            "storage has wrong byte size",
+        ),
+    ],
+)
+def test_storage_data_torch_refuses_too_is_noted_and_refused(
+    data: bytes, message: str, torch_says: str
+) -> None:
+    """torch.load fails on these whatever weights_only says (too little data, or an element
+    count that disagrees with the pickle's): the ledger says so (the verdict is not safe), and
+    the read fails, with or without a ledger (an embedded storage has none)."""
+    blob = legacy(lpid("7", 3, stype=UNTYPED), ["7"], data)
+    message = message.format(size=len(blob), size_plus_1=len(blob) + 1)
+    ledger = Ledger()
+    with pytest.raises(CorruptCheckpointError) as info:
+        _containers.parse_legacy(_containers._Reader(blob=blob), "the stream", ledger)
+    assert info.value.message == message
+    refusal = f"{message}: torch.load refuses it with weights_only=True or False ({torch_says})"
+    assert ledger.safety.problems == (
+        Problem(refusal, Verdict.NEEDS_TRUST, "the stream", True, True),
+    )
+    assert ledger.safety.torch_refusal == refusal  # what verify reports as torch's refusal
+    with pytest.raises(CorruptCheckpointError) as info:
+        _containers.parse_legacy(_containers._Reader(blob=blob), "an embedded storage")
+    assert info.value.message == message
+
+
 def test_load_from_bytes_needs_bytes() -> None:
     # The safety judge refuses such a pickle first; the function still checks its argument.
     for value in ("abc", bytearray(b"abc"), None):
@@ -1332,6 +1377,9 @@ def test_view_reader_is_a_readable_seekable_raw_stream() -> None:
     assert buffered.read(3) == b"abc"
     assert buffered.seek(-2, io.SEEK_END) == 6
     assert buffered.read() == b"gh"
+    # back to the start, and before it (clamped at the start)
+    assert (raw.seek(0), raw.read(2)) == (0, b"ab")
+    assert (raw.seek(-5, io.SEEK_CUR), raw.read(1)) == (0, b"a")
 
 
 def test_blob_reader_bounds() -> None:
@@ -1747,6 +1795,33 @@ def test_duplicate_record_names(tmp_path: Path, second: bytes) -> None:
         assert problems == []
     else:
         assert [p.message.split(":")[0] for p in problems] == ["two readers see different pickles"]
+
+
+@pytest.mark.parametrize(
+    ("other", "same"),
+    [
+        (lambda r, size: r["a/data.pkl"], True),  # the record itself
+        (lambda r, size: r["a/x"], True),  # another record, equal bytes
+        (lambda r, size: r["a/y"], False),  # other bytes
+        # the same place but another size or method: not the same record's bytes
+        (lambda r, size: r["a/data.pkl"]._replace(file_size=r["a/data.pkl"].file_size + 1), False),
+        (lambda r, size: r["a/data.pkl"]._replace(method=8), False),
+        (lambda r, size: r["a/data.pkl"]._replace(compress_size=r["a/x"].compress_size + 1), False),
+        (lambda r, size: r["a/x"]._replace(header_offset=size - 2), False),  # unreadable
+    ],
+)
+def test_same_bytes_of_two_records(tmp_path: Path, other: Any, same: bool) -> None:
+    """Whether two directory entries (twins of one name, or two directories) give one data."""
+    path = tmp_path / "d.pt"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in (("a/data.pkl", pkl(lit(None))), ("a/x", pkl(lit(None))),
+                           ("a/y", pkl(lit(1)))):  # fmt: skip
+            zf.writestr(name, data)
+    with ByteSource(path) as source:
+        records = _zipdir.ZipRecords(source)
+        main = records.infos["a/data.pkl"]
+        view = _containers._ZipView(records, "a/", main, None)
+        assert _containers._same_bytes(view, main, other(records.infos, source.size)) is same
 
 
 def test_encrypted_storage_record(tmp_path: Path) -> None:
