@@ -83,6 +83,13 @@ def outputs(
     return items
 
 
+def refusal(record: Record, modules: Modules | None = None) -> UnsupportedError:
+    """The error :func:`outputs` of ``record`` with pytorch-to-burn refuses it with."""
+    with pytest.raises(UnsupportedError) as info:
+        outputs(record, P2B, modules=modules)
+    return info.value
+
+
 def torch_lstm(prefix: str, layers: int = 1, bias: tuple[int, ...] = (4 * H,)) -> Record:
     sd: Record = {}
     for k in range(layers):
@@ -243,12 +250,11 @@ def test_a_fused_tensor_with_too_few_rows_is_refused() -> None:
     # gate's [4:6]) is the first piece that does not fit
     sd = torch_lstm("lstm")
     sd["lstm.weight_hh_l0"] = ramp((6, H), 500)
-    with pytest.raises(UnsupportedError) as info:
-        outputs(sd, P2B)
-    assert info.value.message == (
+    error = refusal(sd)
+    assert error.message == (
         "tensor 'lstm.weight_hh_l0' has 6 rows; LSTM (names: weight_ih_l0 with 4 x 2 rows) needs 8"
     )
-    assert info.value.hint is None
+    assert error.hint is None
 
 
 # --- _burn_recurrent: what is a Burn Rnn ---------------------------------------------------------
