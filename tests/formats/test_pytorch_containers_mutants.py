@@ -33,6 +33,7 @@ from ckptctl.errors import (
     CorruptCheckpointError,
     ExitCode,
     UnknownFormatError,
+    UnsafePickleError,
     UnsupportedError,
 )
 from ckptctl.formats import open_checkpoint
@@ -43,8 +44,12 @@ from ckptctl.formats.pytorch._containers import (
     Parsed,
     read_tar,
 )
+from ckptctl.formats.pytorch._read import _is_legacy
 from ckptctl.formats.pytorch._safety import Ledger
-from ckptctl.formats.pytorch._scan import PickleTruncatedError
+from ckptctl.formats.pytorch._scan import (
+    PickleBudgetError,
+    PickleTruncatedError,
+)
 from ckptctl.formats.pytorch._unpickler import MAX_RANK, StorageRef, Stub, TensorRef
 from ckptctl.safety import Problem, Verdict
 from ckptctl.sources import ByteSource
@@ -1365,6 +1370,49 @@ def test_trailing_pickle_size_limit_inclusive(
         PLAIN_NOTE,
         Problem("unexplained trailing data", Verdict.NEEDS_TRUST, trailing_where(5), False),
     )
+
+
+def framed_magic(left: int) -> bytes:
+    """The legacy magic number as a protocol-4 pickle whose frame runs ``left`` bytes past its
+    STOP (``N``: NONE opcodes the C unpickler skips with the rest of the frame)."""
+    body = lit(_containers.LEGACY_MAGIC) + b"."
+    return b"\x80\x04\x95" + struct.pack("<Q", len(body) + left) + body + b"N" * left
+
+
+@pytest.mark.parametrize("rest", [pkl(lit(1001)), b"N"])
+def test_a_legacy_magic_past_the_sniffed_head_has_its_left_over_frame_refused(
+    tmp_path: Path, rest: bytes
+) -> None:
+    # The frame is longer than the 64 bytes sniffed for a legacy stream, so the file is read as
+    # a plain pickle; torch.load still reads on after the magic, from the frame's end.
+    data = framed_magic(80) + rest
+    with ByteSource(write(tmp_path, data, "p.pkl")) as source:
+        assert not _is_legacy(source)
+        with pytest.raises(UnsafePickleError) as info:
+            _containers.read_plain(source)
+    assert info.value.message == (
+        "unsafe pickle: frames that hide a second pickle: a frame has bytes left after the "
+        "pickle's STOP, so the C unpickler torch.load(weights_only=False) uses skips the rest "
+        "of the frame and reads different opcodes than the ones judged here in the pickle"
+    )
+
+
+def test_a_legacy_magic_whose_frame_ends_the_file_hides_nothing(tmp_path: Path) -> None:
+    parsed = read_plain_bytes(tmp_path, framed_magic(80))
+    assert parsed.root == _containers.LEGACY_MAGIC
+    assert parsed.ledger.safety.verdict is Verdict.NEEDS_TRUST
+
+
+def test_a_plain_pickle_may_spend_by_its_file_size_not_by_the_bytes_read(
+    tmp_path: Path,
+) -> None:
+    # 150,000 empty dicts (240 bytes of work each: 36 MB) fit the budget of a 350 kB file, not
+    # the 32 MiB floor a 256 KiB read alone would give.
+    body = b"(" + b"}" * 150_000 + b"l"
+    padded = read_plain_bytes(tmp_path, pkl(body) + b"\0" * 200_000)
+    assert padded.root == [{}] * 150_000
+    with pytest.raises(PickleBudgetError):
+        read_plain_bytes(tmp_path, pkl(body))
 
 
 # --- byte access helpers ----------------------------------------------------------------------
