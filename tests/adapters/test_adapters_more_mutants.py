@@ -110,6 +110,29 @@ def test_parse_module_rules_numbers_each_rule() -> None:
     assert info.value.message.startswith("module rule #2 '(=Linear': invalid pattern '(': ")
 
 
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        # the pattern's own parentheses are not the type's call: the call opens at the last "("
+        (r"(enc|dec)\.lstm=LSTM(num_layers=2)", (r"(enc|dec)\.lstm", "LSTM", {"num_layers": 2})),
+        # blanks after the call's ")" still end a call
+        ("fc=Linear(variant=Base)  ", ("fc", "Linear", {"variant": "Base"})),
+    ],
+)
+def test_parse_module_rules_splits_before_the_types_call(
+    text: str, want: tuple[str, str, dict[str, object]]
+) -> None:
+    (rule,) = parse_module_rules([text])
+    assert (rule.pattern, rule.module_type, dict(rule.options)) == want
+
+
+def test_a_module_rule_that_is_all_call_is_not_regex_type() -> None:
+    # the only "(" opens the text: no REGEX= comes before the type
+    with pytest.raises(SelectionError) as info:
+        parse_module_rules(["(fc=Linear)"])
+    assert info.value.message == "module rule #1 '(fc=Linear)' is not REGEX=Type"
+
+
 def test_top_level_norm_parameter_found_in_the_target() -> None:
     # a tensor with no module prefix: the target's norm name is "gamma", not ".gamma"
     target = {"gamma": (DType.F32, (4,))}
@@ -176,3 +199,20 @@ def test_pipeline_plans_every_entry_after_a_dropped_one() -> None:
         PlanItem("c.x", third, ()),
     ]
     assert warnings == []
+
+
+@pytest.mark.parametrize(
+    "adapters",
+    [("rope-interleaved:2", "burn-to-pytorch"), ("burn-to-pytorch", "rope-interleaved:2")],
+)
+def test_pipeline_tells_rope_the_layout_at_its_place(adapters: tuple[str, ...]) -> None:
+    # Burn's [in, out] wq: 6 inputs, 2 heads of 4 output features. Before burn-to-pytorch the
+    # features are its columns, after it the rows: either order gives torch's [out, in] weight
+    # with each head's half-split pairs (i, i + 2) interleaved: features 0, 2, 1, 3 per head.
+    burn = entry("layers.0.attention.wq.weight", (6, 8))
+    options = PipelineOptions(adapters=adapters, module_types=("wq=Linear",))
+    (item,), _ = run_pipeline([burn], options)
+    assert item.entry is not None
+    assert item.entry.shape == (8, 6)
+    want = np.arange(48, dtype=np.float32).reshape(6, 8).T[[0, 2, 1, 3, 4, 6, 5, 7]]
+    assert item.entry.load().tobytes() == np.ascontiguousarray(want).tobytes()

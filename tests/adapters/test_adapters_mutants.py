@@ -153,6 +153,12 @@ def test_parse_adapter_names_and_errors() -> None:
     )
 
 
+def test_parse_adapter_suggests_nothing_when_no_name_is_close() -> None:
+    with pytest.raises(SelectionError) as info:
+        parse_adapter("zzz")
+    assert info.value.message == "unknown adapter 'zzz'"
+
+
 # --- Select (select.py) -----------------------------------------------------------------------
 
 

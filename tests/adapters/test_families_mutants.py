@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ckptctl.adapters._base import ActionKind
-from ckptctl.adapters.families import _EXCLUDE, TO_BURN, restructure
+from ckptctl.adapters.families import _EXCLUDE, TO_BURN, contiguous_names, restructure
 from ckptctl.adapters.modules import parse_module_rules
 from ckptctl.errors import UnsupportedError
 from ckptctl.fix import Note
@@ -119,6 +119,16 @@ def test_an_in_proj_weight_of_another_shape_is_refused(shape: tuple[int, ...], s
     )
 
 
+def test_an_attentions_extra_tensor_is_refused_with_the_exclude_hint() -> None:
+    # torch's bias_k (add_bias_kv=True): Burn's MultiheadAttention has no such parameter
+    with pytest.raises(UnsupportedError) as info:
+        restructure([*mha("a"), f32("a.bias_k", 1, 1, D)], TO_BURN)
+    assert str(info.value) == (
+        "tensor 'a.bias_k' of MultiheadAttention 'a' has no Burn counterpart (pytorch-to-burn)"
+    )
+    assert info.value.hint is _EXCLUDE
+
+
 @pytest.mark.parametrize(
     ("count", "shown"),
     [
@@ -158,6 +168,13 @@ def test_gapped_indices_are_renumbered_with_an_action_saying_why() -> None:
     assert got["fc.1.weight"].sources == ("fc.2.weight",)
     assert not got["fc.0.weight"].actions
     assert not got["head.weight"].actions
+
+
+def test_the_largest_usize_is_an_index_and_one_more_is_a_name() -> None:
+    # Burn parses each segment with `part.parse::<usize>()` (keyremapper.rs): 2**64 - 1 is an
+    # index (the only one after "a": renumbered 0), 2**64 does not parse and stays as it is
+    names = ["a.18446744073709551615.w", "a.18446744073709551616.w", "b.+7.w"]
+    assert contiguous_names(names) == {"a.18446744073709551615.w": "a.0.w", "b.+7.w": "b.0.w"}
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,8 @@ Pinned here, each worked out from the code and the tables in ``families``' docst
   layers of the file, and becomes that layer's evidence; a ``num_layers`` declaration decides
   whether ``Vec`` indices are one stack or separate layers; a rule of the other Transformer
   type, or one the file contradicts, is refused with its whole message;
+* a tensor under a recognised layer's prefix that none of its slots takes is refused, with the
+  hint to leave the layer out;
 * through ``run_pipeline``: the PyTorch tensors of a decoder layer (post-norm, with its
   warning, and pre-norm from a rule) and of a pre-norm encoder layer, and of a ``Vec`` of Burn
   Rnns, with names, actions, reasons and bytes.
@@ -32,10 +34,10 @@ import numpy as np
 import pytest
 
 from ckptctl.adapters import Action, ActionKind
-from ckptctl.adapters.families import Layer, _burn_layers
+from ckptctl.adapters.families import _EXCLUDE, Layer, _burn_layers, restructure
 from ckptctl.adapters.modules import parse_module_rules
 from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
-from ckptctl.errors import SelectionError
+from ckptctl.errors import SelectionError, UnsupportedError
 from ckptctl.fix import Note, Option
 from ckptctl.model import TensorEntry
 from tests.adapters._plans import RNN_PARTS, Want, assert_plan
@@ -243,6 +245,16 @@ def test_an_attention_rule_reaches_only_that_attentions_tensors() -> None:
               r"module rule #2 '^attn\.=MultiheadAttention'"),
         Layer("RNN", "rnn", "rnn", facts(), r"module rule #1 '^rnn\.=RNN'"),
     ]  # fmt: skip
+
+
+def test_a_tensor_beside_an_attentions_linears_is_refused_with_the_exclude_hint() -> None:
+    record = attention("attn", 0) | {"attn.scale": ramp((D,), 100)}
+    with pytest.raises(UnsupportedError) as info:
+        restructure(entries(record), B2P)
+    assert str(info.value) == (
+        "tensor 'attn.scale' of MultiheadAttention 'attn' has no Burn counterpart (burn-to-pytorch)"
+    )
+    assert info.value.hint is _EXCLUDE
 
 
 # --- run_pipeline: the PyTorch tensors of a Burn Transformer layer ------------------------------

@@ -10,7 +10,8 @@ Pinned here, each worked out from the code and its docstrings:
 * ``families.slots_of`` for a recurrent layer with no ``num_layers`` fact (one layer);
 * ``rename._groups_text``: the hint naming a pattern's groups, compared whole;
 * ``rope.RopePermute.apply``: which tensors it leaves alone, the output-feature axis of a Burn
-  ``[in, out]`` weight, the exact action, and the hint of a bad head count.
+  ``[in, out]`` weight, the exact action, and the hint of a bad head count;
+* ``rope.needs_interleaving``: an adapter is a RoPE one by its name before the first ``:``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ckptctl.adapters._rows import row_slice
 from ckptctl.adapters.families import Layer, Slot, slots_of
 from ckptctl.adapters.modules import Decision, ModuleRule, parse_type_call
 from ckptctl.adapters.rename import check_replacement, compile_pattern
-from ckptctl.adapters.rope import RopePermute
+from ckptctl.adapters.rope import RopePermute, needs_interleaving
 from ckptctl.errors import SelectionError
 from ckptctl.model import TensorData
 from tests.strategies import array_entry
@@ -253,3 +254,14 @@ def test_rope_bad_head_count_hint_names_the_adapter() -> None:
         "even size"
     )
     assert info.value.hint == "check the head counts of rope-half-split:4,2"
+
+
+@pytest.mark.parametrize(
+    "spec", ["rope-interleaved", " ROPE-Half-Split:4 ", "rope-interleaved:32,8"]
+)
+def test_needs_interleaving_knows_a_rope_adapter_by_its_name(spec: str) -> None:
+    # the name is what comes before the first ":", as parse_adapter reads it (a spec without
+    # head counts names the RoPE adapter too: parse_adapter refuses it for the missing count)
+    moved = [("model.layers.0.self_attn.q_proj.weight", "layers.0.attention.wq.weight")]
+    assert needs_interleaving(moved, ("pytorch-to-burn",)) == moved
+    assert needs_interleaving(moved, ("pytorch-to-burn", spec)) == []
