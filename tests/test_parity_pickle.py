@@ -25,6 +25,7 @@ from ckptctl.formats.pytorch import _safety
 from ckptctl.formats.pytorch._safety import assess_pickle, assess_stream
 from ckptctl.safety import Verdict
 from tests.conftest import HOSTILE, load_module
+from tests.formats.test_pytorch_reader import frame
 
 PARITY = HOSTILE / "parity_pickle"
 MANIFEST: dict[str, dict[str, Any]] = json.loads((PARITY / "manifest.json").read_text())
@@ -142,10 +143,6 @@ def test_build_rules_follow_the_weights_only_table():
 
 
 # --- frames: the C unpickler over a BytesIO skips what is left of a frame -----------------------
-
-
-def frame(length: int) -> bytes:
-    return b"\x95" + struct.pack("<Q", length)
 
 
 def frame_verdicts(data: bytes) -> list[str]:

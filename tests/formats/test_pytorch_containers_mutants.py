@@ -46,16 +46,14 @@ from ckptctl.formats.pytorch._containers import (
 )
 from ckptctl.formats.pytorch._read import _is_legacy
 from ckptctl.formats.pytorch._safety import Ledger
-from ckptctl.formats.pytorch._scan import (
-    PickleBudgetError,
-    PickleTruncatedError,
-)
+from ckptctl.formats.pytorch._scan import PickleBudgetError, PickleTruncatedError
 from ckptctl.formats.pytorch._unpickler import MAX_RANK, StorageRef, Stub, TensorRef
 from ckptctl.safety import Problem, Verdict
 from ckptctl.sources import ByteSource
 from tests.formats.test_pytorch_reader import (
     _zip_with_last_record,
     f32,
+    frame,
     glob,
     lit,
     pkl,
@@ -1376,7 +1374,7 @@ def framed_magic(left: int) -> bytes:
     """The legacy magic number as a protocol-4 pickle whose frame runs ``left`` bytes past its
     STOP (``N``: NONE opcodes the C unpickler skips with the rest of the frame)."""
     body = lit(_containers.LEGACY_MAGIC) + b"."
-    return b"\x80\x04\x95" + struct.pack("<Q", len(body) + left) + body + b"N" * left
+    return b"\x80\x04" + frame(len(body) + left) + body + b"N" * left
 
 
 @pytest.mark.parametrize("rest", [pkl(lit(1001)), b"N"])

@@ -104,6 +104,11 @@ def pkl(body: bytes) -> bytes:
     return b"\x80\x02" + body + b"."
 
 
+def frame(length: int) -> bytes:
+    """A protocol-4 FRAME opcode announcing ``length`` bytes."""
+    return b"\x95" + struct.pack("<Q", length)
+
+
 def write_zip(
     path: Path,
     data_pkl: bytes,
