@@ -478,10 +478,14 @@ def micro(size_mib: int, runs: int) -> list[dict[str, object]]:
 
 
 def copies(size_mib: int, runs: int) -> list[dict[str, object]]:
-    """In-process: copying a file's bytes to another place in a new file, four ways.
+    """In-process: copying a file's bytes to another place in a new file, several ways.
 
     ``copy_range`` chooses between the first two (page-congruent offsets keep
-    ``copy_file_range``) and the last (any other offsets, e.g. safetensors -> burnpack).
+    ``copy_file_range``) and a buffer (any other offsets, e.g. safetensors -> burnpack);
+    ``sources.copy_ranges`` as ckptctl runs it (256 KiB buffer, the copy threads). The last
+    two bound any copy from below (issue 26): writing 1 GiB from a buffer already in the
+    cache (no read at all), and one copy straight into a memory-mapped output on two threads
+    (the page cache to the page cache, no buffer and no per-file write lock).
     """
     src = _st_input(size_mib)
     warm(src)
@@ -496,10 +500,25 @@ def copies(size_mib: int, runs: int) -> list[dict[str, object]]:
         dst.unlink(missing_ok=True)
         os.sync()
 
+    def copy_ranges() -> None:
+        from ckptctl.sources import ByteSource
+        from ckptctl.sources.local import copy_ranges
+
+        with ByteSource(src) as source, open(dst, "wb") as fout:
+            fout.seek(248)
+            copy_ranges([(source, 0, size)], fout)
+
     ways = {
         "copy_file_range, page-congruent": lambda: copy(0, kernel=True),
         "copy_file_range, 248 bytes off": lambda: copy(248, kernel=True),
         "preadv + pwrite, one 8 MiB buffer, 248 bytes off": lambda: copy(248, kernel=False),
+        "ckptctl copy_ranges, 248 bytes off": copy_ranges,
+        "pwrite of one 256 KiB buffer, nothing read (the write alone)": lambda: _write_only(
+            dst, size
+        ),
+        "preadv into a mapped output, 2 threads, 248 bytes off": lambda: _mapped_copy(
+            src, dst, 248, size
+        ),
     }
     results = []
     for name, way in ways.items():
@@ -508,6 +527,51 @@ def copies(size_mib: int, runs: int) -> list[dict[str, object]]:
                         "best_s": min(times)})  # fmt: skip
     dst.unlink(missing_ok=True)
     return results
+
+
+def _write_only(dst: Path, size: int) -> None:
+    """``size`` bytes written from one 256 KiB buffer that stays in the cache."""
+    buffer = memoryview(bytearray(256 << 10))
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for at in range(0, size, len(buffer)):
+            os.pwrite(fd, buffer[: min(len(buffer), size - at)], at)
+    finally:
+        os.close(fd)
+
+
+def _mapped_copy(src: Path, dst: Path, gap: int, size: int, threads: int = 2) -> None:
+    """``size`` bytes of ``src`` read with ``preadv`` straight into 8 MiB windows of a shared
+    memory map of ``dst`` at ``gap``: one copy, each thread its half."""
+    import mmap
+    import threading
+
+    window = 8 << 20
+    fd_in = os.open(src, os.O_RDONLY)
+    fd_out = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def half(first: int, stop: int) -> None:
+        for at in range(first, stop, window):
+            n = min(window, stop - at)
+            place = gap + at
+            page = place - place % mmap.PAGESIZE
+            with mmap.mmap(fd_out, place + n - page, offset=page) as out:
+                view = memoryview(out)
+                os.preadv(fd_in, [view[place - page : place - page + n]], at)
+                view.release()
+
+    try:
+        os.ftruncate(fd_out, gap + size)
+        step = -(-size // threads // window) * window
+        workers = [threading.Thread(target=half, args=(k, min(k + step, size)))
+                   for k in range(0, size, step)]  # fmt: skip
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    finally:
+        os.close(fd_in)
+        os.close(fd_out)
 
 
 def measure(case: Case, size_mib: int, runs: int) -> dict[str, object]:
