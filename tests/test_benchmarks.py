@@ -41,6 +41,9 @@ def test_bench_smoke(tmp_path):
         "copy_file_range, page-congruent",
         "copy_file_range, 248 bytes off",
         "preadv + pwrite, one 8 MiB buffer, 248 bytes off",
+        "ckptctl copy_ranges, 248 bytes off",
+        "pwrite of one 256 KiB buffer, nothing read (the write alone)",
+        "preadv into a mapped output, 2 threads, 248 bytes off",
     ]
     assert all(0 < c["best_s"] <= c["median_s"] for c in report["copies"])
     cases = [r["case"] for r in report["results"]]
@@ -70,6 +73,19 @@ def test_floor_copy_puts_every_tensor_at_its_aligned_offset(tmp_path):
         assert data[pos : pos + end - start] == raw[8 + length + start : 8 + length + end]
         pos = (pos + end - start + 255) // 256 * 256
     assert len(data) == pos  # pre-sized to the aligned end
+
+
+def test_mapped_copy_puts_the_bytes_at_the_gap_on_every_thread(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    bench = importlib.import_module("bench")
+    src, dst = tmp_path / "src.bin", tmp_path / "dst.bin"
+    data = os.urandom(3 * (8 << 20) + 12345)  # windows of 8 MiB, a last partial one
+    src.write_bytes(data)
+    for threads in (1, 2, 3):
+        bench._mapped_copy(src, dst, 248, len(data), threads)
+        assert dst.read_bytes() == bytes(248) + data, threads
+    bench._write_only(dst, 1000)
+    assert dst.stat().st_size == 1000
 
 
 def test_floor_pt_times_every_part(monkeypatch):
