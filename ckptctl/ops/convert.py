@@ -596,7 +596,9 @@ def read_rules_file(path: str) -> list[tuple[str, str]]:
         try:
             parse_rules([rule.strip()])
         except SelectionError as exc:
-            raise SelectionError(f"line {number}: {exc.message}", path=path) from None
+            raise SelectionError(
+                f"line {number}: {exc.message}", path=path, hint=exc.hint
+            ) from None
         out.append((rule.strip(), comment.strip()))
     return out
 
@@ -647,9 +649,26 @@ def _split_rule(text: str) -> tuple[str, str]:
     return rule.pattern, rule.replacement
 
 
+#: The most ``#`` a Rust raw string literal may be delimited by (the Rust reference).
+RUST_RAW_HASHES = 255
+
+
 def _rust(text: str) -> str:
-    hashes = "#" * next(n for n in range(1, 8) if '"' + "#" * n not in text)
-    return f'r{hashes}"{text}"{hashes}'
+    """``text`` as a Rust string literal: raw (``r#"..."#``), with one ``#`` more than the
+    longest run of ``#`` after a quote in it (a raw string ends at its first quote followed
+    by as many ``#`` as it began with); where that would exceed Rust's limit, an ordinary
+    literal with backslash escapes."""
+    import re
+
+    longest = max((len(run) for run in re.findall(r'"(#*)', text)), default=0)
+    if longest < RUST_RAW_HASHES:
+        hashes = "#" * (longest + 1)
+        return f'r{hashes}"{text}"{hashes}'
+    escaped = "".join(
+        f"\\u{{{ord(c):x}}}" if not c.isprintable() else "\\" + c if c in '"\\' else c
+        for c in text
+    )
+    return f'"{escaped}"'
 
 
 #: Metadata key naming the aliases ``dedupe_tied`` left out (kept name -> dropped names).
