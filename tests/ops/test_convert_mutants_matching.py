@@ -32,6 +32,7 @@ def square(k: int) -> np.ndarray:
 
 
 def ties_of(report) -> list[str]:
+    """The ``NAME=SOURCE`` values of the ``ties`` a report suggests, in order."""
     return [f.value for f in report.fixes if f.name == "ties"]
 
 
