@@ -664,11 +664,8 @@ def _rust(text: str) -> str:
     if longest < RUST_RAW_HASHES:
         hashes = "#" * (longest + 1)
         return f'r{hashes}"{text}"{hashes}'
-    escaped = "".join(
-        f"\\u{{{ord(c):x}}}" if not c.isprintable() else "\\" + c if c in '"\\' else c
-        for c in text
-    )
-    return f'"{escaped}"'
+    escaped = (f"\\u{{{ord(c):x}}}" if not c.isprintable() else c for c in text)
+    return '"' + "".join("\\" + c if c in '"\\' else c for c in escaped) + '"'
 
 
 #: Metadata key naming the aliases ``dedupe_tied`` left out (kept name -> dropped names).
