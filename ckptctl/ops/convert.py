@@ -664,8 +664,13 @@ def _rust(text: str) -> str:
     if longest < RUST_RAW_HASHES:
         hashes = "#" * (longest + 1)
         return f'r{hashes}"{text}"{hashes}'
-    escaped = (f"\\u{{{ord(c):x}}}" if not c.isprintable() else c for c in text)
-    return '"' + "".join("\\" + c if c in '"\\' else c for c in escaped) + '"'
+
+    def escape(c: str) -> str:
+        if c in '"\\':
+            return "\\" + c
+        return c if c.isprintable() else f"\\u{{{ord(c):x}}}"
+
+    return '"' + "".join(map(escape, text)) + '"'
 
 
 #: Metadata key naming the aliases ``dedupe_tied`` left out (kept name -> dropped names).
