@@ -24,6 +24,7 @@ from ckptctl.ops.convert import ConvertOptions, convert
 from tests.conftest import VALID
 from tests.formats.test_deepspeed import truth
 from tests.ops.test_convert_mutants import _sharded_source, st, warnings_of
+from tests.ops.test_convert_mutants_notes import rope_warning
 from tests.strategies import array_entry
 
 if TYPE_CHECKING:
@@ -61,10 +62,7 @@ def test_the_state_key_warning_comes_before_the_other_warnings(tmp_path: Path) -
     report = convert(src, tmp_path / "o.safetensors", opts)
     assert warnings_of(report) == [
         "1 of 2 tensors is outside state_key='model' and not written (optimizer.step)",
-        "1 q/k projections go from Hugging Face's q_proj/k_proj to wq/wk: Hugging Face stores "
-        "them in the half-split RoPE layout, Meta's Llama and llama-burn in the interleaved "
-        "one; add adapters='rope-interleaved:HEADS,KV_HEADS' with the model's "
-        "num_attention_heads and num_key_value_heads (its config.json)",
+        rope_warning(1),
     ]
 
 

@@ -46,16 +46,21 @@ TO_META = (
 )
 
 
+def rope_warning(count: int) -> str:
+    """The warning of ``count`` q/k projections moved onto wq/wk without a RoPE adapter."""
+    return (
+        f"{count} q/k projections go from Hugging Face's q_proj/k_proj to wq/wk: Hugging Face "
+        "stores them in the half-split RoPE layout, Meta's Llama and llama-burn in the "
+        "interleaved one; add adapters='rope-interleaved:HEADS,KV_HEADS' with the model's "
+        "num_attention_heads and num_key_value_heads (its config.json)"
+    )
+
+
 def test_without_a_target_q_and_k_onto_wq_wk_warn_naming_the_rope_adapter(tmp_path: Path) -> None:
     src = write(tmp_path / "s.safetensors", HF_QK)
     report = convert(src, tmp_path / "o.safetensors", ConvertOptions(remap=TO_META))
     assert report.written
-    assert warnings_of(report) == [
-        "2 q/k projections go from Hugging Face's q_proj/k_proj to wq/wk: Hugging Face stores "
-        "them in the half-split RoPE layout, Meta's Llama and llama-burn in the interleaved "
-        "one; add adapters='rope-interleaved:HEADS,KV_HEADS' with the model's "
-        "num_attention_heads and num_key_value_heads (its config.json)"
-    ]
+    assert warnings_of(report) == [rope_warning(2)]
 
 
 def test_the_cli_spells_the_rope_adapter_as_its_flag(run_cli, tmp_path: Path) -> None:
