@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import REPO
 
-# Under mutation testing (benchmarks/mutation.py) the source files hold every mutant of a unit,
+# Under mutation testing (mutmut) the source files hold every mutant of a unit,
 # 10-100 times their lines, so parsing them takes 15 s a test, and no mutant changes an import
 # (mutmut mutates expressions in function bodies): these tests cannot kill one.
 pytestmark = pytest.mark.skipif(

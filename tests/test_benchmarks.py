@@ -108,7 +108,7 @@ def test_floor_pt_times_every_part(monkeypatch):
 
 def _child_env(**extra: str) -> dict[str, str]:
     """This environment for a child that imports ckptctl from the tree, never under a mutant:
-    mutmut's trampolines (benchmarks/mutation.py) work only inside mutmut's own processes."""
+    mutmut's trampolines work only inside mutmut's own processes."""
     env = {k: v for k, v in os.environ.items() if k != "MUTANT_UNDER_TEST"}
     return env | extra
 

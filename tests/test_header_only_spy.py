@@ -88,7 +88,7 @@ def test_a_clean_listing_passes(listing_file):
 
 def test_spy_knows_every_byte_source_member():
     """A new way to get at bytes must be taught to the spy before the contract can trust it."""
-    # "xǁByteSourceǁ..." are mutmut's copies of the methods (benchmarks/mutation.py)
+    # "xǁByteSourceǁ..." are mutmut's copies of the methods
     public = {name for name in vars(ByteSource) if not name.startswith(("_", "xǁ"))}
     assert public == set(BYTE_SOURCE_MEMBERS), (
         "ByteSource changed: describe (and spy on) its members in tests/contract.py "
