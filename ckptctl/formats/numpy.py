@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ckptctl.dtypes import DType
 from ckptctl.errors import (
+    CkptError,
     CorruptCheckpointError,
     TruncatedError,
     UnsafePickleError,
@@ -239,13 +240,17 @@ def _checked_data(source: ByteSource, start: int, array: _Array, end: int, where
     """The data's byte count, refusing an array that runs past ``end``."""
     count = _numel(array.shape) * array.dtype.itemsize
     if start + count > end:
-        raise TruncatedError(
-            f"{where}: the array's {count} bytes end at byte {start + count} but only "
-            f"{end - start} follow the header",
-            path=source.path,
-            hint=_TRUNCATED_HINT,
-        )
+        raise _short(source, start, count, end, where)
     return count
+
+
+def _short(source: ByteSource, start: int, count: int, end: int, where: str) -> TruncatedError:
+    return TruncatedError(
+        f"{where}: the array's {count} bytes end at byte {start + count} but only "
+        f"{end - start} follow the header",
+        path=source.path,
+        hint=_TRUNCATED_HINT,
+    )
 
 
 def _npy_name(path: str) -> str:
@@ -328,7 +333,10 @@ def _record_head(records: ZipRecords, info: ZipRecord, cap: int = MAX_PICKLE_BYT
 
 
 def _inflated(records: ZipRecords, info: ZipRecord, start: int, nbytes: int) -> memoryview:
-    data = records.decompress(info, info.file_size)
+    try:
+        data = records.decompress(info, info.file_size)
+    except CkptError as exc:
+        raise exc.with_path(records.source.path) from None
     return memoryview(data)[start : start + nbytes]
 
 
@@ -384,15 +392,21 @@ def layout_numpy(source: ByteSource) -> HeaderLayout:
     if source.read(0, min(source.size, len(NPY_MAGIC))) == NPY_MAGIC:
         name = _npy_name(source.path)
         array = _stored_header(source, 0, source.size, "the array")
-        count = min(_numel(array.shape) * array.dtype.itemsize, source.size - array.header_end)
+        declared = _numel(array.shape) * array.dtype.itemsize
+        count = min(declared, source.size - array.header_end)
         regions = tile_regions(_npy_regions(array, 0, count, name), source.size)
-        return HeaderLayout(
+        layout = HeaderLayout(
             "npy",
             source.size,
             _header_json(array),
             tuple(regions),
             {"data_start": array.header_end, "tensor_bytes": count},
         )
+        if count < declared:
+            error = _short(source, array.header_end, declared, source.size, "the array")
+            error.layout = layout
+            raise error
+        return layout
     return _npz_layout(source)
 
 
