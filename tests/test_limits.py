@@ -27,7 +27,8 @@ from tests.conftest import load_module, run_measured, time_bound
 from tests.contract import exercise
 
 LIMITS = Path(__file__).resolve().parents[1] / "fixtures" / "hostile" / "limits"
-FILES = sorted(p for p in LIMITS.iterdir() if p.suffix in (".safetensors", ".bpk", ".pkl", ".pt"))
+SUFFIXES = (".safetensors", ".bpk", ".pkl", ".pt", ".npy", ".npz")
+FILES = sorted(p for p in LIMITS.iterdir() if p.suffix in SUFFIXES)
 MAX_SECONDS = time_bound(5.0)
 MAX_BYTES = 256 << 20
 #: Files a reader may open cleanly (their declared sizes are consistent and tiny).
@@ -159,6 +160,18 @@ EXPECTED: dict[str, dict[str, tuple[int, str]]] = {
             ("appends", 0, "pickle: safe", "the file holds no tensors"),
             ("stack_globals", 3, "unsafe pickle: global '.' in data.pkl", "unsafe: globals ."),
         )
+    },
+    "npz_declared_huge.npz": {
+        "ls": (0, "1,073,741,760 parameters"),
+        "verify": (0, "1 passed"),
+        "verify --no-nan": (1, "1100:1"),
+        "convert --max-output-size 8GB": (3, "1100:1"),
+        "convert": (4, "--max-output-size"),
+        "diff": (4, "--max-compare-size"),
+    },
+    "npy_shape_huge.npy": {
+        cmd: (1 if cmd.startswith("verify") else 3, "bytes end at byte")
+        for cmd in ("ls", "header", "verify", "convert", "diff")
     },
     "pt_many_deflated_storages.pt": {
         "ls": (0, "6000 storage record(s) are compressed"),

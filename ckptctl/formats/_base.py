@@ -9,7 +9,7 @@ from typing import IO, TYPE_CHECKING
 
 from ckptctl._io import libc_function, start_writeback
 from ckptctl.errors import CorruptCheckpointError
-from ckptctl.model import HeaderLayout
+from ckptctl.model import HeaderLayout, Region, RegionKind
 from ckptctl.sources import CHUNK_BYTES, copy_range, copy_ranges
 
 if TYPE_CHECKING:
@@ -51,6 +51,35 @@ class FormatSpec:
     layout: LayoutFn | None = None
     write: WriteFn | None = None
     weak_sniff: bool = False
+
+
+def tile_regions(regions: list[Region], size: int) -> list[Region]:
+    """Sort regions, refuse overlaps, and fill gaps with ``other`` so they tile ``[0, size)``.
+
+    Raises:
+        CorruptCheckpointError: two regions overlap, or one runs past ``size``.
+    """
+    out: list[Region] = []
+    pos = 0
+    for region in sorted(regions, key=lambda r: (r.start, r.end)):
+        if region.start < pos or region.end > size or region.end < region.start:
+            raise CorruptCheckpointError(
+                f"structures overlap or run past the end of the file at byte {region.start}",
+                hint="the file is damaged or crafted",
+            )
+        if region.start > pos:
+            out.append(Region(RegionKind.OTHER, pos, region.start, note=_gap_note(out)))
+        out.append(region)
+        pos = region.end
+    if pos < size:
+        out.append(Region(RegionKind.OTHER, pos, size, note=_gap_note(out)))
+    return out
+
+
+def _gap_note(before: list[Region]) -> str:
+    if not before:
+        return "bytes before the container (not part of it)"
+    return "bytes no structure of the container accounts for"
 
 
 def has_fileno(out: IO[bytes]) -> bool:

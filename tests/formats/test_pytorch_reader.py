@@ -557,7 +557,12 @@ def test_zip_prefix_rules(tmp_path: Path) -> None:
         zf.writestr("b/data.pkl", pkl(b"}"))
     with pytest.raises(CorruptCheckpointError, match="several checkpoints"):
         open_checkpoint(path)
-    with zipfile.ZipFile(path, "w") as zf:
+    with zipfile.ZipFile(path, "w") as zf:  # an .npz (NumPy's reader says what is wrong)
+        zf.writestr("x.npy", b"\x93NUMPY")
+    with pytest.raises(InputError, match=r"\.npy"):
+        open_checkpoint(path)
+    with zipfile.ZipFile(path, "w") as zf:  # .npy records after another: not an .npz either
+        zf.writestr("notes.txt", b"")
         zf.writestr("x.npy", b"\x93NUMPY")
     with pytest.raises(InputError, match="npz"):
         open_checkpoint(path)

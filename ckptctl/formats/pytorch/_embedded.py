@@ -35,7 +35,7 @@ from ckptctl.safety import PickleSafety, Problem, Verdict
 if TYPE_CHECKING:
     from ckptctl.sources import ByteSource
 
-__all__ = ["embedded_pickles"]
+__all__ = ["embedded_pickles", "judge_npy"]
 
 NPY_MAGIC = b"\x93NUMPY"
 #: Longest ``.npy`` header parsed (numpy's own ``_MAX_HEADER_SIZE`` default is 10,000).
@@ -57,7 +57,7 @@ def embedded_pickles(source: ByteSource) -> PickleSafety | None:
     head = source.read(0, min(source.size, _HEAD_BYTES))
     try:
         if head.startswith(NPY_MAGIC):
-            return _npy(source.read(0, min(source.size, MAX_EMBEDDED_BYTES)), "the array data")
+            return judge_npy(source.read(0, min(source.size, MAX_EMBEDDED_BYTES)), "the array data")
         if head.startswith(b"PK"):
             return _zip(source)
     except CkptError:
@@ -65,7 +65,7 @@ def embedded_pickles(source: ByteSource) -> PickleSafety | None:
     return None
 
 
-def _npy(data: bytes, where: str) -> PickleSafety | None:
+def judge_npy(data: bytes, where: str) -> PickleSafety | None:
     """The verdict of a ``.npy`` file's pickle, None when its dtype holds no objects."""
     if len(data) < 10:
         return None
@@ -129,7 +129,7 @@ def _zip(source: ByteSource) -> PickleSafety | None:
             data = records.read(info, MAX_EMBEDDED_BYTES)
         except CkptError:
             continue
-        judged = _npy(data, info.name) if data.startswith(NPY_MAGIC) else None
+        judged = judge_npy(data, info.name) if data.startswith(NPY_MAGIC) else None
         if judged is None and _is_pickle(data):
             judged = assess_pickle(data, info.name)
         if judged is not None:

@@ -23,6 +23,7 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from ckptctl.errors import CorruptCheckpointError
+from ckptctl.formats._base import tile_regions
 from ckptctl.formats.pytorch._scan import PickleTruncatedError, scan_pickle
 from ckptctl.formats.pytorch._unpickler import MAX_PICKLE_BYTES
 from ckptctl.model import HeaderLayout, Region, RegionKind
@@ -126,7 +127,7 @@ def layout_pytorch(source: ByteSource) -> HeaderLayout:
     else:
         header, regions = _plain_layout(source)
     header = {"format": parsed.format, **header, "pickle_verdict": parsed.ledger.safety.describe()}
-    tiled = _tile(regions, source.size)
+    tiled = tile_regions(regions, source.size)
     tensor_bytes = sum(r.size for r in tiled if r.kind == "tensor")
     facts = {
         "container": header["container"],
@@ -135,31 +136,6 @@ def layout_pytorch(source: ByteSource) -> HeaderLayout:
         "storages": len(parsed.storages),
     }
     return HeaderLayout(parsed.format, source.size, header, tuple(tiled), facts)
-
-
-def _tile(regions: list[Region], size: int) -> list[Region]:
-    """Sort regions, refuse overlaps, and fill gaps with ``other`` so they tile ``[0, size)``."""
-    out: list[Region] = []
-    pos = 0
-    for region in sorted(regions, key=lambda r: (r.start, r.end)):
-        if region.start < pos or region.end > size or region.end < region.start:
-            raise CorruptCheckpointError(
-                f"structures overlap or run past the end of the file at byte {region.start}",
-                hint="the file is damaged or crafted",
-            )
-        if region.start > pos:
-            out.append(Region(RegionKind.OTHER, pos, region.start, note=_gap_note(pos, size, out)))
-        out.append(region)
-        pos = region.end
-    if pos < size:
-        out.append(Region(RegionKind.OTHER, pos, size, note=_gap_note(pos, size, out)))
-    return out
-
-
-def _gap_note(pos: int, size: int, before: list[Region]) -> str:
-    if not before:
-        return "bytes before the container (not part of it)"
-    return "bytes no structure of the container accounts for"
 
 
 # --- ZIP ------------------------------------------------------------------------------------
