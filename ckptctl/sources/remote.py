@@ -13,7 +13,16 @@ How bytes are fetched:
   blocks in one range request plus ``READAHEAD_BLOCKS`` more, and a miss in the last blocks of
   the file fetches the whole tail (zip end records and central directory), so parsing a header
   costs two or three requests, not one per field;
-- reads larger than ``DIRECT_READ_BYTES`` (tensor data) bypass the cache;
+- reads larger than ``DIRECT_READ_BYTES`` (tensor data) bypass the cache, in requests of at
+  most ``MAX_REQUEST_BYTES``;
+- HTTP answers are checked, never trusted: ``Accept-Encoding: identity`` is sent and any other
+  ``Content-Encoding`` refused before the body is read (never decompressed); a 206 must carry
+  the ``Content-Range`` asked for (start, end, size); a 200 serves only a read from byte 0, and
+  only the bytes asked for are read; every request ends within ``CKPTCTL_REMOTE_DEADLINE``
+  seconds (``CKPTCTL_REMOTE_TIMEOUT`` bounds each wait, which a byte at a time resets);
+- names joined to a folder URL (shards, rank files: :func:`join_url`) and ``hf://`` paths
+  have no ``.``/``..`` segment and no encoded dot or slash, and the path the client would
+  request (decoded and normalised by yarl, as aiohttp sends it) stays in the folder;
 - every range request carries ``If-Match`` (or ``If-Unmodified-Since``): a file replaced between
   requests answers 412, reported as changed (exit 3), never parsed as a mix of two files;
 - dropped connections, timeouts, 429 and 5xx are retried ``MAX_ATTEMPTS`` times with backoff;
