@@ -6,6 +6,12 @@ Serves the files under ``root`` on 127.0.0.1 at a random port, with ``Range`` (2
 mode (``drop``: the next N requests lose their connection before any response) and the two
 Hugging Face Hub routes ckptctl uses: ``/api/models/REPO/revision/REV`` (the file listing) and
 ``/REPO/resolve/REV/FILE`` (the file, served from ``root/REPO/FILE`` or else ``root/FILE``).
+
+Misbehaving modes (issue 44), each for GET requests only (``HEAD`` stays honest): ``gzip_body``
+answers a range with ``Content-Encoding: gzip`` and that body (a gzip bomb); ``bad_range``
+answers a range starting at 4 KiB or later with another one (``shift``: the 4 KiB before it,
+``total``: another file size, ``missing``: no ``Content-Range``); ``drip_seconds`` sends the body
+one byte at a time, that many seconds apart, for at most ``DRIP_LIMIT_SECONDS``.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import os
 import re
 import socket
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,6 +31,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+#: Longest a dripping answer lasts: the handler stops by itself even if the client waits on.
+DRIP_LIMIT_SECONDS = 10.0
+#: How far ``bad_range = "shift"`` moves a range back.
+SHIFT_BYTES = 4096
 
 _RESOLVE = re.compile(r"^/(?P<repo>.+?)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
 _API = re.compile(r"^/api/models/(?P<repo>.+?)/revision/(?P<rev>[^/]+)$")
@@ -41,12 +53,22 @@ class LoopbackServer(ThreadingHTTPServer):
         self.drop = 0
         self.forbidden: set[str] = set()
         self.required_token: str | None = None
+        self.gzip_body: bytes | None = None
+        self.bad_range: str | None = None
+        self.drip_seconds = 0.0
         self.log: list[tuple[str, str, str | None, dict[str, str]]] = []
         self.lock = threading.Lock()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """Quiet about clients that hang up (a refused answer, a deadline); loud otherwise."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]  # a socket
 
     def requests_for(self, name: str) -> int:
         return sum(1 for _, path, _, _ in self.log if path.endswith(name))
@@ -146,10 +168,16 @@ class _Handler(BaseHTTPRequestHandler):
                     self._status(416)
                     return
                 ranged = True
+        claimed = f"bytes {start}-{end - 1}/{st.st_size}"
+        if ranged and not head:
+            start, end, claimed = self._misbehave(start, end, st.st_size, claimed)
+        gzip_body = self.server.gzip_body if ranged and not head else None
         self.send_response(206 if ranged else 200)
-        self.send_header("Content-Length", str(end - start))
-        if ranged:
-            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{st.st_size}")
+        self.send_header("Content-Length", str(len(gzip_body) if gzip_body else end - start))
+        if ranged and claimed:
+            self.send_header("Content-Range", claimed)
+        if gzip_body is not None:
+            self.send_header("Content-Encoding", "gzip")
         if not self.server.no_range:
             self.send_header("Accept-Ranges", "bytes")
         self.send_header("ETag", etag)
@@ -157,18 +185,41 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if head:
             return
+        try:
+            if gzip_body is not None:
+                self.wfile.write(gzip_body)
+            else:
+                self._body(file, start, end)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _misbehave(self, start: int, end: int, size: int, claimed: str) -> tuple[int, int, str]:
+        """The range a ``bad_range`` server sends instead of ``[start, end)``, and its header."""
+        mode = self.server.bad_range
+        if mode is None or start < SHIFT_BYTES:
+            return start, end, claimed
+        if mode == "shift":
+            start, end = start - SHIFT_BYTES, end - SHIFT_BYTES
+            return start, end, f"bytes {start}-{end - 1}/{size}"
+        if mode == "total":
+            return start, end, f"bytes {start}-{end - 1}/{size + 1}"
+        return start, end, ""  # "missing"
+
+    def _body(self, file: Path, start: int, end: int) -> None:
+        drip = self.server.drip_seconds
         with open(file, "rb") as f:
             f.seek(start)
             left = end - start
-            try:
-                while left:
-                    chunk = f.read(min(left, 1 << 20))
-                    if not chunk:
-                        break
-                    self.wfile.write(chunk)
-                    left -= len(chunk)
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True
+            stop = time.monotonic() + DRIP_LIMIT_SECONDS
+            while left and (not drip or time.monotonic() < stop):
+                chunk = f.read(1 if drip else min(left, 1 << 20))
+                if not chunk:
+                    break
+                self.wfile.write(chunk)
+                self.wfile.flush()
+                left -= len(chunk)
+                if drip:
+                    time.sleep(drip)
 
 
 @contextlib.contextmanager

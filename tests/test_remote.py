@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
+import time
+import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from tests.conftest import REPO, VALID
+from tests.conftest import REPO, VALID, run_measured, time_bound
 
 pytest.importorskip("fsspec", reason="the 'remote' extra (fsspec) is not installed")
 pytest.importorskip("aiohttp", reason="the 'remote' extra (aiohttp) is not installed")
@@ -48,6 +52,9 @@ def _reset(server: LoopbackServer, monkeypatch: pytest.MonkeyPatch):
     server.drop = 0
     server.forbidden = set()
     server.required_token = None
+    server.gzip_body = None
+    server.bad_range = None
+    server.drip_seconds = 0.0
     server.log.clear()
     monkeypatch.setattr(_remote, "RETRY_DELAY_SECONDS", 0.01)
     _remote.TRAFFIC.take()
@@ -362,3 +369,179 @@ def test_remote_tree_is_header_only(name: str, server: LoopbackServer, run_cli) 
     assert remote["tree"] == local["tree"]
     assert remote["remote"]["requests"] == plain["remote"]["requests"]
     assert remote["remote"]["bytes_fetched"] == plain["remote"]["bytes_fetched"]
+
+
+# --- issue 44: what a server answers is checked, never trusted ---------------------------------
+
+
+def _random_safetensors(path: Path, tensors: int = 2, floats: int = 1 << 18) -> None:
+    """A safetensors file of random F32 tensors of ``floats`` values each (1 MiB by default):
+    every tensor after the first starts well past byte 4096, and is read by its own request."""
+    rng = np.random.default_rng(44)
+    each = floats * 4
+    header = {f"t{i}": {"dtype": "F32", "shape": [floats],
+                        "data_offsets": [i * each, (i + 1) * each]}
+              for i in range(tensors)}  # fmt: skip
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    data = rng.standard_normal(floats * tensors).astype("<f4").tobytes()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data)
+
+
+@pytest.fixture(scope="module")
+def gzip_bomb() -> bytes:
+    """384 MiB of zeros gzipped to about 1.7 MiB: what a server may send for a small range."""
+    packer = zlib.compressobj(1, zlib.DEFLATED, 31)
+    zeros = bytes(1 << 20)
+    return b"".join([*(packer.compress(zeros) for _ in range(384)), packer.flush()])
+
+
+def test_gzip_encoded_range_is_refused_never_inflated(
+    server: LoopbackServer, gzip_bomb: bytes, tmp_path: Path
+) -> None:
+    """A range answered with Content-Encoding: gzip used to be inflated whole (the bomb's 384
+    MiB, in a child measured by its peak RSS); it is refused before its body is read."""
+    server.gzip_body = gzip_bomb
+    url = f"{server.url}/safetensors/tiny.safetensors"
+    run = run_measured(["hash", url], tmp_path)
+    assert run.code == 3, run.output
+    assert "Content-Encoding" in run.output
+    assert url in run.output
+    assert "Traceback" not in run.output
+    assert run.peak_rss < 256 << 20, f"peak {run.peak_rss >> 20} MiB"
+    ranged = [h for method, _, rng, h in server.log if method == "GET" and rng]
+    assert ranged
+    assert all(h.get("Accept-Encoding") == "identity" for h in ranged)
+
+
+@pytest.mark.parametrize("mode", ["shift", "total", "missing"])
+def test_a_206_of_other_bytes_than_asked_exits_3(mode: str, run_cli, tmp_path: Path) -> None:
+    """A 206 whose Content-Range starts 4 KiB before the request (or names another file size,
+    or is absent) gave wrong digests with exit 0; now exit 3 naming the request's range."""
+    _random_safetensors(tmp_path / "r.safetensors")
+    local = run_cli("hash", tmp_path / "r.safetensors")
+    assert local.code == 0
+    with serve(tmp_path) as srv:
+        url = f"{srv.url}/r.safetensors"
+        honest = run_cli("hash", url)
+        assert (honest.code, honest.stdout) == (0, local.stdout)  # the ground truth over HTTP
+        srv.bad_range = mode
+        result = run_cli("hash", url)
+    assert result.code == 3, result.stdout
+    assert url in result.stderr
+    assert result.stdout == ""
+    asked = [r for _, _, r, _ in srv.log if r and int(r[6:].split("-")[0]) >= 4096][-1]
+    assert f"{asked[6:]}/" in result.stderr  # "a request of bytes S-E/SIZE"
+    assert "answered" in result.stderr
+
+
+def test_a_200_serves_only_a_read_from_byte_0(run_cli, tmp_path: Path) -> None:
+    """A server ignoring Range answers 200 and the whole file: good for a read at byte 0, of
+    which only the bytes asked for are taken; any other read exits 3 naming range requests."""
+    _random_safetensors(tmp_path / "r.safetensors", tensors=4)
+    with serve(tmp_path) as srv:
+        srv.no_range = True
+        url = f"{srv.url}/r.safetensors"
+        listed = run_cli("ls", "--json", url)
+        assert listed.code == 0, listed.stderr
+        fetched = json.loads(listed.stdout)["remote"]["bytes_fetched"]
+        assert fetched <= (1 + _remote.READAHEAD_BLOCKS) * _remote.BLOCK_BYTES
+        hashed = run_cli("hash", url)
+    assert hashed.code == 3
+    assert "range requests" in hashed.stderr
+    assert url in hashed.stderr
+
+
+def test_a_byte_at_a_time_meets_the_whole_request_deadline(
+    server: LoopbackServer, run_cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One byte every 50 ms never trips the per-read timeout (5 s here); the whole-request
+    deadline (CKPTCTL_REMOTE_DEADLINE) ends the read, without retrying it."""
+    monkeypatch.setenv("CKPTCTL_REMOTE_TIMEOUT", "5")
+    monkeypatch.setenv("CKPTCTL_REMOTE_DEADLINE", "0.5")
+    server.drip_seconds = 0.05
+    url = f"{server.url}/safetensors/dtypes.safetensors"  # 1186 bytes: a minute of dripping
+    start = time.monotonic()
+    result = run_cli("ls", url)
+    seconds = time.monotonic() - start
+    assert result.code == 3, result.stdout
+    assert url in result.stderr
+    assert "CKPTCTL_REMOTE_DEADLINE" in result.stderr
+    assert seconds < time_bound(5.0), f"took {seconds:.1f} s"
+    assert sum(1 for method, *_ in server.log if method == "GET") == 1
+
+
+def _index_naming(shard: str) -> bytes:
+    tensors = ("step", "fc.bias", "fc.weight", "mask")  # tiny.safetensors' tensors
+    return json.dumps({"metadata": {}, "weight_map": dict.fromkeys(tensors, shard)}).encode()
+
+
+@pytest.mark.parametrize(
+    "shard",
+    [
+        "%2e%2e/%2e%2e/secret/model.safetensors",
+        "%2E%2E%2F%2E%2E%2Fsecret%2Fmodel.safetensors",
+        "sub/%2e%2e/%2e%2e/%2e%2e/secret/model.safetensors",
+        ".%2e/.%2e/secret/model.safetensors",
+    ],
+)
+def test_a_remote_index_never_fetches_outside_its_folder(
+    shard: str, run_cli, tmp_path: Path
+) -> None:
+    """URL libraries decode %2e to a dot and then drop ``..`` with the folder before it: a
+    shard name that would leave the index's folder is refused, and nothing outside is fetched."""
+    (tmp_path / "secret").mkdir()
+    shutil.copy(
+        VALID / "safetensors" / "tiny.safetensors", tmp_path / "secret" / "model.safetensors"
+    )
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "model.safetensors.index.json").write_bytes(_index_naming(shard))
+    with serve(tmp_path) as srv:
+        result = run_cli("ls", f"{srv.url}/a/b/model.safetensors.index.json")
+    assert result.code == 3, result.stdout
+    assert "leave" in result.stderr
+    assert f"{srv.url}/a/b/" in result.stderr
+    assert not [p for _, p, _, _ in srv.log if "secret" in p]
+
+
+def test_a_remote_index_still_reads_shards_in_subfolders(run_cli, tmp_path: Path) -> None:
+    (tmp_path / "a" / "sub").mkdir(parents=True)
+    shutil.copy(
+        VALID / "safetensors" / "tiny.safetensors", tmp_path / "a" / "sub" / "x..y.safetensors"
+    )
+    index = tmp_path / "a" / "model.safetensors.index.json"
+    index.write_bytes(_index_naming("sub/x..y.safetensors"))
+    with serve(tmp_path) as srv:
+        result = run_cli("ls", "--json", f"{srv.url}/a/model.safetensors.index.json")
+    assert result.code == 0, result.stderr
+    assert len(json.loads(result.stdout)["tensors"]) == 4
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "hf://org/repo/../../x/model.safetensors",
+        "hf://org/repo/%2e%2e/%2e%2e/x/model.safetensors",
+        "hf://org/repo/./../../x/model.safetensors",
+        "hf://org/repo/model.safetensors@..",
+    ],
+)
+def test_hf_urls_never_leave_the_repo(
+    url: str, run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # what /org/repo/resolve/main/../../x/model.safetensors becomes once normalised
+    for folder in ("org/repo/x", "org/repo", "x"):
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+        shutil.copy(
+            VALID / "safetensors" / "tiny.safetensors", tmp_path / folder / "model.safetensors"
+        )
+    with serve(tmp_path) as srv:
+        monkeypatch.setenv("HF_ENDPOINT", srv.url)
+        monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "no-token"))
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        result = run_cli("ls", url)
+        fine = run_cli("ls", "hf://org/repo/model.safetensors")
+    assert fine.code == 0, fine.stderr
+    assert result.code == 3, result.stdout
+    assert "hf://org/repo" in result.stderr
+    assert len(srv.log) == 2  # the good URL's two requests; none for the refused one

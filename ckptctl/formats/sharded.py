@@ -150,8 +150,10 @@ def _remote_dir(source: ByteSource) -> str | None:
 
 
 def _shard_path(index: _Index, shard: str) -> str:
-    if "://" in index.directory:  # a URL: shard names were checked to stay inside the folder
-        return index.directory + shard
+    if "://" in index.directory:  # a URL: joined so that no decoding leaves the folder
+        from ckptctl.sources.remote import join_url
+
+        return join_url(index.directory, shard)
     return os.path.join(index.directory, shard)
 
 

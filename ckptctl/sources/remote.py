@@ -13,7 +13,16 @@ How bytes are fetched:
   blocks in one range request plus ``READAHEAD_BLOCKS`` more, and a miss in the last blocks of
   the file fetches the whole tail (zip end records and central directory), so parsing a header
   costs two or three requests, not one per field;
-- reads larger than ``DIRECT_READ_BYTES`` (tensor data) bypass the cache;
+- reads larger than ``DIRECT_READ_BYTES`` (tensor data) bypass the cache, in requests of at
+  most ``MAX_REQUEST_BYTES``;
+- HTTP answers are checked, never trusted: ``Accept-Encoding: identity`` is sent and any other
+  ``Content-Encoding`` refused before the body is read (never decompressed); a 206 must carry
+  the ``Content-Range`` asked for (start, end, size); a 200 serves only a read from byte 0, and
+  only the bytes asked for are read; every request ends within ``CKPTCTL_REMOTE_DEADLINE``
+  seconds (``CKPTCTL_REMOTE_TIMEOUT`` bounds each wait, which a byte at a time resets);
+- names joined to a folder URL (shards, rank files: :func:`join_url`) and ``hf://`` paths
+  have no ``.``/``..`` segment and no encoded dot or slash, and the path the client would
+  request (decoded and normalised by yarl, as aiohttp sends it) stays in the folder;
 - every range request carries ``If-Match`` (or ``If-Unmodified-Since``): a file replaced between
   requests answers 412, reported as changed (exit 3), never parsed as a mix of two files;
 - dropped connections, timeouts, 429 and 5xx are retried ``MAX_ATTEMPTS`` times with backoff;
@@ -27,11 +36,13 @@ headers, never printed; every message names the URL with credentials removed (:f
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import contextvars
 import logging
 import os
+import posixpath
 import re
 import tempfile
 import threading
@@ -45,7 +56,7 @@ from ckptctl.fix import Note, Option
 from ckptctl.sources.local import CHUNK_BYTES, ByteSource
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +78,15 @@ RETRY_DELAY_SECONDS = 0.2
 MAX_UNCONFIRMED_FETCH_BYTES = 256 * 1024 * 1024
 #: Seconds to wait for a connection or for the next bytes (``CKPTCTL_REMOTE_TIMEOUT``).
 DEFAULT_TIMEOUT_SECONDS = 30.0
+#: Seconds one HTTP request may take from sending it to its last byte
+#: (``CKPTCTL_REMOTE_DEADLINE``): a server dripping one byte at a time never trips the timeout
+#: above, which restarts with every byte.
+DEFAULT_DEADLINE_SECONDS = 300.0
+#: Most bytes one range request asks for: larger reads are split, so that each request's
+#: deadline stands for a minimum rate (a whole-file fetch gets one deadline per this many bytes).
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+#: Largest small document read whole (the Hub's file listing).
+MAX_LISTING_BYTES = 16 * 1024 * 1024
 #: The Hub, unless ``HF_ENDPOINT`` names another (a mirror, or a test server).
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"
 
@@ -215,11 +235,61 @@ def parse_hf(url: str) -> HubFile:
     revision = urllib.parse.unquote(revision)  # refs/pr/1 is written refs%2Fpr%2F1
     if not parts or revision == "":
         raise RemoteError("not a Hugging Face URL (hf://ORG/REPO/FILE[@REVISION])", path=url)
+    _check_name("/".join(parts), url)
+    if revision in (".", ".."):
+        raise RemoteError(f"the revision {revision!r} is not a branch, tag or commit", path=url)
     # Repos are ORG/NAME (or a legacy NAME); a 2-part URL ending like a file is NAME/FILE.
     if len(parts) >= 3 or (len(parts) == 2 and parts[1].lower().endswith(_HUB_FILE_SUFFIXES)):
         split = 2 if len(parts) >= 3 else 1
         return HubFile("/".join(parts[:split]), "/".join(parts[split:]), revision)
     return HubFile("/".join(parts), None, revision)
+
+
+_ENCODED_DOT_OR_SLASH = re.compile(r"%(2e|2f|5c)", re.IGNORECASE)
+
+
+def _check_name(name: str, shown: str) -> None:
+    """Refuse a relative name that could leave its folder once the URL library decodes and
+    normalises it (``%2e%2e/`` becomes ``../``, which yarl then removes with the folder)."""
+    segments = name.replace("\\", "/").split("/")
+    if _ENCODED_DOT_OR_SLASH.search(name) or any(s in (".", "..") for s in segments):
+        raise RemoteError(
+            f"the name {name!r} could leave its folder (a '.' or '..' segment, or an encoded "
+            "dot or slash)",
+            path=shown,
+            hint="file names in a remote checkpoint are plain relative paths",
+        )
+
+
+def _request_path(url: str) -> str:
+    """The path a request for ``url`` asks for, as the HTTP client sends it (decoded, dot
+    segments removed); for other protocols the same, computed by hand."""
+    if url.startswith(("http://", "https://")):
+        import yarl  # aiohttp's URL type: what it sends
+
+        return yarl.URL(url).path
+    return posixpath.normpath(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
+
+
+def _check_inside(url: str, folder: str, shown: str) -> None:
+    inside = _request_path(folder).rstrip("/") + "/"
+    if not (_request_path(url) + "/").startswith(inside):
+        raise RemoteError(
+            f"resolves to {_request_path(url)!r}, outside the folder {inside!r}", path=shown
+        )
+
+
+def join_url(folder: str, name: str) -> str:
+    """The URL of the file ``name`` in the remote folder ``folder`` (a URL ending in ``/``).
+
+    Raises:
+        RemoteError: ``name`` has a ``.``/``..`` segment or an encoded dot or slash, or the
+            URL a request would ask for is outside ``folder``.
+    """
+    _check_name(name, redact(folder))
+    url = folder + name
+    _check_inside(url, folder, redact(url))
+    return url
 
 
 def hf_endpoint() -> str:
@@ -294,11 +364,22 @@ def _fsspec() -> Any:  # noqa: ANN401  # fsspec is untyped
     return fsspec
 
 
-def _timeout() -> float:
+def _env_seconds(name: str, default: float) -> float:
+    """A positive, finite number of seconds from the environment variable ``name``, else
+    ``default``."""
     try:
-        return float(os.environ.get("CKPTCTL_REMOTE_TIMEOUT", DEFAULT_TIMEOUT_SECONDS))
+        value = float(os.environ.get(name, default))
     except ValueError:
-        return DEFAULT_TIMEOUT_SECONDS
+        return default
+    return value if 0 < value < float("inf") else default
+
+
+def _timeout() -> float:
+    return _env_seconds("CKPTCTL_REMOTE_TIMEOUT", DEFAULT_TIMEOUT_SECONDS)
+
+
+def _deadline() -> float:
+    return _env_seconds("CKPTCTL_REMOTE_DEADLINE", DEFAULT_DEADLINE_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -320,6 +401,8 @@ def _target(url: str) -> _Target:
         hub = parse_hf(url)
         if hub.filename is None:
             raise RemoteError("name a file in the repository", path=url)
+        rev = urllib.parse.quote(hub.revision, safe="")
+        _check_inside(hub.url(), f"{hf_endpoint()}/{hub.repo}/resolve/{rev}/", hub.display())
         token = hf_token()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return _Target(hub.url(), headers, hub.display(), (token,) if token else ())
@@ -337,7 +420,9 @@ def _filesystem(target: _Target) -> tuple[Any, str]:
             timeout = aiohttp.ClientTimeout(
                 total=None, sock_connect=_timeout(), sock_read=_timeout()
             )
-            return fsspec.filesystem("http", client_kwargs={"timeout": timeout}), target.url
+            # never inflate: a gzip-encoded answer is refused (_checked_answer), not decoded
+            client = {"timeout": timeout, "auto_decompress": False}
+            return fsspec.filesystem("http", client_kwargs=client), target.url
         return fsspec.core.url_to_fs(target.url)  # type: ignore[no-any-return]  # untyped
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc)
@@ -408,11 +493,7 @@ def _permanent(exc: BaseException, target: _Target) -> CkptError | None:
     if isinstance(exc, FileNotFoundError) and status is None and exc.__cause__ is None:
         return _http_error(404, target)
     if isinstance(exc, ValueError) and "range requests" in str(exc):
-        return RemoteError(
-            "the server does not support range requests",
-            path=target.display,
-            hint=Note("pass {fix0} to fetch the whole file first", (Option("download"),)),
-        )
+        return _no_ranges(target)
     if isinstance(exc, PermissionError):
         return _http_error(403, target)
     return None
@@ -442,6 +523,151 @@ def _with_retries(call: Callable[[], Any], target: _Target, what: str) -> tuple[
             time.sleep(delay)
             delay *= 2
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _no_ranges(target: _Target) -> RemoteError:
+    return RemoteError(
+        "the server does not support range requests",
+        path=target.display,
+        hint=Note("pass {fix0} to fetch the whole file first", (Option("download"),)),
+    )
+
+
+# --- HTTP requests: what the server answers is checked, never trusted -----------------------
+
+
+class _HttpStatus(Exception):  # carries a status for _status(), never shown
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+
+
+@dataclass(frozen=True)
+class _Span:
+    """What one GET asks for: bytes ``[start, end)`` of a file of ``size`` bytes, or with
+    ``end`` None the whole body (no ``Range`` header), of at most ``size`` bytes."""
+
+    start: int
+    end: int | None
+    size: int
+
+    def describe(self) -> str:
+        if self.end is None:
+            return "the whole file"
+        return f"bytes {self.start}-{self.end - 1}"
+
+
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+
+
+def _checked_range(headers: Any, span: _Span, target: _Target) -> None:  # noqa: ANN401  # aiohttp's multidict
+    """A 206 must carry exactly the bytes asked for, of a file of the size first reported."""
+    assert span.end is not None
+    answered = str(headers.get("Content-Range", "")).strip()
+    match = _CONTENT_RANGE.fullmatch(answered)
+    if (
+        match is not None
+        and (int(match[1]), int(match[2])) == (span.start, span.end - 1)
+        and (match[3] == "*" or int(match[3]) == span.size)
+    ):
+        return
+    shown = answered or "no Content-Range"
+    raise RemoteError(
+        f"the server answered {shown} for a request of {span.describe()}/{span.size}",
+        path=target.display,
+        hint="the server (or a proxy) sends other bytes than asked for; run the command again",
+    )
+
+
+def _checked_answer(status: int, headers: Any, span: _Span, target: _Target) -> int:  # noqa: ANN401  # aiohttp's multidict
+    """How many body bytes to read from an answer to ``span``, once its status, encoding and
+    range are what was asked for.
+
+    Raises:
+        _HttpStatus: an error status (retried or reported by :func:`_permanent`).
+        RemoteError: an encoded body, another range than asked for, a whole file for a range
+            that does not start at 0.
+    """
+    if not 200 <= status < 300:
+        raise _HttpStatus(status)
+    encoding = str(headers.get("Content-Encoding", "identity")).strip().lower()
+    if encoding not in ("", "identity"):
+        raise RemoteError(
+            f"the server answered {span.describe()} with Content-Encoding {encoding!r}; "
+            "only unencoded bytes are read",
+            path=target.display,
+            hint="the server ignores Accept-Encoding: identity; try another mirror",
+        )
+    if span.end is None or status == 200:
+        if status != 200:
+            raise RemoteError(f"the server answered HTTP {status} for the whole file",
+                              path=target.display)  # fmt: skip
+        if span.start > 0:
+            raise _no_ranges(target)
+        return span.size if span.end is None else span.end  # a range from 0: only what was asked
+    if status != 206:
+        raise RemoteError(f"the server answered HTTP {status} for a range request",
+                          path=target.display)  # fmt: skip
+    _checked_range(headers, span, target)
+    return span.end - span.start
+
+
+async def _get(
+    fs: Any,  # noqa: ANN401  # fsspec's HTTPFileSystem, untyped
+    target: _Target,
+    headers: dict[str, str],
+    span: _Span,
+    sink: Callable[[bytes], object],
+) -> int:
+    """GET ``span`` of ``target`` into ``sink``, reading no more body than the span holds;
+    returns the bytes read. A whole body longer than ``span.size`` is refused."""
+    session = await fs.set_session()
+    sent = {**headers, "Accept-Encoding": "identity"}
+    if span.end is not None:
+        sent["Range"] = f"bytes={span.start}-{span.end - 1}"
+    async with session.get(target.url, headers=sent) as answer:
+        want = _checked_answer(answer.status, answer.headers, span, target)
+        limit = want + 1 if span.end is None else want  # one byte more: the body is too long
+        got = 0
+        while got < limit and (chunk := await answer.content.read(min(CHUNK_BYTES, limit - got))):
+            got += len(chunk)
+            sink(chunk)
+    if got > want:
+        raise RemoteError(
+            f"the server sent more than the {want} bytes of {span.describe()}",
+            path=target.display,
+            hint="the file changed or the server is broken; run the command again",
+        )
+    return got
+
+
+def _run_http(
+    fs: Any,  # noqa: ANN401  # fsspec's HTTPFileSystem, untyped
+    target: _Target,
+    what: str,
+    seconds: float,
+    make: Callable[[], Awaitable[Any]],
+) -> Any:  # noqa: ANN401  # what make() returns
+    """``make()`` on fsspec's event loop, given up after ``seconds``: the whole-request deadline
+    (``CKPTCTL_REMOTE_TIMEOUT`` bounds each wait, which a byte at a time resets)."""
+    from fsspec.asyn import sync
+
+    async def bounded() -> Any:  # noqa: ANN401  # what make() returns
+        task = asyncio.ensure_future(make())
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        raise RemoteError(
+            f"{what} took longer than {seconds:g} s",
+            path=target.display,
+            hint="the server is too slow; CKPTCTL_REMOTE_DEADLINE sets the seconds a request "
+            "may take",
+        )
+
+    return sync(fs.loop, bounded)
 
 
 class _RemoteBuffer:
@@ -484,15 +710,7 @@ class RemoteSource(ByteSource):
         self.path = self._target.display
         self.url = url
         self._fs, self._fspath = _filesystem(self._target)
-        info, attempts = _with_retries(
-            lambda: (
-                self._fs.info(self._fspath, headers=self._target.headers)
-                if self._target.is_http
-                else self._fs.info(self._fspath)
-            ),
-            self._target,
-            "reading the file's size",
-        )
+        info, attempts = _with_retries(self._info, self._target, "reading the file's size")
         TRAFFIC.add(attempts, 0)
         size = info.get("size")
         if not isinstance(size, int) or size < 0:
@@ -511,6 +729,14 @@ class RemoteSource(ByteSource):
         if POLICY.get().download:
             self.fetch_all("--download was given", confirmed=True)
 
+    def _info(self) -> dict[str, Any]:
+        if not self._target.is_http:
+            return self._fs.info(self._fspath)  # type: ignore[no-any-return]  # untyped
+        fs, path, headers = self._fs, self._fspath, self._target.headers
+        found = _run_http(fs, self._target, "reading the file's size", _deadline(),
+                          lambda: fs._info(path, headers=headers))  # fmt: skip
+        return found  # type: ignore[no-any-return]  # untyped
+
     def _conditions(self, info: dict[str, Any]) -> dict[str, str]:
         if not self._target.is_http:
             return {}
@@ -525,26 +751,28 @@ class RemoteSource(ByteSource):
     # --- raw fetches --------------------------------------------------------------------
 
     def _open_handle(self) -> Any:  # noqa: ANN401  # an fsspec file, untyped
-        if self._handle is None:
-            if self._target.is_http:
-                # identity: a range of a gzip-encoded body would be a range of other bytes
-                headers = {**self._target.headers, **self._condition, "Accept-Encoding": "identity"}
-                self._handle = self._fs.open(
-                    self._fspath, "rb", block_size=BLOCK_BYTES, cache_type="none",
-                    size=self.size, headers=headers,
-                )  # fmt: skip
-            else:
-                self._handle = self._fs.open(self._fspath, "rb", cache_type="none")
+        if self._handle is None:  # not HTTP: the backend's own range reads (s3fs, gcsfs ...)
+            self._handle = self._fs.open(self._fspath, "rb", cache_type="none")
         return self._handle
+
+    def _fetch_once(self, start: int, end: int) -> bytes:
+        if not self._target.is_http:
+            return bytes(self._open_handle()._fetch_range(start, end))
+        parts: list[bytes] = []
+        # identity: a range of a gzip-encoded body would be a range of other bytes
+        headers = {**self._target.headers, **self._condition}
+        span = _Span(start, end, self.size)
+        fs, target = self._fs, self._target
+        _run_http(fs, target, f"reading {span.describe()}", _deadline(),
+                  lambda: _get(fs, target, headers, span, parts.append))  # fmt: skip
+        return b"".join(parts)
 
     def _fetch(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` in one range request (retried on transient failures)."""
+        data: bytes
         data, attempts = _with_retries(
-            lambda: self._open_handle()._fetch_range(start, end),
-            self._target,
-            f"reading bytes {start}-{end - 1}",
+            lambda: self._fetch_once(start, end), self._target, f"reading bytes {start}-{end - 1}"
         )
-        data = bytes(data)
         TRAFFIC.add(attempts, len(data))
         if len(data) != end - start:
             raise RemoteError(
@@ -583,8 +811,14 @@ class RemoteSource(ByteSource):
             return self._local.read(offset, length)
         if length == 0:
             return b""
-        if length >= DIRECT_READ_BYTES:
-            return self._fetch(offset, offset + length)
+        if length >= DIRECT_READ_BYTES:  # one request per MAX_REQUEST_BYTES: each has a deadline
+            end = offset + length
+            if length <= MAX_REQUEST_BYTES:
+                return self._fetch(offset, end)
+            return b"".join(
+                self._fetch(start, min(end, start + MAX_REQUEST_BYTES))
+                for start in range(offset, end, MAX_REQUEST_BYTES)
+            )
         first, last = offset // BLOCK_BYTES, (offset + length - 1) // BLOCK_BYTES
         with self._lock:
             self._fill(first, last)
@@ -669,18 +903,24 @@ class RemoteSource(ByteSource):
     def _download(self, out: IO[bytes]) -> None:
         out.seek(0)
         out.truncate()
+        TRAFFIC.add(1, 0)
+
+        def sink(chunk: bytes) -> None:
+            out.write(chunk)
+            TRAFFIC.add(0, len(chunk))
+
         if self._target.is_http:
-            headers = {**self._target.headers, **self._condition, "Accept-Encoding": "identity"}
-            stream = self._fs.open(self._fspath, "rb", block_size=0, headers=headers)
+            headers = {**self._target.headers, **self._condition}
+            fs, target, whole = self._fs, self._target, _Span(0, None, self.size)
+            rounds = max(1, -(-self.size // MAX_REQUEST_BYTES))  # the deadline of range reads
+            done = _run_http(fs, target, "fetching the file", _deadline() * rounds,
+                             lambda: _get(fs, target, headers, whole, sink))  # fmt: skip
         else:
-            stream = self._fs.open(self._fspath, "rb")
-        done = 0
-        with stream:
-            TRAFFIC.add(1, 0)
-            while chunk := stream.read(CHUNK_BYTES):
-                out.write(chunk)
-                done += len(chunk)
-                TRAFFIC.add(0, len(chunk))
+            done = 0
+            with self._fs.open(self._fspath, "rb") as stream:
+                while chunk := stream.read(CHUNK_BYTES):
+                    sink(chunk)
+                    done += len(chunk)
         if done != self.size:
             raise RemoteError(
                 f"fetched {done} bytes, the server said {self.size}; the file changed",
@@ -690,13 +930,12 @@ class RemoteSource(ByteSource):
 
     def sibling(self, name: str) -> str:
         """The URL of ``name`` next to this file (shards next to their index)."""
-        base = self.url.split("?", 1)[0].rsplit("/", 1)[0]
         if self.url.startswith("hf://"):
             hub = parse_hf(self.url)
             assert hub.filename is not None
             folder = hub.filename.rsplit("/", 1)[0] + "/" if "/" in hub.filename else ""
-            return f"hf://{hub.repo}@{hub.revision}/{folder}{name}"
-        return f"{base}/{name}"
+            return join_url(f"hf://{hub.repo}@{hub.revision}/{folder}", name)
+        return join_url(self.url.split("?", 1)[0].rsplit("/", 1)[0] + "/", name)
 
     def close(self) -> None:
         """Drop the cache and any downloaded copy."""
@@ -747,9 +986,15 @@ def _get_small(url: str, display: str) -> bytes:
     token = hf_token()
     if token:
         target = _Target(url, {"Authorization": f"Bearer {token}"}, display, (token,))
-    fs, path = _filesystem(target)
-    data, attempts = _with_retries(
-        lambda: fs.cat_file(path, headers=target.headers), target, "listing the repository"
-    )
+    fs, _ = _filesystem(target)
+    listing = _Span(0, None, MAX_LISTING_BYTES)
+
+    def once() -> bytes:
+        parts: list[bytes] = []
+        _run_http(fs, target, "listing the repository", _deadline(),
+                  lambda: _get(fs, target, target.headers, listing, parts.append))  # fmt: skip
+        return b"".join(parts)
+
+    data, attempts = _with_retries(once, target, "listing the repository")
     TRAFFIC.add(attempts, len(data))
-    return bytes(data)
+    return data  # type: ignore[no-any-return]  # _with_retries is untyped

@@ -168,6 +168,41 @@ def test_latest_naming_a_missing_folder_is_corrupt(tmp_path: Path) -> None:
         open_checkpoint(root)
 
 
+@pytest.mark.parametrize("tag", ["..", " ..\n", "."])
+@pytest.mark.parametrize("beside", [True, False], ids=["with-save", "alone"])
+def test_a_latest_of_dots_never_reads_another_folder(
+    tag: str, beside: bool, tmp_path: Path, run_cli: Any
+) -> None:
+    """Issue 44: ``latest`` holding ``..`` named the folder above the checkpoint, which was read
+    when it held model states. Tags are plain names: the save is refused, naming ``latest``."""
+    outer = tmp_path / "outer"
+    shutil.copytree(DEEPSPEED / "zero2_fp32_1rank" / STEP, outer)  # the folder above: a save
+    root = copy_case("zero2_fp32_1rank", outer)
+    if not beside:
+        shutil.rmtree(root / STEP)
+    (root / "latest").write_text(tag)
+    result = run_cli("ls", "--json", root)
+    assert result.code == 3, result.stdout
+    assert str(root / "latest") in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("content", ["global_step", "not a tag\n", "x" * 5000, "", "step/2"])
+def test_a_broken_latest_is_named_not_replaced_by_the_only_save(
+    content: str, tmp_path: Path, run_cli: Any
+) -> None:
+    root = copy_case("zero2_fp32_1rank", tmp_path)
+    (root / "latest").write_text(content)
+    result = run_cli("ls", root)
+    assert result.code == 3, result.stdout
+    assert str(root / "latest") in result.stderr
+    with pytest.raises(CorruptCheckpointError, match="latest"):
+        open_checkpoint(root)
+    (root / "latest").unlink()  # no latest: the one save is the checkpoint
+    with open_checkpoint(root) as ckpt:
+        assert len(ckpt) == len(expected("zero2_fp32_1rank"))
+
+
 def test_the_stand_in_converter_script_is_ignored(tmp_path: Path) -> None:
     root = copy_case("zero3_bf16_2rank", tmp_path)
     (root / "zero_to_torch.py").write_text("# deepspeed copies its converter here\n")

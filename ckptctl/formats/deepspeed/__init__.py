@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from ckptctl.errors import CkptError, CorruptCheckpointError, InputError
 from ckptctl.formats._base import FormatSpec
@@ -96,15 +96,21 @@ def _rank0_model_file(folder: str) -> str | None:
     return os.path.join(folder, names[0]) if names else None
 
 
-def _read_tag(path: str) -> str | None:
+def _plain_tag(raw: bytes) -> str | None:
+    """The tag ``latest`` holds when it is a plain folder name (never ``.`` or ``..``)."""
+    match = _TAG.fullmatch(raw)
+    tag = match.group(1).decode() if match else None
+    return None if tag in (".", "..") else tag
+
+
+def _read_tag(path: str) -> tuple[bytes, str | None] | None:
+    """What ``latest`` holds (its bytes and its plain tag, if any), or None when unreadable."""
     try:
-        if os.path.getsize(path) > MAX_TAG_BYTES:
-            return None
         with open(path, "rb") as f:
-            match = _TAG.fullmatch(f.read())
+            raw = f.read(MAX_TAG_BYTES + 1)
     except OSError:
         return None
-    return match.group(1).decode() if match else None
+    return raw, _plain_tag(raw) if len(raw) <= MAX_TAG_BYTES else None
 
 
 def _names_a_save(folder: str, tag: str) -> bool:
@@ -128,14 +134,16 @@ def find_checkpoint(folder: str) -> str | None:
     if _model_files(folder) and _has_optim_files(folder):
         return folder
     latest = os.path.join(folder, LATEST)
-    tag = _read_tag(latest) if os.path.isfile(latest) else None
-    if tag is not None and _names_a_save(folder, tag):
+    read = _read_tag(latest) if os.path.isfile(latest) else None
+    if read is not None and read[1] is not None and _names_a_save(folder, read[1]):
         return latest
     try:
         steps = sorted(n for n in os.listdir(folder) if _STEP_DIR.fullmatch(n))
     except OSError:
         return None
     steps = [s for s in steps if _model_files(os.path.join(folder, s))]
+    if read is not None and (steps or read[0].strip() in (b".", b"..")):
+        _broken_latest(latest, read[0])
     if len(steps) == 1:
         return os.path.join(folder, steps[0])
     if steps:
@@ -146,6 +154,18 @@ def find_checkpoint(folder: str) -> str | None:
             hint=f"name the save, e.g. {os.path.join(folder, steps[-1])}",
         )
     return None
+
+
+def _broken_latest(latest: str, raw: bytes) -> NoReturn:
+    """A ``latest`` beside saves that does not name one of them is an error, never replaced
+    by a guess (a tag of ``..`` would read the folder above the checkpoint)."""
+    tag = _TAG.fullmatch(raw) if len(raw) <= MAX_TAG_BYTES else None
+    shown = repr(tag.group(1).decode()) if tag else "no tag"
+    raise CorruptCheckpointError(
+        f"'latest' holds {shown}, not the name of a save in its folder",
+        path=latest,
+        hint="write the tag of a save (e.g. global_step2) into 'latest', or name the save's folder",
+    )
 
 
 def stand_in(folder: str) -> str | None:
@@ -170,10 +190,11 @@ def _tag_folder(source: ByteSource) -> tuple[str, str | None]:
     path = source.path
     if os.path.basename(path) != LATEST:
         return os.path.dirname(path) or os.curdir, None
-    match = _TAG.fullmatch(source.read(0, min(source.size, MAX_TAG_BYTES)))
-    if match is None:
-        raise CorruptCheckpointError("the 'latest' file does not hold a checkpoint tag")
-    tag = match.group(1).decode()
+    tag = _plain_tag(source.read(0, min(source.size, MAX_TAG_BYTES)))
+    if tag is None:
+        raise CorruptCheckpointError(
+            "the 'latest' file does not hold a checkpoint tag (a plain folder name)"
+        )
     folder = os.path.join(os.path.dirname(path), tag)
     if not os.path.isdir(folder):
         raise CorruptCheckpointError(
@@ -190,8 +211,8 @@ def sniff(head: bytes, source: ByteSource) -> bool:
         path = os.path.abspath(source.path)
         if source.is_remote or os.path.basename(path) != LATEST or source.size > MAX_TAG_BYTES:
             return False
-        match = _TAG.fullmatch(head)
-        return match is not None and _names_a_save(os.path.dirname(path), match[1].decode())
+        tag = _plain_tag(head)
+        return tag is not None and _names_a_save(os.path.dirname(path), tag)
     except Exception:  # sniffing must never raise
         return False
 
