@@ -57,12 +57,13 @@ def _ensure_loaded() -> None:
         burnrecord,
         dcp,
         deepspeed,
+        onnx,
         pytorch,
         safetensors,
         sharded,
     )
 
-    for module in (burnpack, burnrecord, dcp, deepspeed, pytorch, safetensors, sharded):
+    for module in (burnpack, burnrecord, dcp, deepspeed, pytorch, safetensors, sharded, onnx):
         for spec in module.SPECS:
             register_format(spec)
 
