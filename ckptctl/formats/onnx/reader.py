@@ -119,7 +119,7 @@ def _notes(model: ParsedModel, entries: list[TensorEntry]) -> list[str]:
         notes.append(f"{model.sparse} sparse initializers are not listed")
     if model.skipped_constants:
         shown = ", ".join(model.skipped_constants[:5])
-        notes.append(f"{len(model.skipped_constants)} Constant nodes hold no tensor: {shown}")
+        notes.append(f"Constant nodes without a tensor value (not listed): {shown}")
     packed = [e.name for e in entries if "onnx_dtype" in e.extra]
     if packed:
         notes.append(
