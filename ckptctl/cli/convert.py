@@ -207,6 +207,12 @@ def run_conversion(
     help="With --max-shard-size: write only DST.index.json (reads no tensor), after the "
     "--shards runs.",
 )
+@click.option(
+    "--unpack-int4",
+    is_flag=True,
+    help="ONNX: write INT4/UINT4 tensors (packed two to a byte) as I8/U8, one byte per "
+    "element; without it such a tensor exits 4.",
+)
 @jobs_option(
     "Copy tensor bytes with up to N threads (at most 4), and with --max-shard-size write N "
     "shards at once; the files are the same for any N."
@@ -237,6 +243,7 @@ def command(
     max_output_size: int | None,
     share: tuple[int, int] | None,
     index_only: bool,
+    unpack_int4: bool,
     jobs: int,
     to: str | None,
     force: bool,
@@ -305,4 +312,12 @@ def command(
         index_only=index_only,
         dry_run=dry_run,
     )
-    return run_conversion(src, dst, options, fmt=fmt, quiet=quiet)
+    if not unpack_int4:
+        return run_conversion(src, dst, options, fmt=fmt, quiet=quiet)
+    from ckptctl.formats.onnx import UNPACK_4BIT
+
+    token = UNPACK_4BIT.set(True)
+    try:
+        return run_conversion(src, dst, options, fmt=fmt, quiet=quiet)
+    finally:
+        UNPACK_4BIT.reset(token)

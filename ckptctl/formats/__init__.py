@@ -58,12 +58,15 @@ def _ensure_loaded() -> None:
         dcp,
         deepspeed,
         numpy,
+        onnx,
         pytorch,
         safetensors,
         sharded,
     )
 
-    for module in (burnpack, burnrecord, dcp, deepspeed, numpy, pytorch, safetensors, sharded):
+    # onnx last: its content sniff parses protobuf fields, which no other format's file has
+    formats = (burnpack, burnrecord, dcp, deepspeed, numpy, pytorch, safetensors, sharded, onnx)
+    for module in formats:
         for spec in module.SPECS:
             register_format(spec)
 

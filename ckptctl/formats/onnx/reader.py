@@ -1,0 +1,272 @@
+"""Opening ONNX models lazily, and the byte-level view of the protobuf."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ckptctl.errors import UnsupportedError
+from ckptctl.formats.onnx import _schema as s
+from ckptctl.formats.onnx._data import (
+    ExternalFiles,
+    external_data,
+    packed_4bit,
+    stored_nbytes,
+    typed_data,
+)
+from ckptctl.formats.onnx._parse import ModelParser, ParsedModel, TensorInfo
+from ckptctl.formats.onnx._wire import LEN, WireReader, corrupt
+from ckptctl.model import (
+    Checkpoint,
+    ComputedData,
+    FileData,
+    HeaderLayout,
+    Region,
+    RegionKind,
+    TensorData,
+    TensorEntry,
+)
+
+if TYPE_CHECKING:
+    from ckptctl.dtypes import DType
+    from ckptctl.model import JSONValue
+    from ckptctl.sources import ByteSource
+
+#: The state keys that select one kind of tensor (``--state-key initializers``).
+VIEWS = ("initializers", "constants")
+
+
+def _dtype(info: TensorInfo) -> DType:
+    onnx_name, dtype = s.DATA_TYPES.get(info.data_type, (None, None))
+    if dtype is None:
+        what = onnx_name or f"code {info.data_type}"
+        raise UnsupportedError(
+            f"{info.kind} {info.name!r} has the ONNX data type {what}, which ckptctl cannot "
+            "represent (no safetensors dtype holds it)"
+        )
+    return dtype
+
+
+def _storage(info: TensorInfo) -> str:
+    if info.location_external:
+        return "external"
+    if info.raw is not None:
+        return "raw_data"
+    if info.inline is not None:
+        return "attribute"
+    number = s.STORAGE_FIELD.get(info.data_type)
+    return s.TYPED_FIELDS.get(number or 0, "none") if info.typed.get(number or 0) else "none"
+
+
+def _data(
+    source: ByteSource, info: TensorInfo, dtype: DType, files: ExternalFiles
+) -> tuple[TensorData, int]:
+    """The tensor's data as stored (packed for 4-bit types) and its size in bytes."""
+    stored = stored_nbytes(info, dtype)
+    if info.location_external:
+        return external_data(info, files, stored), stored
+    if info.raw is not None:
+        start, end = info.raw
+        if end - start != stored:
+            corrupt(
+                f"{info.kind} {info.name!r} has shape {list(info.dims)} of "
+                f"{s.DATA_TYPES[info.data_type][0]} ({stored} bytes) but its raw_data at byte "
+                f"{start} holds {end - start} bytes"
+            )
+        return FileData(source, start, stored), stored
+    if info.inline is not None:
+        inline = info.inline
+        return ComputedData(lambda: inline), len(inline)
+    if info.numel == 0:
+        return ComputedData(lambda: b""), 0
+    return typed_data(source, info, dtype)
+
+
+def _entry(source: ByteSource, info: TensorInfo, files: ExternalFiles, unpack: bool) -> TensorEntry:
+    if not info.name:
+        corrupt(f"an {info.kind} at byte {info.at} has no name")
+    dtype = _dtype(info)
+    data, nbytes = _data(source, info, dtype, files)
+    extra = {"onnx_kind": info.kind, "onnx_storage": _storage(info)}
+    if info.data_type in s.PACKED_4BIT:
+        extra["onnx_dtype"] = s.DATA_TYPES[info.data_type][0]
+        data, nbytes = packed_4bit(info, data, unpack, source.path), info.numel
+    elif info.location_external:
+        extra["location"] = dict(info.external or []).get("location", "")
+    offset = info.raw[0] if info.raw is not None and not info.location_external else None
+    return TensorEntry(
+        name=info.name,
+        dtype=dtype,
+        shape=info.dims,
+        nbytes=nbytes,
+        offset=offset if isinstance(data, FileData) else None,
+        data=data,
+        extra=extra,
+    )
+
+
+def _notes(model: ParsedModel, entries: list[TensorEntry]) -> list[str]:
+    notes = []
+    constants = sum(1 for e in entries if e.extra["onnx_kind"] == "constant")
+    if constants:
+        notes.append(
+            f"{len(entries) - constants} initializers and {constants} Constant node values "
+            "(named by the node's output); --state-key initializers selects the initializers"
+        )
+    strings = [t.name for t in model.tensors if t.data_type == s.STRING]
+    if strings:
+        notes.append(f"{len(strings)} string tensors are not listed: {', '.join(strings[:5])}")
+    if model.sparse:
+        notes.append(f"{model.sparse} sparse initializers are not listed")
+    if model.skipped_constants:
+        shown = ", ".join(model.skipped_constants[:5])
+        notes.append(f"Constant nodes without a tensor value (not listed): {shown}")
+    packed = [e.name for e in entries if "onnx_dtype" in e.extra]
+    if packed:
+        notes.append(
+            f"{len(packed)} INT4/UINT4 tensors (packed two to a byte) are listed as I8/U8, one "
+            f"byte per element, and read only with --unpack-int4: {', '.join(packed[:5])}"
+        )
+    return notes
+
+
+def open_onnx(source: ByteSource, *, unpack_4bit: bool = False) -> Checkpoint:
+    """Open an ONNX model lazily: walk the protobuf, read no tensor bytes.
+
+    Args:
+        source: the ``.onnx`` file; the returned checkpoint owns and closes it, and the
+            external data files it opens.
+        unpack_4bit: read INT4/UINT4 tensors as I8/U8 (else reading one raises
+            ``UnsupportedError``).
+
+    Returns:
+        Initializers, then Constant values, each in file order.
+
+    Raises:
+        CorruptCheckpointError: a malformed protobuf, a limit exceeded, sizes that disagree.
+        UnsafePickleError: an external-data location outside the model's folder.
+        UnsupportedError: a tensor whose data type ckptctl cannot represent.
+    """
+    model = ModelParser(source).parse()
+    files = ExternalFiles(source)
+    try:
+        listed = [t for t in model.tensors if t.data_type != s.STRING]
+        entries = [_entry(source, t, files, unpack_4bit) for t in listed]
+        entries.sort(key=lambda e: e.extra["onnx_kind"] != "initializer")  # stable
+        notes = _notes(model, entries)
+        views = {
+            "initializers": lambda: [e for e in entries if e.extra["onnx_kind"] == "initializer"],
+            "constants": lambda: [e for e in entries if e.extra["onnx_kind"] == "constant"],
+        }
+        return Checkpoint(
+            entries,
+            path=source.path,
+            format="onnx",
+            metadata=model.metadata,
+            notes=notes,
+            sources=[source, *files.opened.values()],
+            views=views,
+        )
+    except BaseException:
+        files.close()
+        raise
+
+
+# --- header: every byte of the protobuf ------------------------------------------------------
+
+
+def _graph_spans(wire: WireReader, start: int, end: int) -> list[Region]:
+    """The graph's fields, consecutive ones of the same number as one region."""
+    runs: list[Region] = []
+    number, count = -1, 0
+    for f in wire.fields(start, end):
+        if runs and f.number == number:
+            count += 1
+            label = s.GRAPH_FIELDS.get(number, f"field {number}")
+            runs[-1] = Region(
+                RegionKind.HEADER, runs[-1].start, f.end, note=f"graph.{label} x{count}"
+            )
+            continue
+        number, count = f.number, 1
+        label = s.GRAPH_FIELDS.get(number, f"field {number}")
+        runs.append(Region(RegionKind.HEADER, f.key_start, f.end, note=f"graph.{label} x1"))
+    return runs
+
+
+def _model_spans(source: ByteSource) -> list[Region]:
+    wire = WireReader(source)
+    spans: list[Region] = []
+    for f in wire.fields(0, source.size):
+        label = s.MODEL_FIELDS.get(f.number, f"field {f.number}")
+        if f.number == s.MODEL_GRAPH and f.wire == LEN:
+            spans.append(Region(RegionKind.HEADER, f.key_start, f.start, note="graph: key, length"))
+            spans.extend(_graph_spans(wire, f.start, f.end))
+        else:
+            spans.append(Region(RegionKind.METADATA, f.key_start, f.end, note=f"model.{label}"))
+    return spans
+
+
+def _cut(spans: list[Region], payloads: list[tuple[int, int, str]]) -> list[Region]:
+    """``spans`` with each payload (which lies inside one span) cut out as a tensor region."""
+    out: list[Region] = []
+    queue = iter(payloads)
+    pending = next(queue, None)
+    for span in spans:
+        pos = span.start
+        while pending is not None and pending[0] < span.end:
+            start, end, name = pending
+            if start > pos:
+                out.append(Region(span.kind, pos, start, note=span.note))
+            out.append(Region(RegionKind.TENSOR, start, end, name=name, note="raw_data"))
+            pos = end
+            pending = next(queue, None)
+        if span.end > pos:
+            out.append(Region(span.kind, pos, span.end, note=span.note))
+    return out
+
+
+def _header_json(model: ParsedModel) -> dict[str, JSONValue]:
+    tensors: list[JSONValue] = [
+        {
+            "name": t.name,
+            "kind": t.kind,
+            "data_type": s.DATA_TYPES.get(t.data_type, (str(t.data_type), None))[0],
+            "dims": list(t.dims),
+            "storage": _storage(t),
+            **({"external_data": dict(t.external or [])} if t.location_external else {}),
+        }
+        for t in model.tensors
+    ]
+    return {"metadata": dict(model.metadata), "tensors": tensors}
+
+
+def layout_onnx(source: ByteSource) -> HeaderLayout:
+    """Account for every byte of an ONNX file: each inline ``raw_data`` payload of a listed
+    tensor as a tensor region at its exact range, the rest by protobuf field (the model's own
+    fields as metadata, the graph's fields as header, runs of one field as one region).
+
+    Raises:
+        CorruptCheckpointError: a malformed protobuf (unknown data types are shown, not refused).
+    """
+    model = ModelParser(source).parse()
+    payloads = sorted(
+        (t.raw[0], t.raw[1], t.name)
+        for t in model.tensors
+        if t.raw is not None and not t.location_external
+    )
+    regions = _cut(_model_spans(source), payloads)
+    inline = sum(end - start for start, end, _ in payloads)
+    external = sum(1 for t in model.tensors if t.location_external)
+    return HeaderLayout(
+        format="onnx",
+        file_size=source.size,
+        header=_header_json(model),
+        regions=tuple(regions),
+        facts={
+            "tensors": len(model.tensors),
+            "initializers": sum(1 for t in model.tensors if t.kind == "initializer"),
+            "constants": sum(1 for t in model.tensors if t.kind == "constant"),
+            "raw_data_bytes": inline,
+            "external_tensors": external,
+            "graphs": model.graphs,
+        },
+    )
