@@ -61,7 +61,11 @@ class _Opened:
     """The rank files of one checkpoint, opened once each, and the verdicts of its items."""
 
     def __init__(self, source: ByteSource, meta: DcpMetadata) -> None:
+        from ckptctl.formats.pytorch._producers import DCP
+
         self.metadata = source
+        #: whose loader reads the directory (Megatron-core's, once its metadata.json is found)
+        self.producer = DCP
         self.files = RankFiles({}, {})
         self.globals: dict[tuple[str, str, bool], GlobalUse] = {}
         self.problems: dict[tuple[str, str], Problem] = {}
@@ -117,9 +121,10 @@ class _Opened:
             )
 
     def safety(self, meta: DcpMetadata) -> PickleSafety:
-        """The verdict over ``.metadata`` and every item (and ``common.pt``) judged so far."""
+        """The verdict over ``.metadata`` and every item (and ``common.pt``) judged so far, for
+        the loader that reads them (``PickleSafety.written_by``)."""
         items = PickleSafety(tuple(self.globals.values()), tuple(self.problems.values()))
-        return meta.safety.merge(items)
+        return meta.safety.merge(items).written_by(self.producer)
 
     def close(self) -> None:
         self.files.close()
@@ -309,7 +314,7 @@ def open_dcp(source: ByteSource) -> Checkpoint:
         raise
     kind, structure, notes = _structure(meta)
     try:
-        megatron_notes, common, common_safety = _megatron(source)
+        megatron_notes, common, common_safety = _megatron(source, opened)
     except BaseException:
         opened.close()
         raise
@@ -361,9 +366,12 @@ MEGATRON_COMMON = "common.pt"
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def _megatron(source: ByteSource) -> tuple[list[str], dict[str, object], PickleSafety | None]:
+def _megatron(
+    source: ByteSource, opened: _Opened
+) -> tuple[list[str], dict[str, object], PickleSafety | None]:
     """Notes, the objects of ``common.pt`` and its verdict, for a Megatron-core ``torch_dist``
-    directory; nothing for a plain DCP one.
+    directory (whose files ``opened`` then judges as Megatron-core's); nothing for a plain DCP
+    one.
 
     Raises:
         UnsafePickleError: ``common.pt`` is unsafe (Megatron loads it with ``torch.load``).
@@ -386,6 +394,9 @@ def _megatron(source: ByteSource) -> tuple[list[str], dict[str, object], PickleS
             config = None
     if not isinstance(config, dict) or "sharded_backend" not in config:
         return [f"{MEGATRON_CONFIG} is there but is no Megatron-core config (ignored)"], {}, None
+    from ckptctl.formats.pytorch._producers import MEGATRON
+
+    opened.producer = MEGATRON
     notes = [
         f"a Megatron-core {config.get('sharded_backend')} checkpoint ({MEGATRON_CONFIG}: "
         f"sharded backend {config.get('sharded_backend')} v{config.get('sharded_backend_version')}"
