@@ -13,6 +13,7 @@ from ckptctl.errors import (
     CorruptCheckpointError,
     InputError,
     UnsafePickleError,
+    UnsupportedError,
 )
 from ckptctl.formats.dcp._assemble import AssembledData, LazyChunk, absolute
 from ckptctl.formats.dcp._files import RankFiles, open_files
@@ -30,7 +31,7 @@ from ckptctl.formats.dcp._metadata import (
     items_by_file,
     read_metadata,
 )
-from ckptctl.formats.dcp._transform import check_transforms, decode
+from ckptctl.formats.dcp._transform import check_transforms, decode, no_decoder, zstd_module
 from ckptctl.model import (
     OMITTED_KEY,
     Checkpoint,
@@ -76,6 +77,8 @@ class _Opened:
                 transforms.update(item.transforms)
         #: the stream transforms any item is stored with (``stream.zstd/1``)
         self.transforms = sorted(transforms)
+        #: what could not be read for want of a decoder (values left out of the objects)
+        self.undecoded: UnsupportedError | None = None
         # every rank file now, so the checkpoint owns (and closes) them all
         self.files = open_files(source, meta)
         self.sources = self.files.sources
@@ -177,6 +180,8 @@ def _chunk_entry(opened: _Opened, tensor: TensorMeta, chunk: Chunk) -> TensorEnt
 
 #: What a chunk's ``torch.save`` archive may hold beyond its bytes (records, pickle, padding).
 MAX_ITEM_OVERHEAD = 1 << 20
+#: What the objects table shows for a value compressed with zstd when no decoder is installed.
+NOT_DECODED = "<not read: compressed with zstd, and no zstd decoder is installed>"
 #: Least a non-tensor value's item may decode to (32 x its stored length when that is more, as
 #: the pickle budget of compressed archives).
 MAX_VALUE_BYTES = 64 << 20
@@ -197,6 +202,11 @@ def _value(opened: _Opened, value: ValueMeta) -> object:
     from ckptctl.formats.pytorch._structure import plain_value
 
     what = f"value {value.name!r}"
+    if value.item.transforms and zstd_module() is None:  # listed without it; verify fails
+        opened.undecoded = opened.undecoded or no_decoder(
+            value.item.transforms, what, opened.path(value.item)
+        )
+        return NOT_DECODED
     ledger = Ledger()
     try:
         source = opened.slice(value.item, max(MAX_VALUE_BYTES, 32 * value.item.length), what)
@@ -327,6 +337,8 @@ def open_dcp(source: ByteSource) -> Checkpoint:
         (an unsafe one is kept in the verdict and the others still judged); a damaged one
         raises, carrying the verdict over everything judged before it."""
         try:
+            if opened.undecoded is not None:  # a value nobody judged: the verdict is not whole
+                raise opened.undecoded
             for chunks in chunks_of:
                 for chunk in chunks:
                     _judge(chunk)
