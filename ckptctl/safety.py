@@ -14,6 +14,13 @@ A verdict is an allowlist decision, like ``torch.load(weights_only=True)``:
 The verdict is computed from the opcodes alone (``formats/pytorch/_safety.py``), never by running
 anything. Streams that ``torch.load`` would not read (extra ``.pkl`` records, data after the
 last pickle) are scanned too and reported as ``reached=False``: they do not change the verdict.
+
+Some checkpoints are not read by ``torch.load(weights_only=True)`` at all but by the loader of
+the program that wrote them (torch.distributed.checkpoint's ``FileSystemReader``, DeepSpeed's
+``load_checkpoint``), which unpickles fully. For the files of such a checkpoint the question is
+whether the pickle names anything beyond the inert classes that program writes itself: a
+:class:`Producer` lists them, and :meth:`PickleSafety.written_by` makes them ``safe`` for that
+loader (issue #44). Anything else keeps its verdict, and ``unsafe`` stays unsafe.
 """
 
 from __future__ import annotations
@@ -23,11 +30,19 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable
+    from collections.abc import Collection, Iterable, Mapping
 
     from ckptctl.errors import CkptError
 
-__all__ = ["TORCH_REFUSES", "GlobalUse", "PickleSafety", "Problem", "Verdict", "worst"]
+__all__ = [
+    "TORCH_REFUSES",
+    "GlobalUse",
+    "PickleSafety",
+    "Problem",
+    "Producer",
+    "Verdict",
+    "worst",
+]
 
 #: How a problem that makes ``torch.load`` refuse the whole file begins (with weights_only=True
 #: and False alike, before any code could run): the verdict is needs-trust, never safe, and
@@ -84,6 +99,8 @@ class Problem:
     Attributes:
         torch_refuses: ``torch.load`` fails on it whatever ``weights_only`` says (invalid UTF-8,
             a storage size that disagrees with its data): trusting the file loads nothing.
+        weights_only: only torch's weights-only unpickler refuses it (an opcode it does not
+            know); ``pickle.load`` and ``torch.load(weights_only=False)`` read it as data.
     """
 
     message: str
@@ -91,6 +108,25 @@ class Problem:
     where: str
     reached: bool = True
     torch_refuses: bool = False
+    weights_only: bool = False
+
+
+@dataclass(frozen=True)
+class Producer:
+    """A program that reads its checkpoints back with its own, unrestricted loader, and the
+    inert classes it writes into them (``formats/pytorch/_producers.py``).
+
+    Attributes:
+        name: the program (``DCP``, ``DeepSpeed``).
+        loader: its loader as verdicts name it (``DCP's loader``).
+        what: what its classes are (``checkpoint metadata classes``).
+        classes: ``module.qualname`` -> where the class is defined and why it is written.
+    """
+
+    name: str
+    loader: str
+    what: str
+    classes: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -100,10 +136,13 @@ class PickleSafety:
     Attributes:
         globals: every global named, first use first, one entry per (name, stream).
         problems: constructs that need trust or are unsafe (extension codes, call chains ...).
+        producer: the program whose loader reads these pickles (:meth:`written_by`); None: the
+            verdict is about ``torch.load(weights_only=True)``.
     """
 
     globals: tuple[GlobalUse, ...] = ()
     problems: tuple[Problem, ...] = ()
+    producer: Producer | None = None
 
     @property
     def verdict(self) -> Verdict:
@@ -149,7 +188,43 @@ class PickleSafety:
         return PickleSafety(
             self.globals + tuple(replace(g, where=prefix + g.where) for g in other.globals),
             self.problems + tuple(replace(p, where=prefix + p.where) for p in other.problems),
+            self.producer or other.producer,
         )
+
+    def written_by(self, producer: Producer) -> PickleSafety:
+        """This verdict for pickles read by ``producer``'s own loader, which unpickles fully.
+
+        A needs-trust global among the classes ``producer`` writes becomes safe, and so does a
+        construct only torch's weights-only unpickler refuses (an opcode plain pickle reads as
+        data). Everything else keeps its verdict: an unsafe global stays unsafe. Apply it only
+        to files read as that producer's, never to a plain ``.pt`` naming the same classes.
+        """
+        return replace(
+            self,
+            globals=tuple(
+                replace(g, verdict=Verdict.SAFE, reason=f"{producer.name}: {source}")
+                if g.verdict is Verdict.NEEDS_TRUST
+                and (source := producer.classes.get(g.name)) is not None
+                else g
+                for g in self.globals
+            ),
+            problems=tuple(
+                replace(p, verdict=Verdict.SAFE)
+                if p.weights_only and p.verdict is Verdict.NEEDS_TRUST
+                else p
+                for p in self.problems
+            ),
+            producer=producer,
+        )
+
+    def produced(self) -> list[GlobalUse]:
+        """Reached globals that are safe only as the producer's classes (none without one)."""
+        if self.producer is None:
+            return []
+        classes = self.producer.classes
+        return [
+            g for g in self.globals if g.reached and g.verdict is Verdict.SAFE and g.name in classes
+        ]
 
     @property
     def torch_refusal(self) -> str | None:
@@ -162,7 +237,12 @@ class PickleSafety:
     def describe(self, limit: int = 4) -> str:
         """One line for listings: the verdict and what it rests on."""
         verdict = self.verdict
-        if verdict is Verdict.SAFE:
+        if verdict is Verdict.SAFE and self.producer is not None and self.produced():
+            line = (
+                f"safe for {self.producer.loader} (only {self.producer.what} and what "
+                "torch.load(weights_only=True) accepts)"
+            )
+        elif verdict is Verdict.SAFE:
             line = "safe (only what torch.load(weights_only=True) accepts)"
         else:
             names = list(dict.fromkeys(g.name for g in self.untrusted()))

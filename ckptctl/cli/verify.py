@@ -146,11 +146,13 @@ def command(
 
     Every file is checked for: readable (opens and passes every structural check), safe-pickle
     (pickle-based files: the verdict safe, needs-trust or unsafe, with every global named; safe
-    means torch.load(weights_only=True) loads it; unsafe always fails and needs-trust fails
-    unless --trust or --allow-global), sharded-index (*.index.json against its shards),
-    flat-reader (a reader expecting a top-level name -> tensor map, such as candle's from_pth,
-    would find tensors: nested checkpoints, whole pickled models, TorchScript archives and empty
-    files fail, with the fix) and quant-layout (files with GPTQ, AWQ, bitsandbytes, FP8 or
+    means torch.load(weights_only=True) loads it, or, for a DCP directory or DeepSpeed save, that
+    it names only the inert classes its producer's loader reads besides; unsafe always fails and
+    needs-trust fails unless --trust or --allow-global), sharded-index (*.index.json against its
+    shards), flat-reader (a reader expecting a top-level name -> tensor map, such as candle's
+    from_pth, would find tensors: nested checkpoints, whole pickled models, TorchScript archives
+    and empty files fail, with the fix; no flat reader opens a DCP directory, so a nested one
+    passes) and quant-layout (files with GPTQ, AWQ, bitsandbytes, FP8 or
     compressed-tensors modules: packed shapes, scales, zero points and group index agree; a
     broken module is named with the disagreement). Unreadable, corrupt or unsafe files are
     reported as failures, not errors, and never stop the other files; a file that is no

@@ -57,53 +57,15 @@ def safe_pickle_finding(
             safety=safety,
         )
     if verdict is Verdict.NEEDS_TRUST:
-        untrusted = [g.name for g in safety.untrusted()]
-        problems = [p.message for p in safety.problems if p.reached and p.verdict is verdict]
-        what = (
-            f"globals outside torch's weights-only allowlist: {_names(untrusted)}"
-            if (untrusted)
-            else problems[0]
-        )
-        hint: str | Note = "re-save a state_dict with torch.save (or save safetensors)"
-        refusals = [p for p in safety.problems if p.reached and p.torch_refuses]
-        if refusals and not untrusted:
-            # Not a question of trust: torch.load fails on it whatever weights_only says.
-            message = refusals[0].message
-            if message.startswith(TORCH_REFUSES):  # the container: torch never opens it
-                message += (
-                    " (with weights_only=True or False); beyond torch, ckptctl reads it and its "
-                    "pickle holds only what the weights-only loader accepts"
-                )
-                fix = "re-save it with torch, or convert it with ckptctl to a file torch loads"
-            else:
-                message = f"needs trust: {message}"
-                fix = (
-                    "torch cannot load this file as it is; re-save it from the original checkpoint"
-                )
-            return Finding(
-                "safe-pickle", Status.WARN if trust else Status.FAIL, message, fix, safety=safety
-            )
-        if untrusted and not problems:
-            allow = Command(
-                options=tuple(
-                    Option("allow_globals", n) for n in dict.fromkeys(untrusted[:GLOBALS_SHOWN])
-                )
-            )
-            hint = Note(f"{hint}; or if you trust its source: {{fix0}}", (allow,))
-        consequence = (
-            "weights_only=False would run that code"
-            if untrusted
-            else "weights_only=False would trust whatever else the file holds"
-        )
-        return Finding(
-            "safe-pickle",
-            Status.WARN if trust else Status.FAIL,
-            f"needs trust: {what}; torch.load(weights_only=True) refuses it and {consequence}",
-            hint,
-            safety=safety,
-        )
+        return _needs_trust(safety, trust)
     count = f"{len(reached):,} global{'s' if len(reached) != 1 else ''}"
     found = f"{count}, all on its allowlist" if reached else "no globals"
+    produced = safety.produced()
+    if produced and safety.producer is not None:  # issue #44: judged for the producer's loader
+        found = (
+            f"{count}: {len({g.name for g in produced}):,} {safety.producer.name} "
+            f"{safety.producer.what}, the rest on torch's weights-only allowlist"
+        )
     unreached = safety.unreached_verdict
     if unreached is not None and unreached is not Verdict.SAFE:
         streams = sorted(
@@ -115,6 +77,14 @@ def safe_pickle_finding(
             Status.WARN,
             f"safe for torch.load ({found}), but {', '.join(streams)} is {unreached.value}",
             "torch.load does not read it, other tools may: remove it or re-save the file",
+            safety=safety,
+        )
+    if produced and safety.producer is not None and readable:
+        return Finding(
+            "safe-pickle",
+            Status.OK,
+            f"safe for {safety.producer.loader}: only {safety.producer.what} beyond what "
+            f"torch.load(weights_only=True) accepts ({found})",
             safety=safety,
         )
     if not readable:  # torch may well refuse what ckptctl could not read (issue 25)
@@ -139,5 +109,63 @@ def safe_pickle_finding(
         "safe-pickle",
         Status.OK,
         f"safe: torch.load(weights_only=True) loads it ({found})",
+        safety=safety,
+    )
+
+
+def _needs_trust(safety: PickleSafety, trust: bool) -> Finding:
+    """The finding of a needs-trust verdict (``safety`` with the allowed globals applied)."""
+    verdict = Verdict.NEEDS_TRUST
+    producer = safety.producer
+    untrusted = [g.name for g in safety.untrusted()]
+    problems = [p.message for p in safety.problems if p.reached and p.verdict is verdict]
+    beyond = "torch's weights-only allowlist"
+    if producer is not None:  # a checkpoint its producer's loader reads (issue #44)
+        beyond += f" and {producer.name}'s {producer.what}"
+    what = f"globals outside {beyond}: {_names(untrusted)}" if untrusted else problems[0]
+    hint: str | Note = (
+        "re-save a state_dict with torch.save (or save safetensors)"
+        if producer is None
+        else "save the checkpoint without those objects (only tensors and plain values)"
+    )
+    refusals = [p for p in safety.problems if p.reached and p.torch_refuses]
+    if refusals and not untrusted:
+        # Not a question of trust: torch.load fails on it whatever weights_only says.
+        message = refusals[0].message
+        if message.startswith(TORCH_REFUSES):  # the container: torch never opens it
+            message += (
+                " (with weights_only=True or False); beyond torch, ckptctl reads it and its "
+                "pickle holds only what the weights-only loader accepts"
+            )
+            fix = "re-save it with torch, or convert it with ckptctl to a file torch loads"
+        else:
+            message = f"needs trust: {message}"
+            fix = "torch cannot load this file as it is; re-save it from the original checkpoint"
+        return Finding(
+            "safe-pickle", Status.WARN if trust else Status.FAIL, message, fix, safety=safety
+        )
+    if untrusted and not problems:
+        allow = Command(
+            options=tuple(
+                Option("allow_globals", n) for n in dict.fromkeys(untrusted[:GLOBALS_SHOWN])
+            )
+        )
+        hint = Note(f"{hint}; or if you trust its source: {{fix0}}", (allow,))
+    consequence = (
+        "weights_only=False would run that code"
+        if untrusted
+        else "weights_only=False would trust whatever else the file holds"
+    )
+    if producer is not None:
+        consequence = (
+            f"{producer.loader}, which unpickles fully, would run that code"
+            if untrusted
+            else f"{producer.loader}, which unpickles fully, would trust whatever else it holds"
+        )
+    return Finding(
+        "safe-pickle",
+        Status.WARN if trust else Status.FAIL,
+        f"needs trust: {what}; torch.load(weights_only=True) refuses it and {consequence}",
+        hint,
         safety=safety,
     )

@@ -90,6 +90,11 @@ MESSAGE_LIMIT = 5
 
 _SCANNED = frozenset({DType.C64, DType.C128})
 _FLAT_READERS = "a flat name → tensor reader (candle's from_pth, safetensors' load)"
+#: Checkpoints no flat reader opens (each read by its producer's loader), and what they are.
+_NO_FLAT_READER = {
+    "dcp": "torch.distributed.checkpoint directory",
+    "deepspeed-zero": "DeepSpeed ZeRO save",
+}
 
 
 # --- entry point --------------------------------------------------------------------------------
@@ -384,7 +389,7 @@ def _verify_file(path: str, opts: _Options, walked: bool = False) -> FileResult 
             )  # fmt: skip
         if rest is not None:  # a damaged part: the other checks would fail on it again
             return FileResult(path, ckpt.format, ckpt.kind, len(ckpt), tuple(findings))
-        flat, entries = _flat_reader(ckpt, opts.state_key)
+        flat, entries = _flat_reader(ckpt, opts.state_key, path)
         findings.append(flat)
         if entries is None:  # nothing below --state-key: the other checks have nothing to see
             return FileResult(path, ckpt.format, ckpt.kind, 0, tuple(findings))
@@ -498,13 +503,18 @@ def _best_key(groups: Mapping[str, int]) -> str:
 
 
 def _flat_reader(
-    ckpt: Checkpoint, state_key: str | None
+    ckpt: Checkpoint, state_key: str | None, path: str | None = None
 ) -> tuple[Finding, list[TensorEntry] | None]:
-    """The flat-reader gate, and the entries the other checks look at (None: none below key)."""
+    """The flat-reader gate, and the entries the other checks look at (None: none below key).
+
+    ``path`` is the checkpoint as the user named it (a DCP directory rather than its
+    ``.metadata``; default: the checkpoint's path): the commands suggested name it so.
+    """
+    path = ckpt.path if path is None else path
     entries = ckpt.entries()
     kind = ckpt.kind
     cls = _short_class(ckpt)
-    convert = Command("convert", (ckpt.path, "model.safetensors"))
+    convert = Command("convert", (path, "model.safetensors"))
     if not entries and kind in (CheckpointKind.MODULE, CheckpointKind.TORCHSCRIPT):
         what = "TorchScript archive" if kind is CheckpointKind.TORCHSCRIPT else "pickled object"
         return Finding(
@@ -570,8 +580,10 @@ def _flat_reader(
             f"the file holds no tensors{scalars}",
             "a weights file needs at least one tensor; was the wrong file saved?",
         ), entries
+    if kind is CheckpointKind.NESTED and ckpt.format in _NO_FLAT_READER:
+        return _nested_directory(ckpt, path), entries
     if kind is CheckpointKind.NESTED:
-        return _nested(ckpt, entries), entries
+        return _nested(ckpt, entries, path), entries
     how = (
         "a flat name → tensor map" if kind is CheckpointKind.STATE_DICT else "flat by construction"
     )
@@ -592,7 +604,27 @@ def _deeper_than(ckpt: Checkpoint, state_key: str) -> dict[str, int]:
     return {c: n for c, n in containers.items() if c.startswith(key + ".")}
 
 
-def _nested(ckpt: Checkpoint, entries: list[TensorEntry]) -> Finding:
+def _nested_directory(ckpt: Checkpoint, path: str) -> Finding:
+    """A nested DCP directory (``{model, optim, ...}``): healthy, since no flat reader opens it
+    (issue #44); the hint says how to write one part of it as a flat file."""
+    groups = top_level_groups(ckpt)
+    where = describe_groups(groups)
+    key = _best_key(groups) if groups else None
+    details: dict[str, JSONValue] = {"groups": groups, "state_key": key}
+    convert = Command(
+        "convert", (path, "model.safetensors"), (Option("state_key", key),) if key else ()
+    )
+    return Finding(
+        "flat-reader",
+        Status.OK,
+        f"tensors under {where}: no flat name → tensor reader opens a "
+        f"{_NO_FLAT_READER[ckpt.format]}, so a nested one is as its loader expects",
+        Note("a flat copy of one part without torch: {fix0}", (convert,)),
+        details=details,
+    )
+
+
+def _nested(ckpt: Checkpoint, entries: list[TensorEntry], path: str) -> Finding:
     groups = top_level_groups(ckpt)
     top = ckpt.structure.top_level_tensors if ckpt.structure is not None else 0
     if not groups:  # facts missing: fall back on the names
@@ -608,7 +640,7 @@ def _nested(ckpt: Checkpoint, entries: list[TensorEntry]) -> Finding:
             f"{_FLAT_READERS} finds no tensors at the top level",
             Note(
                 "to gate optimizer files on safety and readability alone: {fix0}",
-                (Command("verify", (ckpt.path,), (Option("checks", "safe-pickle"),)),),
+                (Command("verify", (path,), (Option("checks", "safe-pickle"),)),),
             ),
             details={"top_level_tensors": top, "groups": groups, "state_key": None},
         )
@@ -630,7 +662,7 @@ def _nested(ckpt: Checkpoint, entries: list[TensorEntry]) -> Finding:
     head = f"{_FLAT_READERS} finds no tensors at the top level: tensors are under {where}: "
     if not key:
         return Finding("flat-reader", Status.FAIL, head + str(fix), None, details=details)
-    convert = Command("convert", (ckpt.path, "model.safetensors"), (Option("state_key", key),))
+    convert = Command("convert", (path, "model.safetensors"), (Option("state_key", key),))
     return Finding(
         "flat-reader",
         Status.FAIL,

@@ -54,7 +54,8 @@ RULES: dict[str, tuple[str, str]] = {
     "safe-pickle": (
         "Loading the file's pickles runs no code",
         "Every pickle stream is judged from its opcodes: safe (torch.load(weights_only=True) "
-        "loads it), needs-trust (globals outside torch's weights-only allowlist) or unsafe "
+        "loads it, or a DCP or DeepSpeed checkpoint names only the inert classes its "
+        "producer's loader reads), needs-trust (globals outside those allowlists) or unsafe "
         "(globals or constructs that run code when unpickled).",
     ),
     "sharded-index": (

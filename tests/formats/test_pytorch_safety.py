@@ -8,6 +8,7 @@ tests/test_hostile_bypass.py and tests/torch_tier/.
 from __future__ import annotations
 
 import io
+import json
 import pickle
 import struct
 import zipfile
@@ -351,3 +352,36 @@ def test_data_after_the_checkpoint_is_judged_but_not_reached(tmp_path: Path) -> 
         [problem] = [p for p in ckpt.safety.problems if not p.reached]
         assert problem.message == "a zip archive is appended"
         assert "not read by torch.load" in problem.where
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("torch.distributed", "FileStore"),
+        ("torch._C._distributed_c10d", "FileStore"),
+        ("torch.distributed", "TCPStore"),
+        ("torch.distributed", "HashStore"),
+        ("torch.distributed", "ProcessGroupGloo"),
+        ("torch.distributed.rpc", "TensorPipeAgent"),
+    ],
+)
+def test_classes_that_open_files_or_sockets_are_unsafe(
+    tmp_path: Path, run_cli, module: str, name: str
+) -> None:
+    """torch.load(weights_only=False) of FileStore(path, 1) creates a file where the pickle
+    says: unsafe, so that not even --trust passes it (issue #44)."""
+    from tests.formats.test_pytorch_reader import glob, lit, pkl, write_zip
+
+    target = tmp_path / "created-by-the-pickle"
+    body = glob(module, name) + lit((str(target), 1)) + b"R"
+    path = write_zip(tmp_path / "store.pt", pkl(body), {})
+    result = run_cli("verify", "--trust", "--json", path)
+    assert result.code == 1
+    finding = next(
+        f for f in json.loads(result.stdout)["files"][0]["findings"] if f["check"] == "safe-pickle"
+    )
+    assert finding["details"]["verdict"] == "unsafe"
+    assert {"name": f"{module}.{name}", "class": "unsafe"}.items() <= next(
+        g for g in finding["details"]["globals"] if g["name"] == f"{module}.{name}"
+    ).items()
+    assert not target.exists()

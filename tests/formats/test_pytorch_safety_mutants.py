@@ -109,7 +109,7 @@ REFUSES = ", which torch.load(weights_only=True) refuses"
 
 def refused(name: str, where: str = W, reached: bool = True) -> Problem:
     """The problem for an opcode torch's weights-only unpickler does not know."""
-    return Problem(f"opcode {name}{REFUSES}", TRUST, where, reached)
+    return Problem(f"opcode {name}{REFUSES}", TRUST, where, reached, weights_only=True)
 
 
 def malformed(detail: str, where: str = W) -> Problem:

@@ -13,6 +13,7 @@ from ckptctl.errors import (
     CorruptCheckpointError,
     InputError,
     UnsafePickleError,
+    UnsupportedError,
 )
 from ckptctl.formats.dcp._assemble import AssembledData, LazyChunk, absolute
 from ckptctl.formats.dcp._files import RankFiles, open_files
@@ -30,7 +31,7 @@ from ckptctl.formats.dcp._metadata import (
     items_by_file,
     read_metadata,
 )
-from ckptctl.formats.dcp._transform import check_transforms, decode
+from ckptctl.formats.dcp._transform import check_transforms, decode, no_decoder, zstd_module
 from ckptctl.model import (
     OMITTED_KEY,
     Checkpoint,
@@ -61,7 +62,11 @@ class _Opened:
     """The rank files of one checkpoint, opened once each, and the verdicts of its items."""
 
     def __init__(self, source: ByteSource, meta: DcpMetadata) -> None:
+        from ckptctl.formats.pytorch._producers import DCP
+
         self.metadata = source
+        #: whose loader reads the directory (Megatron-core's, once its metadata.json is found)
+        self.producer = DCP
         self.files = RankFiles({}, {})
         self.globals: dict[tuple[str, str, bool], GlobalUse] = {}
         self.problems: dict[tuple[str, str], Problem] = {}
@@ -72,6 +77,8 @@ class _Opened:
                 transforms.update(item.transforms)
         #: the stream transforms any item is stored with (``stream.zstd/1``)
         self.transforms = sorted(transforms)
+        #: what could not be read for want of a decoder (values left out of the objects)
+        self.undecoded: UnsupportedError | None = None
         # every rank file now, so the checkpoint owns (and closes) them all
         self.files = open_files(source, meta)
         self.sources = self.files.sources
@@ -117,9 +124,10 @@ class _Opened:
             )
 
     def safety(self, meta: DcpMetadata) -> PickleSafety:
-        """The verdict over ``.metadata`` and every item (and ``common.pt``) judged so far."""
+        """The verdict over ``.metadata`` and every item (and ``common.pt``) judged so far, for
+        the loader that reads them (``PickleSafety.written_by``)."""
         items = PickleSafety(tuple(self.globals.values()), tuple(self.problems.values()))
-        return meta.safety.merge(items)
+        return meta.safety.merge(items).written_by(self.producer)
 
     def close(self) -> None:
         self.files.close()
@@ -172,6 +180,8 @@ def _chunk_entry(opened: _Opened, tensor: TensorMeta, chunk: Chunk) -> TensorEnt
 
 #: What a chunk's ``torch.save`` archive may hold beyond its bytes (records, pickle, padding).
 MAX_ITEM_OVERHEAD = 1 << 20
+#: What the objects table shows for a value compressed with zstd when no decoder is installed.
+NOT_DECODED = "<not read: compressed with zstd, and no zstd decoder is installed>"
 #: Least a non-tensor value's item may decode to (32 x its stored length when that is more, as
 #: the pickle budget of compressed archives).
 MAX_VALUE_BYTES = 64 << 20
@@ -192,6 +202,11 @@ def _value(opened: _Opened, value: ValueMeta) -> object:
     from ckptctl.formats.pytorch._structure import plain_value
 
     what = f"value {value.name!r}"
+    if value.item.transforms and zstd_module() is None:  # listed without it; verify fails
+        opened.undecoded = opened.undecoded or no_decoder(
+            value.item.transforms, what, opened.path(value.item)
+        )
+        return NOT_DECODED
     ledger = Ledger()
     try:
         source = opened.slice(value.item, max(MAX_VALUE_BYTES, 32 * value.item.length), what)
@@ -309,7 +324,7 @@ def open_dcp(source: ByteSource) -> Checkpoint:
         raise
     kind, structure, notes = _structure(meta)
     try:
-        megatron_notes, common, common_safety = _megatron(source)
+        megatron_notes, common, common_safety = _megatron(source, opened)
     except BaseException:
         opened.close()
         raise
@@ -322,6 +337,8 @@ def open_dcp(source: ByteSource) -> Checkpoint:
         (an unsafe one is kept in the verdict and the others still judged); a damaged one
         raises, carrying the verdict over everything judged before it."""
         try:
+            if opened.undecoded is not None:  # a value nobody judged: the verdict is not whole
+                raise opened.undecoded
             for chunks in chunks_of:
                 for chunk in chunks:
                     _judge(chunk)
@@ -361,9 +378,12 @@ MEGATRON_COMMON = "common.pt"
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def _megatron(source: ByteSource) -> tuple[list[str], dict[str, object], PickleSafety | None]:
+def _megatron(
+    source: ByteSource, opened: _Opened
+) -> tuple[list[str], dict[str, object], PickleSafety | None]:
     """Notes, the objects of ``common.pt`` and its verdict, for a Megatron-core ``torch_dist``
-    directory; nothing for a plain DCP one.
+    directory (whose files ``opened`` then judges as Megatron-core's); nothing for a plain DCP
+    one.
 
     Raises:
         UnsafePickleError: ``common.pt`` is unsafe (Megatron loads it with ``torch.load``).
@@ -386,6 +406,9 @@ def _megatron(source: ByteSource) -> tuple[list[str], dict[str, object], PickleS
             config = None
     if not isinstance(config, dict) or "sharded_backend" not in config:
         return [f"{MEGATRON_CONFIG} is there but is no Megatron-core config (ignored)"], {}, None
+    from ckptctl.formats.pytorch._producers import MEGATRON
+
+    opened.producer = MEGATRON
     notes = [
         f"a Megatron-core {config.get('sharded_backend')} checkpoint ({MEGATRON_CONFIG}: "
         f"sharded backend {config.get('sharded_backend')} v{config.get('sharded_backend_version')}"

@@ -6,8 +6,10 @@ _extension.py``) writes each item as one zstd frame of its ``torch.save`` bytes 
 with ``zstandard``'s ``stream_reader``, which stops at the end of the first frame, or, without it,
 ``pyzstd``'s ``EndlessZstdDecompressor``, which reads every frame: an item with bytes after its
 first frame reads differently under the two, so it is refused here. Decoded with the standard
-library's ``compression.zstd`` (Python 3.14+) or its backport ``backports.zstd`` (the ``zstd``
-extra), in bounded steps: an item never decodes to more than its limit (a zstd bomb stops there).
+library's ``compression.zstd`` (Python 3.14+) or its backport ``backports.zstd`` (a dependency
+of ckptctl on older Pythons), in bounded steps: an item never decodes to more than its limit (a
+zstd bomb stops there). Only reading an item needs the decoder: listing a directory and its
+header read ``.metadata`` alone (issue #44).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ ZSTD = "stream.zstd"
 #: Bytes decoded per step (the limit is checked after each).
 STEP_BYTES = 16 << 20
 
-__all__ = ["ZSTD", "check_transforms", "decode", "zstd_module"]
+__all__ = ["ZSTD", "check_transforms", "decode", "no_decoder", "zstd_module"]
 
 
 def zstd_module() -> ModuleType | None:
@@ -42,10 +44,10 @@ def zstd_module() -> ModuleType | None:
 
 
 def check_transforms(descriptors: Sequence[str], what: str, path: str) -> None:
-    """Refuse, before anything is read, an item whose transforms cannot be decoded here.
+    """Refuse, before anything is read, an item stored with a transform no reader knows.
 
     Raises:
-        UnsupportedError: a transform other than ``stream.zstd/1.*``, or no zstd decoder.
+        UnsupportedError: a transform other than ``stream.zstd/1.*``.
     """
     for descriptor in descriptors:
         name, _, version = descriptor.partition("/")
@@ -55,13 +57,19 @@ def check_transforms(descriptors: Sequence[str], what: str, path: str) -> None:
                 f"torch 2.13 nor ckptctl knows (only {ZSTD}/1)",
                 path=path,
             )
-    if descriptors and zstd_module() is None:
-        raise UnsupportedError(
-            f"{what} is compressed with zstd ({', '.join(descriptors)}), and no zstd decoder is "
-            "installed",
-            path=path,
-            hint=Note("install the zstd extra: pip install 'ckptctl[zstd]' (backports.zstd)"),
-        )
+
+
+def no_decoder(descriptors: Sequence[str], what: str, path: str) -> UnsupportedError:
+    """The error of an item that cannot be read here: no zstd decoder is installed."""
+    return UnsupportedError(
+        f"{what} is compressed with zstd ({', '.join(descriptors)}), and no zstd decoder is "
+        "installed",
+        path=path,
+        hint=Note(
+            "ckptctl depends on backports.zstd below Python 3.14: reinstall it with its "
+            "dependencies (pip install --force-reinstall ckptctl)"
+        ),
+    )
 
 
 def decode(raw: bytes, descriptors: Sequence[str], limit: int, what: str, path: str) -> bytes:
@@ -71,9 +79,11 @@ def decode(raw: bytes, descriptors: Sequence[str], limit: int, what: str, path: 
     Raises:
         CorruptCheckpointError: damaged zstd data, a frame cut short, bytes after the frame, or
             more than ``limit`` bytes decoded.
+        UnsupportedError: no zstd decoder is installed.
     """
     zstd = zstd_module()
-    assert zstd is not None  # check_transforms ran when the checkpoint was opened
+    if zstd is None:
+        raise no_decoder(descriptors, what, path)
     data = raw
     for _ in descriptors:
         data = _one_frame(zstd, data, limit, what, path)

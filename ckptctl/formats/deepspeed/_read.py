@@ -17,6 +17,7 @@ from ckptctl.formats.deepspeed._zero import (
     state_view,
     trainable_params,
 )
+from ckptctl.formats.pytorch._producers import DEEPSPEED
 from ckptctl.model import Checkpoint, CheckpointKind, HeaderLayout, Region, RegionKind
 from ckptctl.sources import open_source
 
@@ -36,6 +37,7 @@ def open_save(source: ByteSource, folder: str, tag: str | None) -> Checkpoint:
         params = trainable_params(layout)
         entries = model_view(layout, params)
         safety, torch_notes = merged_safety(opened)
+        safety = safety.written_by(DEEPSPEED)  # its files, read by its loader (issue #44)
     except BaseException:
         for f in opened:
             f.ckpt.close()

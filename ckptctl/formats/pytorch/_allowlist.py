@@ -100,6 +100,10 @@ _HARMLESS_STDLIB = frozenset(
         "datetime.time", "datetime.timedelta", "datetime.timezone", "decimal.Decimal",
         "fractions.Fraction", "pathlib.Path", "pathlib.PosixPath", "pathlib.PurePath",
         "pathlib.PurePosixPath", "pathlib.PureWindowsPath", "pathlib.WindowsPath",
+        # Python 3.13 defines (and pickles) them in pathlib._local (CPython gh-133789)
+        "pathlib._local.Path", "pathlib._local.PosixPath", "pathlib._local.PurePath",
+        "pathlib._local.PurePosixPath", "pathlib._local.PureWindowsPath",
+        "pathlib._local.WindowsPath",
         "re._compile", "uuid.UUID", "_collections.deque",
         *(f"builtins.{n}" for n in (
             "bool", "bytes", "dict", "float", "frozenset", "int", "list", "object", "range",

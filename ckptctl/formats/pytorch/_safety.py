@@ -132,13 +132,22 @@ class _Walk:
         #: where the frame ends when the pickle's STOP leaves bytes of it (see assess_stream)
         self.frame_left: int | None = None
 
-    def problem(self, message: str, verdict: Verdict, *, torch_refuses: bool = False) -> None:
+    def problem(
+        self,
+        message: str,
+        verdict: Verdict,
+        *,
+        torch_refuses: bool = False,
+        weights_only: bool = False,
+    ) -> None:
         # Past the first few, once per message: a million APPENDs to a dict are not a million
         # problems (#25); every distinct one is kept, so the verdict is the same.
         key = (message, verdict)
         if len(self.problems) < MAX_REPEATED_PROBLEMS or key not in self._seen_problems:
             self._seen_problems.add(key)
-            self.problems.append(Problem(message, verdict, self.where, self.reached, torch_refuses))
+            self.problems.append(
+                Problem(message, verdict, self.where, self.reached, torch_refuses, weights_only)
+            )
 
     def refused(self, message: str, *, torch_refuses: bool = False) -> None:
         """A construct torch's weights-only loader refuses (needs trust), said once per stream."""
@@ -217,7 +226,9 @@ class _Walk:
             self.seen_ops.add(code)
             name = _OPNAMES.get(code, f"0x{code:02x}")
             self.problem(
-                f"opcode {name}, which torch.load(weights_only=True) refuses", Verdict.NEEDS_TRUST
+                f"opcode {name}, which torch.load(weights_only=True) refuses",
+                Verdict.NEEDS_TRUST,
+                weights_only=True,  # pickle.load knows every opcode (an unknown one: malformed)
             )
 
 
