@@ -154,7 +154,7 @@ def command(
     """Check each FILE for CI: exit 0 when every file passes, 1 when any fails.
 
     Every file is checked for: readable (opens and passes every structural check; lfs-pointer
-    instead when it, or a shard its index names, is a git-lfs pointer: run git lfs pull),
+    instead when it, or a part of it such as a shard, is a git-lfs pointer: run git lfs pull),
     safe-pickle (pickle-based files: the verdict safe, needs-trust or unsafe, with every global
     named; safe means torch.load(weights_only=True) loads it; unsafe always fails and
     needs-trust fails unless --trust or --allow-global), sharded-index (*.index.json against its

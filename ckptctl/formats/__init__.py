@@ -9,6 +9,7 @@ from ckptctl._io import atomic_write, refuse_sources
 from ckptctl.errors import (
     CkptError,
     InputError,
+    LfsPointerError,
     SelectionError,
     UnknownFormatError,
     UnsupportedError,
@@ -229,8 +230,10 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
 
 def _with_embedded(exc: UnknownFormatError, source: ByteSource) -> UnknownFormatError:
     """``exc`` carrying the verdict of the pickles the file holds (an object-array ``.npy``, a
-    zip with a pickle under another name), so ``verify`` judges them (issue 28)."""
-    if exc.safety is None:
+    zip with a pickle under another name), so ``verify`` judges them (issue 28). A git-lfs
+    pointer is a line of text, possibly about another file than ``source`` (a DeepSpeed
+    partition): nothing to look for."""
+    if exc.safety is None and not isinstance(exc, LfsPointerError):
         from ckptctl.formats.pytorch._embedded import embedded_pickles
 
         exc.safety = embedded_pickles(source)

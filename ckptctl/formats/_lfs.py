@@ -20,9 +20,12 @@ holds pointers and near-pointers with git-lfs's verdict on each (``make_lfs.py``
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ckptctl.errors import LfsPointerError
+
+if TYPE_CHECKING:
+    from ckptctl.sources import ByteSource
 
 #: Bytes git-lfs reads to decide whether a blob is a pointer (its ``blobSizeCutoff``).
 MAX_POINTER_BYTES = 1024
@@ -91,3 +94,15 @@ def pointer_error(pointer: LfsPointer, what: str = "") -> LfsPointerError:
         size=pointer.size,
         hint=HINT,
     )
+
+
+def refuse_pointer(source: ByteSource, what: str = "") -> None:
+    """Raise :func:`pointer_error` when ``source`` is a git-lfs pointer: for the files a
+    format reads without sniffing them (a DCP rank file, a DeepSpeed partition).
+
+    Raises:
+        LfsPointerError: it is one; ``what`` as for :func:`pointer_error`.
+    """
+    pointer = read_pointer(source.read(0, min(source.size, MAX_POINTER_BYTES)))
+    if pointer is not None:
+        raise pointer_error(pointer, what).with_path(source.path)

@@ -3,9 +3,9 @@
 Checks, each a :class:`Finding` with a ``check`` id (the CLI contract and issue #5):
 
 * ``readable`` -- the file opens and passes every structural check its reader has;
-* ``lfs-pointer`` -- instead of ``readable`` when the file (or a shard it names) is a git-lfs
-  pointer, the text a clone without ``git lfs pull`` leaves where the weights should be
-  (issue 44): its oid and size, and the hint to fetch it;
+* ``lfs-pointer`` -- instead of ``readable`` when the file (or a part of it: a shard, a DCP rank
+  file, a DeepSpeed partition) is a git-lfs pointer, the text a clone without ``git lfs pull``
+  leaves where the weights should be (issue 44): its oid and size, and the hint to fetch it;
 * ``safe-pickle`` -- pickle-based files only: the verdict of :mod:`ckptctl.safety`, with every
   global named and classified. ``unsafe`` always fails (and the file is never unpickled),
   ``needs-trust`` fails unless ``trust`` is set or every global at fault is in

@@ -104,3 +104,30 @@ def test_verify_fails_a_pointer_shard_as_lfs_pointer(unfetched: Path):
     assert "model-00002-of-00002.safetensors" in str(pointer.message)
     assert pointer.details["size"] == TINY.stat().st_size
     assert "readable" not in [f.check for f in result.findings]
+
+
+@pytest.mark.parametrize(
+    ("save", "part"),
+    [
+        (VALID / "distributed" / "fsdp2", "__0_0.distcp"),
+        (VALID / "deepspeed" / "zero2_fp32_2rank", "global_step2/mp_rank_00_model_states.pt"),
+        (
+            VALID / "deepspeed" / "zero2_fp32_2rank",
+            "global_step2/zero_pp_rank_1_mp_rank_00_optim_states.pt",
+        ),
+    ],
+    ids=["dcp-rank-file", "deepspeed-model-states", "deepspeed-optim-states"],
+)
+def test_a_pointer_part_of_a_checkpoint_directory_is_named(run_cli, tmp_path, save, part):
+    top = tmp_path / "save"
+    shutil.copytree(save, top)
+    (top / part).write_bytes(POINTER.read_bytes())
+    result = run_cli("ls", top)
+    assert result.code == 3
+    assert Path(part).name in result.stderr
+    assert "git-lfs pointer" in result.stderr
+    assert "git lfs pull" in result.stderr
+    (checked,) = verify(top).files
+    failed = [f for f in checked.findings if f.status.value == "fail"]
+    assert [f.check for f in failed] == ["lfs-pointer"]
+    assert Path(part).name in str(failed[0].message)
