@@ -230,10 +230,11 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
 
 def _with_embedded(exc: UnknownFormatError, source: ByteSource) -> UnknownFormatError:
     """``exc`` carrying the verdict of the pickles the file holds (an object-array ``.npy``, a
-    zip with a pickle under another name), so ``verify`` judges them (issue 28). A git-lfs
-    pointer is a line of text, possibly about another file than ``source`` (a DeepSpeed
-    partition): nothing to look for."""
-    if exc.safety is None and not isinstance(exc, LfsPointerError):
+    zip with a pickle under another name), so ``verify`` judges them (issue 28). Not when the
+    error is about another file than ``source`` (a DeepSpeed partition: the reader has closed
+    ``source`` by then), nor for a git-lfs pointer (a few lines of text)."""
+    about_source = exc.path is None or exc.path == source.path
+    if exc.safety is None and about_source and not isinstance(exc, LfsPointerError):
         from ckptctl.formats.pytorch._embedded import embedded_pickles
 
         exc.safety = embedded_pickles(source)
