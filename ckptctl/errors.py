@@ -85,6 +85,28 @@ class UnknownFormatError(InputError):
     """The input is not a checkpoint format ckptctl knows."""
 
 
+class LfsPointerError(UnknownFormatError):
+    """The input is a git-lfs pointer, a small text file standing for the weights, which a clone
+    without ``git lfs pull`` leaves in their place (``formats/_lfs.py``).
+
+    ``oid`` (``sha256:<64 hex digits>``) and ``size`` (bytes) name the missing file, None when
+    the pointer does not give them validly.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        oid: str | None = None,
+        size: int | None = None,
+        path: str | os.PathLike[str] | None = None,
+        hint: object = None,
+    ) -> None:
+        super().__init__(message, path=path, hint=hint)
+        self.oid = oid
+        self.size = size
+
+
 class CorruptCheckpointError(InputError):
     """Bad magic, header, offsets, or a limit exceeded."""
 

@@ -27,6 +27,26 @@ HOSTILE = FIXTURES / "hostile"
 GOLDEN = FIXTURES / "golden"
 SHARED = REPO.parent / "shared"
 CORPUS = SHARED / "corpus"
+#: What ``git lfs pointer --file`` writes for valid/safetensors/tiny.safetensors (issue 44).
+LFS_POINTER = HOSTILE / "lfs" / "model.safetensors"
+
+
+def write_unfetched_clone(top: Path) -> Path:
+    """Issue 44's model directory: a Hugging Face clone without `git lfs pull` and two damaged
+    files beside its config, tokenizer and README. ``top`` is created; returns it."""
+    import hashlib
+
+    top.mkdir(parents=True)
+    shutil.copy(LFS_POINTER, top / "model.safetensors")
+    (top / "weights.pt").write_bytes(
+        b"".join(hashlib.sha256(bytes([i])).digest() for i in range(32))
+    )
+    (top / "empty.safetensors").write_bytes(b"")
+    (top / "config.json").write_text('{"model_type": "llama", "hidden_size": 8}\n')
+    (top / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "BPE"}}\n')
+    (top / "README.md").write_text("# a model\n")
+    return top
+
 
 # Tests never write into the checkout. Hypothesis keeps its example database and caches in
 # ./.hypothesis unless told otherwise; keep them (failing examples included, so reruns replay

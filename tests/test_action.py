@@ -266,3 +266,22 @@ def test_the_pre_commit_hook_runs_verify_on_checkpoints():
     for name in ("a.pt", "B.SAFETENSORS", "m.bpk", "model.safetensors.index.json", "x.npy"):
         assert pattern.search(name), name
     assert not pattern.search("README.md")
+
+
+def test_the_action_and_the_hook_select_every_name_that_says_checkpoint():
+    """Issue 44: the files they pick are those ``verify DIR`` always checks (one table)."""
+    from ckptctl.formats import CHECKPOINT_NAMES
+
+    (select,) = [s for s in ACTION["runs"]["steps"] if s.get("id") == "select"]
+    match = re.search(r"grep -zEi '([^']+)'", select["run"])
+    assert match is not None
+    action = re.compile(match.group(1), re.IGNORECASE)  # POSIX ERE: the same syntax here
+    (hook,) = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
+    pattern = re.compile(hook["files"])
+    for suffix in CHECKPOINT_NAMES:
+        for name in (f"models/w{suffix}", f"W{suffix.upper()}"):
+            assert action.search(name), name
+            assert pattern.search(name), name
+    for name in ("config.json", "tokenizer.model", "README.md", "w.pt.txt", "w.gz"):
+        assert not action.search(name), name
+        assert not pattern.search(name), name

@@ -19,7 +19,7 @@ from ckptctl.cli._options import (
     state_key_option,
 )
 from ckptctl.errors import ExitCode
-from ckptctl.report.verify import CHECKS
+from ckptctl.report.verify import ALWAYS_REPORTED, CHECKS
 
 #: Configuration key -> the option's parameter name.
 _PARAMS = {
@@ -73,14 +73,15 @@ _PARAMS = {
     metavar="NAME",
     multiple=True,
     type=click.Choice(CHECKS),
-    help="Report only this check (repeatable; readable is always reported): e.g. "
+    help="Report only this check (repeatable; readable and lfs-pointer are always reported): "
+    "e.g. "
     "--check safe-pickle for optimizer, scheduler and training-argument files.",
 )
 @click.option(
     "--skip",
     metavar="NAME",
     multiple=True,
-    type=click.Choice([c for c in CHECKS if c != "readable"]),
+    type=click.Choice([c for c in CHECKS if c not in ALWAYS_REPORTED]),
     help="Do not report this check (repeatable).",
 )
 @click.option(
@@ -121,6 +122,13 @@ _PARAMS = {
     "report is the same, in the same order, for any N."
 )
 @quiet_option("Show only files that fail or warn.")
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="List every file a directory walk skipped (one 'skipped: PATH' line each, after the "
+    "count); --json and --format sarif always list them.",
+)
 @remote_options
 @sarif_output_options
 def command(
@@ -140,30 +148,36 @@ def command(
     no_config: bool,
     jobs: int,
     quiet: bool,
+    verbose: bool,
     fmt: OutputFormat,
 ) -> int:
     """Check each FILE for CI: exit 0 when every file passes, 1 when any fails.
 
-    Every file is checked for: readable (opens and passes every structural check), safe-pickle
-    (pickle-based files: the verdict safe, needs-trust or unsafe, with every global named; safe
-    means torch.load(weights_only=True) loads it, or, for a DCP directory or DeepSpeed save, that
-    it names only the inert classes its producer's loader reads besides; unsafe always fails and
-    needs-trust fails unless --trust or --allow-global), sharded-index (*.index.json against its
-    shards), flat-reader (a reader expecting a top-level name -> tensor map, such as candle's
-    from_pth, would find tensors: nested checkpoints, whole pickled models, TorchScript archives
-    and empty files fail, with the fix; no flat reader opens a DCP directory, so a nested one
-    passes) and quant-layout (files with GPTQ, AWQ, bitsandbytes, FP8 or
-    compressed-tensors modules: packed shapes, scales, zero points and group index agree; a
+    Every file is checked for: readable (opens and passes every structural check; lfs-pointer
+    instead when it, or a part of it such as a shard, is a git-lfs pointer: run git lfs pull),
+    safe-pickle (pickle-based files: the verdict safe, needs-trust or unsafe, with every global
+    named; safe means torch.load(weights_only=True) loads it, or, for a DCP directory or
+    DeepSpeed save, that it names only the inert classes its producer's loader reads besides;
+    unsafe always fails and needs-trust fails unless --trust or --allow-global), sharded-index
+    (*.index.json against its shards), flat-reader (a reader expecting a top-level name ->
+    tensor map, such as candle's from_pth, would find tensors: nested checkpoints, whole pickled
+    models, TorchScript archives and empty files fail, with the fix; no flat reader opens a DCP
+    directory, so a nested one passes) and quant-layout (files with GPTQ, AWQ, bitsandbytes, FP8
+    or compressed-tensors modules: packed shapes, scales, zero points and group index agree; a
     broken module is named with the disagreement). Unreadable, corrupt or unsafe files are
     reported as failures, not errors, and never stop the other files; a file that is no
     checkpoint but holds pickles (a NumPy object array, a zip with a pickle under another name)
     still gets a safe-pickle verdict. --no-nan, --expect, --min-tensors, --optimizer and
     --hashes add checks; --check and --skip choose which are reported.
 
-    A directory is walked (sorted, hidden directories left out): files that are no checkpoint
-    and hold no pickle are skipped and counted; a directory with one *.index.json stays one
-    sharded checkpoint. After several files the summary counts them by verdict (safe,
-    needs-trust, unsafe, unreadable). -j N checks N files at once; the output is the same.
+    A directory is walked (sorted, hidden directories left out): every file named like a
+    checkpoint (*.safetensors, *.pt, *.pth, *.bin, *.ckpt, *.bpk, *.mpk[.gz], *.pkl, *.gguf,
+    *.onnx, *.npy, *.npz, *.distcp, *.index.json) is checked and fails when no reader accepts
+    it; files with other names that are no checkpoint and hold no pickle (configs, tokenizers)
+    are skipped, counted, and listed with -v (--json: summary.skipped_paths); a directory with
+    one *.index.json stays one sharded checkpoint. After several files the summary counts them
+    by verdict (safe, needs-trust, unsafe, unreadable). -j N checks N files at once; the output
+    is the same.
 
     Settings come from [tool.ckptctl.verify] in pyproject.toml or [verify] in .ckptctl.toml,
     the first found from the current directory upwards (keys: check, skip, allow-global, also
@@ -178,6 +192,7 @@ def command(
       ckptctl verify trained.bpk --optimizer optim.bpk
       ckptctl verify whole_model.pt --check safe-pickle --trust
       ckptctl verify models/ -j 4 -q
+      ckptctl verify models/ -v
       ckptctl verify models/ --format sarif
       ckptctl verify args.pt --print-safe-globals
       ckptctl verify --show-config
@@ -229,4 +244,4 @@ def command(
         hashes=hashes,
     )
     code = ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
-    return emit_verdict(report, fmt, code, quiet=quiet)
+    return emit_verdict(report, fmt, code, quiet=quiet, verbose=verbose)

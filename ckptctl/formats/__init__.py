@@ -9,12 +9,14 @@ from ckptctl._io import atomic_write, refuse_sources
 from ckptctl.errors import (
     CkptError,
     InputError,
+    LfsPointerError,
     SelectionError,
     UnknownFormatError,
     UnsupportedError,
 )
 from ckptctl.fix import Note, Option, closest
 from ckptctl.formats._base import SNIFF_BYTES, FormatSpec
+from ckptctl.formats._lfs import pointer_error, read_pointer
 from ckptctl.model import HeaderLayout, Region
 from ckptctl.sources import PERMISSION_HINT, ByteSource, open_source
 
@@ -90,6 +92,9 @@ def _sniff(source: ByteSource) -> FormatSpec:
     for spec in sorted(_REGISTRY.values(), key=lambda spec: spec.weak_sniff):
         if spec.sniff(head, source):
             return spec
+    pointer = read_pointer(head)
+    if pointer is not None:  # a clone without `git lfs pull` (issue 44)
+        raise pointer_error(pointer).with_path(source.path)
     raise UnknownFormatError(_diagnose(head, source.size), path=source.path, hint=_hint(head))
 
 
@@ -97,6 +102,20 @@ def _sniff(source: ByteSource) -> FormatSpec:
 CHECKPOINT_SUFFIXES = (
     ".safetensors", ".bpk", ".pt", ".pth", ".bin", ".ckpt", ".mpk", ".mpk.gz", ".pkl",
 )  # fmt: skip
+
+#: File names that say "checkpoint" (issue 44): a file named so is weights or damaged weights,
+#: never a config, tokenizer or README, so ``verify DIR`` checks every one it finds. Beyond
+#: :data:`CHECKPOINT_SUFFIXES`, the names of exports a model directory keeps beside its weights
+#: (GGUF, ONNX, NumPy), which :func:`resolve_path` leaves to be named, DCP rank files and
+#: sharded-checkpoint indexes.
+CHECKPOINT_NAMES = (
+    *CHECKPOINT_SUFFIXES, ".gguf", ".onnx", ".npy", ".npz", ".distcp", ".index.json",
+)  # fmt: skip
+
+
+def is_checkpoint_name(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path``'s file name says checkpoint (:data:`CHECKPOINT_NAMES`, any case)."""
+    return os.path.basename(os.fspath(path)).lower().endswith(CHECKPOINT_NAMES)
 
 
 #: The metadata file that makes a directory a torch.distributed.checkpoint (``formats/dcp.py``).
@@ -215,8 +234,11 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
 
 def _with_embedded(exc: UnknownFormatError, source: ByteSource) -> UnknownFormatError:
     """``exc`` carrying the verdict of the pickles the file holds (an object-array ``.npy``, a
-    zip with a pickle under another name), so ``verify`` judges them (issue 28)."""
-    if exc.safety is None:
+    zip with a pickle under another name), so ``verify`` judges them (issue 28). Not when the
+    error is about another file than ``source`` (a DeepSpeed partition: the reader has closed
+    ``source`` by then), nor for a git-lfs pointer (a few lines of text)."""
+    about_source = exc.path is None or exc.path == source.path
+    if exc.safety is None and about_source and not isinstance(exc, LfsPointerError):
         from ckptctl.formats.pytorch._embedded import embedded_pickles
 
         exc.safety = embedded_pickles(source)
@@ -328,7 +350,11 @@ def save_checkpoint(
 READS = "ckptctl reads PyTorch, safetensors and Burn files"
 
 _SIGNATURES: tuple[tuple[bytes, str], ...] = (
-    (b"version https://git-lfs.github.com/spec/", "this is a git-lfs pointer, not the weights"),
+    (
+        b"version https://git-lfs.github.com/spec/",
+        "this starts as a git-lfs pointer does, but git-lfs would not read it as one; it is not "
+        "the weights either",
+    ),
     (b"GGUF", f"this is a GGUF model (llama.cpp); {READS}"),
     (b"\x89HDF\r\n\x1a\n", f"this is an HDF5 file (Keras .h5); {READS}"),
     (
@@ -376,7 +402,7 @@ def _protobuf_model(head: bytes) -> str | None:
 
 def _hint(head: bytes) -> str | None:
     if head.startswith(b"version https://git-lfs.github.com/spec/"):
-        return "run `git lfs pull` (or download the file itself, not its pointer)"
+        return "download the file itself (a valid pointer would be fetched by `git lfs pull`)"
     if head.startswith((b"\x1f\x8b", b"\x28\xb5\x2f\xfd", b"BZh", b"\xfd7zXZ\x00")):
         return "decompress it first"
     lowered = head[:512].lstrip().lower()

@@ -40,6 +40,7 @@ from ckptctl.errors import (
 from ckptctl.fix import Command, Note
 from ckptctl.formats import safetensors as st
 from ckptctl.formats._base import SNIFF_BYTES, FormatSpec
+from ckptctl.formats._lfs import pointer_error, read_pointer
 from ckptctl.model import (
     Checkpoint,
     CheckpointKind,
@@ -167,6 +168,9 @@ def _shard_opener(shard: str, source: ByteSource) -> Callable[[ByteSource], Chec
 
     if pytorch.sniff(head, source):
         return pytorch.open
+    pointer = read_pointer(head)
+    if pointer is not None:  # the index is in git, its shards were never fetched (issue 44)
+        raise pointer_error(pointer, f"shard {shard!r} is ")
     raise UnsupportedError(
         f"shard {shard!r} is neither safetensors nor a PyTorch checkpoint",
     )

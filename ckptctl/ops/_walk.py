@@ -12,8 +12,11 @@ Hidden directories (``.git``, ``.venv``, ...) are not entered and symbolic links
 directories are not followed (no cycles). In a walked directory that holds ``*.index.json``
 files, the shards an index names are checked through the index, not one by one again.
 
-Which walked files are checkpoints is decided by content, like everywhere else: ``verify``
-skips (and counts) those no reader accepts that hold no pickle.
+Which walked files are checkpoints is decided by content, like everywhere else, and by name
+(issue 44): a file whose name says checkpoint (``formats.CHECKPOINT_NAMES``: ``*.safetensors``,
+``*.pt``, ``*.gguf``, ...) is always checked, so an empty one, random bytes or a git-lfs pointer
+fails as it does when named; ``verify`` skips (and lists) only the files with other names that
+no reader accepts and that hold no pickle (configs, tokenizers, READMEs).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import os
 import re
 from typing import NamedTuple
 
-from ckptctl.formats import DCP_METADATA
+from ckptctl.formats import DCP_METADATA, is_checkpoint_name
 
 #: Largest index file read to learn which shards it covers.
 MAX_INDEX_BYTES = 64 << 20
@@ -31,7 +34,7 @@ MAX_INDEX_BYTES = 64 << 20
 
 class Target(NamedTuple):
     """One file to check; ``top``: the directory given whose walk found it (a file that is no
-    checkpoint is then skipped), None for a path checked as given."""
+    checkpoint may then be skipped), None for a path checked as given."""
 
     path: str
     top: str | None = None
@@ -40,6 +43,12 @@ class Target(NamedTuple):
     def walked(self) -> bool:
         """Found by walking a directory."""
         return self.top is not None
+
+    @property
+    def skippable(self) -> bool:
+        """Skipped, not failed, when no reader accepts it and it holds no pickle: found by a
+        walk, under a name that does not say checkpoint."""
+        return self.walked and not is_checkpoint_name(self.path)
 
 
 def expand(paths: list[str]) -> list[Target]:

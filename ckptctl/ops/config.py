@@ -202,7 +202,7 @@ def _unknown(path: str, text: str, table: tuple[str, ...], key: str, known: Iter
 
 def _checked(path: str, line: int, key: str, value: object) -> JSONValue:
     """``value`` if it has the key's type, else a ConfigError naming the line."""
-    from ckptctl.report.verify import CHECKS
+    from ckptctl.report.verify import ALWAYS_REPORTED, CHECKS
 
     def fail(expected: str) -> ConfigError:
         return ConfigError(f"line {line}: {key!r} must be {expected}", path=path)
@@ -214,7 +214,7 @@ def _checked(path: str, line: int, key: str, value: object) -> JSONValue:
 
     if key in ("check", "skip"):
         listed = names(value, "a list of check names")
-        allowed = [c for c in CHECKS if key == "check" or c != "readable"]
+        allowed = [c for c in CHECKS if key == "check" or c not in ALWAYS_REPORTED]
         for name in listed:
             if name not in allowed:
                 guess = closest(name, allowed)

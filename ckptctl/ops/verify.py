@@ -3,6 +3,9 @@
 Checks, each a :class:`Finding` with a ``check`` id (the CLI contract and issue #5):
 
 * ``readable`` -- the file opens and passes every structural check its reader has;
+* ``lfs-pointer`` -- instead of ``readable`` when the file (or a part of it: a shard, a DCP rank
+  file, a DeepSpeed partition) is a git-lfs pointer, the text a clone without ``git lfs pull``
+  leaves where the weights should be (issue 44): its oid and size, and the hint to fetch it;
 * ``safe-pickle`` -- pickle-based files only: the verdict of :mod:`ckptctl.safety`, with every
   global named and classified. ``unsafe`` always fails (and the file is never unpickled),
   ``needs-trust`` fails unless ``trust`` is set or every global at fault is in
@@ -19,7 +22,8 @@ Checks, each a :class:`Finding` with a ``check`` id (the CLI contract and issue 
 Bad files are findings, never exceptions: :func:`verify` catches ``CkptError`` per file and per
 check, and any other exception per file (a failed ``readable`` finding naming it as a bug), so one
 file never stops the others. ``report.ok`` is true when no finding failed; the CLI exits 1
-otherwise. ``checks``/``skip`` choose which findings are reported (``readable`` always is).
+otherwise. ``checks``/``skip`` choose which findings are reported (``readable`` and
+``lfs-pointer`` always are).
 """
 
 from __future__ import annotations
@@ -33,7 +37,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ckptctl.dtypes import DType, to_float
-from ckptctl.errors import CkptError, SelectionError, UnknownFormatError, UnsafePickleError
+from ckptctl.errors import (
+    CkptError,
+    LfsPointerError,
+    SelectionError,
+    UnknownFormatError,
+    UnsafePickleError,
+)
 from ckptctl.fix import Command, Note, Option, hint_of
 from ckptctl.formats import detect_format, open_checkpoint, resolve_path
 from ckptctl.formats._base import ranged_step
@@ -47,6 +57,7 @@ from ckptctl.ops.manifest import check_hashes, read_manifest
 from ckptctl.ops.summary import specs_of, summarize
 from ckptctl.report.optimizer import OptimizerCheck, Orphan
 from ckptctl.report.verify import (
+    ALWAYS_REPORTED,
     CHECKS,
     FileResult,
     FileVerdict,
@@ -89,6 +100,12 @@ MAX_DISTINCT_SCAN_BYTES = 64 << 20
 MESSAGE_LIMIT = 5
 
 _SCANNED = frozenset({DType.C64, DType.C128})
+#: The checks :data:`ALWAYS_REPORTED`, and why each cannot be skipped.
+_UNSKIPPABLE = {
+    "readable": "every other check needs it",
+    "lfs-pointer": "it fails a git-lfs pointer in readable's place",
+}
+assert tuple(_UNSKIPPABLE) == ALWAYS_REPORTED
 _FLAT_READERS = "a flat name → tensor reader (candle's from_pth, safetensors' load)"
 #: Checkpoints no flat reader opens (each read by its producer's loader), and what they are.
 _NO_FLAT_READER = {
@@ -151,8 +168,9 @@ def verify(
 
     Args:
         paths: one path or several, checked in the order given; a directory is walked
-            (recursively, sorted; files that are no checkpoint and hold no pickle are skipped
-            and counted), unless it is a sharded checkpoint (one ``*.index.json``).
+            (recursively, sorted), unless it is a sharded checkpoint (one ``*.index.json``):
+            every file whose name says checkpoint is checked, and files with other names that
+            are no checkpoint and hold no pickle are skipped (``report.skipped_paths``).
         state_key: apply the checks below this dotted key of nested checkpoints.
         no_nan: scan every float tensor for NaN and Inf (reads all tensor bytes, in chunks).
         expect: a reference checkpoint the files must match in tensor names and shapes.
@@ -186,10 +204,11 @@ def verify(
         raise SelectionError(
             f"unknown check {sorted(unknown)[0]!r}", hint="checks: " + ", ".join(CHECKS)
         )
-    if "readable" in set(skip):
-        raise SelectionError("the readable check cannot be skipped: every other check needs it")
+    for check, why in _UNSKIPPABLE.items():
+        if check in set(skip):
+            raise SelectionError(f"the {check} check cannot be skipped: {why}")
     options = _Options(
-        checks=frozenset(chosen - set(skip)) | {"readable"},
+        checks=frozenset(chosen - set(skip)) | set(ALWAYS_REPORTED),
         allow_globals=frozenset(allow_globals),
         trust=trust,
         state_key=state_key,
@@ -213,7 +232,8 @@ def verify(
     for top, group in groupby(zip(targets, results, strict=True), key=lambda tr: tr[0].top):
         found = [r for _, r in group if r is not None]
         kept += found or ([] if top is None else [_no_checkpoint_in(top)])
-    return VerifyReport(tuple(kept), skipped=sum(1 for r in results if r is None))
+    skipped = tuple(t.path for t, r in zip(targets, results, strict=True) if r is None)
+    return VerifyReport(tuple(kept), skipped_paths=skipped)
 
 
 def _no_checkpoint_in(top: str) -> FileResult:
@@ -222,8 +242,8 @@ def _no_checkpoint_in(top: str) -> FileResult:
     finding = Finding(
         "readable",
         Status.FAIL,
-        "is a directory with no checkpoint in it (its files are not checkpoints and hold no "
-        "pickle)",
+        "is a directory with no checkpoint in it (no file is named as one, none is one, and none "
+        "holds a pickle)",
         "name the checkpoint files or the directory that holds them",
     )
     return FileResult(top, None, None, None, (finding,), verdict=FileVerdict.UNREADABLE)
@@ -266,10 +286,10 @@ def _verify_in_worker(target: Target) -> FileResult | None:
 
 def _verify_one(target: Target, opts: _Options) -> FileResult | None:
     """One file's result, whatever happens: a bug fails this file, not the whole run. None:
-    a walked file that is no checkpoint and holds no pickle (skipped)."""
+    a walked file that is no checkpoint and holds no pickle, and not named as one (skipped)."""
     path = target.path
     try:
-        result = _verify_file(path, opts, target.walked)
+        result = _verify_file(path, opts, target.skippable)
     except Exception as exc:  # one bad file must not stop a CI gate over many
         finding = Finding(
             "readable",
@@ -292,7 +312,7 @@ def _file_verdict(findings: tuple[Finding, ...]) -> FileVerdict:
         pickle is not None and verdict is None and pickle.status is Status.FAIL
     ):
         return FileVerdict.UNSAFE
-    if any(f.check == "readable" and f.status is Status.FAIL for f in findings):
+    if any(f.check in ALWAYS_REPORTED and f.status is Status.FAIL for f in findings):
         return FileVerdict.UNREADABLE
     return FileVerdict.NEEDS_TRUST if verdict is Verdict.NEEDS_TRUST else FileVerdict.SAFE
 
@@ -326,20 +346,38 @@ def _not_a_checkpoint(diagnosis: str) -> str:
     return f"{what}, not a checkpoint"
 
 
-def _skip(exc: CkptError, walked: bool) -> bool:
-    """A walked file no reader accepts and that holds no pickle is skipped, not failed."""
-    return walked and isinstance(exc, UnknownFormatError) and exc.safety is None
+def _skip(exc: CkptError, skippable: bool) -> bool:
+    """A walked file not named as a checkpoint that no reader accepts and that holds no pickle
+    is skipped, not failed."""
+    return skippable and isinstance(exc, UnknownFormatError) and exc.safety is None
 
 
-def _verify_file(path: str, opts: _Options, walked: bool = False) -> FileResult | None:
+def _unreadable(exc: CkptError) -> Finding:
+    """The failed finding of a file that cannot be read: ``lfs-pointer`` for a git-lfs
+    pointer (the file's or a shard's), else ``readable``."""
+    if not isinstance(exc, LfsPointerError):
+        return _fail_from("readable", exc)
+    details: dict[str, JSONValue] = {"oid": exc.oid, "size": exc.size}
+    if exc.path is not None:
+        details["pointer"] = exc.path
+    return Finding("lfs-pointer", Status.FAIL, exc.message, hint_of(exc), details=details)
+
+
+def _label(exc: CkptError) -> str | None:
+    if isinstance(exc, LfsPointerError):
+        return "a git-lfs pointer, not a checkpoint"
+    return _not_a_checkpoint(exc.message) if isinstance(exc, UnknownFormatError) else None
+
+
+def _verify_file(path: str, opts: _Options, skippable: bool = False) -> FileResult | None:
     findings: list[Finding] = []
     try:
         fmt = detect_format(path).name
     except CkptError as exc:
-        if _skip(exc, walked):
+        if _skip(exc, skippable):
             return None
-        label = _not_a_checkpoint(exc.message) if isinstance(exc, UnknownFormatError) else None
-        findings = [_fail_from("readable", exc)]
+        label = _label(exc)
+        findings = [_unreadable(exc)]
         carried = carried_safety(exc)
         if carried is not None:  # pickles in a file that is no checkpoint (issue 28)
             findings.append(
@@ -364,9 +402,9 @@ def _verify_file(path: str, opts: _Options, walked: bool = False) -> FileResult 
         findings.insert(0, finding)
         return FileResult(path, fmt, None, None, tuple(findings))
     except CkptError as exc:
-        if _skip(exc, walked):
+        if _skip(exc, skippable):
             return None
-        findings.insert(0, _fail_from("readable", exc))
+        findings.insert(0, _unreadable(exc))
         carried = carried_safety(exc)
         if carried is not None:  # judged before the reader gave up
             findings.insert(

@@ -315,9 +315,10 @@ def _verify(report: VerifyReport) -> dict[str, JSONValue]:
 
     Shape: ``{"schema_version": 1, "ok": bool, "files": [{"path", "format", "kind", "ok",
     "verdict", "tensors", "findings": [{"check", "status", "message", "hint", "details"}]}],
-    "summary": {"files", "passed", "failed", "warned", "verdicts", "skipped"}}``; ``verdict``
-    (safe / needs-trust / unsafe / unreadable), ``verdicts`` (files by verdict) and ``skipped``
-    (walked files that are no checkpoint) were added in issue 28.
+    "summary": {"files", "passed", "failed", "warned", "verdicts", "skipped", "skipped_paths"}}``;
+    ``verdict`` (safe / needs-trust / unsafe / unreadable), ``verdicts`` (files by verdict) and
+    ``skipped`` (walked files that are no checkpoint) were added in issue 28, ``skipped_paths``
+    (those files, in walk order) in issue 44.
     """
     return {
         "schema_version": SCHEMA_VERSION,
@@ -330,6 +331,7 @@ def _verify(report: VerifyReport) -> dict[str, JSONValue]:
             "warned": report.warned,
             "verdicts": {v.value: n for v, n in report.verdicts().items()},
             "skipped": report.skipped,
+            "skipped_paths": list(report.skipped_paths),
         },
     }
 

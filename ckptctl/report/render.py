@@ -68,7 +68,12 @@ def _diff(report: DiffReport, console: Console, **options: bool) -> None:
 def _verify(report: VerifyReport, console: Console, **options: bool) -> None:
     from ckptctl.report.render_verify import render_verify
 
-    render_verify(report, console, quiet=options.get("quiet", False))
+    render_verify(
+        report,
+        console,
+        quiet=options.get("quiet", False),
+        verbose=options.get("verbose", False),
+    )
 
 
 def _config(report: ConfigReport, console: Console, **options: bool) -> None:

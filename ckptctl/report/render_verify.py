@@ -4,8 +4,10 @@ Text: one ``PASS``/``WARN``/``FAIL`` line per file, its findings (``✓`` ok, ``
 fail) with hints, the Tensor Loading Summary for ``--expect`` and the Optimizer State Check box for
 ``--optimizer`` (burn-store spec §7.5, in the §5.3 box style), then one summary line
 (``3 files: 2 passed, 1 failed``); after several files, the files by verdict come first
-(``by verdict: 2 safe, 1 needs-trust, 0 unsafe, 0 unreadable``). Every string taken from a
-file or a path goes through ``report.sanitize`` and into rich as ``Text``, never as markup.
+(``by verdict: 2 safe, 1 needs-trust, 0 unsafe, 0 unreadable``), with the files a directory
+walk skipped counted there and, when verbose, listed one per line (``skipped: PATH``). Every
+string taken from a file or a path goes through ``report.sanitize`` and into rich as ``Text``,
+never as markup.
 
 JSON: one object, ``"schema_version": 1``, keys in a fixed order.
 """
@@ -94,13 +96,16 @@ def _print_findings(console: Console, result: FileResult) -> None:
             _hanging(console, "", Text(f"hint: {sanitize(str(finding.hint))}"))
 
 
-def render_verify(report: VerifyReport, console: Console, *, quiet: bool = False) -> None:
+def render_verify(
+    report: VerifyReport, console: Console, *, quiet: bool = False, verbose: bool = False
+) -> None:
     """Print a verify report: per file its findings and boxes, then the summary line.
 
     Args:
         report: what :func:`ckptctl.ops.verify.verify` returned.
         console: where to print (stdout).
         quiet: show only files that failed or warned, and the summary line.
+        verbose: also list every file a directory walk skipped, after the count.
     """
     first = True
     for result in report.files:
@@ -124,6 +129,9 @@ def render_verify(report: VerifyReport, console: Console, *, quiet: bool = False
                 _print_box(console, render_optimizer_box(finding.optimizer))
     if len(report.files) > 1 or report.skipped:  # a needs-trust file cannot hide in a long list
         console.print(Text(report.verdict_line()))
+    if verbose:
+        for path in report.skipped_paths:
+            console.print(Text(f"skipped: {sanitize(path)}"), no_wrap=True, crop=False)
     console.print(Text(report.summary_line()))
     failed = [r.path for r in report.files if not r.ok]
     if failed and len(report.files) > 1:

@@ -17,6 +17,11 @@ warns or fails is a result on its file:
 * ``partialFingerprints.primaryLocationLineHash``: a hash of rule, path and message, so GitHub
   matches alerts across runs without reading the binary file to make one.
 
+Files a walked directory holds that were not checked (not checkpoints by name or content, no
+pickle in them) are one ``note`` in ``invocations[0].toolExecutionNotifications`` (issue 44):
+the descriptor ``skipped-files`` (``tool.driver.notifications``), every path as a location and
+in ``properties.skipped_paths``.
+
 Strings from files pass through ``report.sanitize``, as in every renderer.
 """
 
@@ -49,7 +54,12 @@ RULES: dict[str, tuple[str, str]] = {
     "readable": (
         "The file opens and passes every structural check of its reader",
         "The file is a checkpoint ckptctl reads (PyTorch, safetensors, Burn) and is not "
-        "truncated, corrupt or a pointer file such as a git-lfs stub.",
+        "empty, truncated or corrupt.",
+    ),
+    "lfs-pointer": (
+        "The file is the weights, not a git-lfs pointer to them",
+        "A clone without `git lfs pull` leaves a small text pointer (oid sha256:..., size N) "
+        "where each large file should be; run `git lfs pull` to fetch the weights.",
     ),
     "safe-pickle": (
         "Loading the file's pickles runs no code",
@@ -90,6 +100,20 @@ RULES: dict[str, tuple[str, str]] = {
     ),
 }
 assert set(RULES) == set(CHECKS)
+
+#: The notification listing the files a directory walk skipped (issue 44).
+SKIPPED_NOTIFICATION: dict[str, JSONValue] = {
+    "id": "skipped-files",
+    "name": "SkippedFiles",
+    "shortDescription": {"text": "Files in a walked directory that were not checked"},
+    "fullDescription": {
+        "text": "No reader accepts them, they hold no pickle and their names do not say "
+        "checkpoint (configs, tokenizers, READMEs); a file named as a checkpoint is always "
+        "checked."
+    },
+}
+#: Skipped paths named in the notification's message before "and N more".
+_LISTED_SKIPPED = 10
 
 #: GitHub's severity for security rules (``properties.security-severity``, 0.0 to 10.0).
 _SECURITY_SEVERITY = {"safe-pickle": "9.8"}
@@ -182,6 +206,33 @@ def _result(index: int, result: FileResult, finding: Finding) -> dict[str, JSONV
     }
 
 
+def _invocation(report: VerifyReport) -> dict[str, JSONValue]:
+    """The run's invocation: successful (the exit code is the gate), with the skipped files."""
+    invocation: dict[str, JSONValue] = {"executionSuccessful": True}
+    paths = report.skipped_paths
+    if not paths:
+        return invocation
+    listed = ", ".join(sanitize(p) for p in paths[:_LISTED_SKIPPED])
+    if len(paths) > _LISTED_SKIPPED:
+        listed += f" and {len(paths) - _LISTED_SKIPPED} more"
+    noun = "file" if len(paths) == 1 else "files"
+    invocation["toolExecutionNotifications"] = [
+        {
+            "descriptor": {"id": SKIPPED_NOTIFICATION["id"], "index": 0},
+            "level": "note",
+            "message": {
+                "text": f"{len(paths)} {noun} skipped (not checkpoints, no pickle in them): "
+                + listed
+            },
+            "locations": [
+                {"physicalLocation": {"artifactLocation": {"uri": artifact_uri(p)}}} for p in paths
+            ],
+            "properties": {"skipped_paths": list(paths)},
+        }
+    ]
+    return invocation
+
+
 def to_sarif(report: object) -> dict[str, JSONValue]:
     """The SARIF 2.1.0 log of a verify report (serialise with ``report.json.dumps``).
 
@@ -215,9 +266,10 @@ def to_sarif(report: object) -> dict[str, JSONValue]:
                         "version": __version__,
                         "semanticVersion": __version__,
                         "rules": [_rule(c) for c in CHECKS],
+                        "notifications": [dict(SKIPPED_NOTIFICATION)],
                     }
                 },
-                "invocations": [{"executionSuccessful": True}],
+                "invocations": [_invocation(report)],
                 "artifacts": artifacts,
                 "results": results,
                 "properties": {
@@ -227,6 +279,7 @@ def to_sarif(report: object) -> dict[str, JSONValue]:
                         "failed": report.failed,
                         "verdicts": {v.value: n for v, n in report.verdicts().items()},
                         "skipped": report.skipped,
+                        "skipped_paths": list(report.skipped_paths),
                     }
                 },
             }

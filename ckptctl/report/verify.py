@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 #: Every check id, in the order findings appear.
 CHECKS = (
     "readable",
+    "lfs-pointer",
     "safe-pickle",
     "sharded-index",
     "flat-reader",
@@ -33,6 +34,9 @@ CHECKS = (
     "optimizer",
     "hashes",
 )
+
+#: Checks reported whatever ``checks``/``skip`` say: what a file that cannot be read fails.
+ALWAYS_REPORTED = ("readable", "lfs-pointer")
 
 
 class FileVerdict(Enum):
@@ -125,11 +129,18 @@ class VerifyReport:
 
     Attributes:
         files: every file checked.
-        skipped: files found in directories that are not checkpoints and hold no pickle.
+        skipped_paths: the files found in directories that were not checked: no reader
+            accepts them, they hold no pickle and their names do not say checkpoint (configs,
+            tokenizers, READMEs), in walk order.
     """
 
     files: tuple[FileResult, ...]
-    skipped: int = 0
+    skipped_paths: tuple[str, ...] = ()
+
+    @property
+    def skipped(self) -> int:
+        """How many files were skipped (``len(skipped_paths)``)."""
+        return len(self.skipped_paths)
 
     @property
     def ok(self) -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import HOSTILE
+
 
 def assert_one_error(result, path, *fragments: str) -> None:
     lines = result.stderr.splitlines()
@@ -20,9 +22,9 @@ def assert_one_error(result, path, *fragments: str) -> None:
     [
         (b"", 3, ("the file is empty",)),
         (
-            b"version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n",
+            (HOSTILE / "lfs" / "model.safetensors").read_bytes(),  # written by git-lfs
             3,
-            ("git-lfs pointer, not the weights", "git lfs pull"),
+            ("git-lfs pointer", "size 352", "git lfs pull"),
         ),
         (b"<!DOCTYPE html><html><body>404</body></html>", 3, ("HTML",)),
         (b"GGUF\x03\x00\x00\x00" + bytes(32), 3, ("GGUF",)),

@@ -105,17 +105,13 @@ def test_quiet_shows_only_failures(run_cli):
 @pytest.mark.parametrize(
     ("content", "fragment"),
     [
-        (
-            b"version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n",
-            "this is a git-lfs pointer, not the weights hint: run `git lfs pull`",
-        ),
         (b"<!DOCTYPE html><html><body>404</body></html>", "HTML/XML page"),
         (
             (VALID / "safetensors" / "tiny.safetensors").read_bytes()[:-10],
             "the file looks truncated",
         ),
     ],
-    ids=["lfs", "html", "truncated"],
+    ids=["html", "truncated"],
 )
 def test_non_checkpoints_exit_1_not_3(run_cli, tmp_path, content, fragment):
     path = tmp_path / "model.safetensors"
@@ -325,6 +321,7 @@ def test_json_report(run_cli):
         "warned": 0,
         "verdicts": {"safe": 2, "needs-trust": 0, "unsafe": 0, "unreadable": 0},
         "skipped": 0,
+        "skipped_paths": [],
     }
     first = data["files"][0]
     assert list(first) == ["path", "format", "kind", "ok", "tensors", "findings", "verdict"]

@@ -16,7 +16,7 @@ import pytest
 
 from ckptctl._version import __version__
 from ckptctl.report.verify import CHECKS
-from tests.conftest import HOSTILE, VALID
+from tests.conftest import HOSTILE, VALID, write_unfetched_clone
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -135,6 +135,46 @@ def test_a_passing_run_has_no_results_and_exits_0(run_cli, schema):
     assert list(jsonschema.Draft4Validator(schema).iter_errors(log)) == []
     assert log["runs"][0]["results"] == []
     assert len(log["runs"][0]["artifacts"]) == 2
+
+
+def test_skipped_files_are_a_notification_and_pointers_a_result(
+    run_cli, schema, tmp_path, monkeypatch
+):
+    """Issue 44: the clone without `git lfs pull`; relative paths, as a CI job runs it."""
+    monkeypatch.chdir(tmp_path)
+    write_unfetched_clone(tmp_path / "models")
+    log = sarif(run_cli, "models", code=1)
+    assert list(jsonschema.Draft4Validator(schema).iter_errors(log)) == []
+    (run,) = log["runs"]
+    descriptors = run["tool"]["driver"]["notifications"]
+    (invocation,) = run["invocations"]
+    assert invocation["executionSuccessful"] is True
+    (note,) = invocation["toolExecutionNotifications"]
+    assert descriptors[note["descriptor"]["index"]]["id"] == note["descriptor"]["id"]
+    assert note["level"] == "note"
+    skipped = ["models/README.md", "models/config.json", "models/tokenizer.json"]
+    assert note["properties"]["skipped_paths"] == skipped
+    uris = [loc["physicalLocation"]["artifactLocation"]["uri"] for loc in note["locations"]]
+    assert uris == skipped
+    assert all(path in note["message"]["text"] for path in skipped)
+    assert run["properties"]["summary"]["skipped_paths"] == skipped
+
+    assert [a["location"]["uri"] for a in run["artifacts"]] == [
+        "models/empty.safetensors",
+        "models/model.safetensors",
+        "models/weights.pt",
+    ]
+    rules = {(r["locations"][0]["physicalLocation"]["artifactLocation"]["index"], r["ruleId"])
+             for r in run["results"]}  # fmt: skip
+    assert rules == {(0, "readable"), (1, "lfs-pointer"), (2, "readable")}
+    pointer = next(r for r in run["results"] if r["ruleId"] == "lfs-pointer")
+    assert pointer["level"] == "error"
+    assert "git lfs pull" in pointer["message"]["text"]
+
+
+def test_no_skipped_file_no_notification(run_cli, schema):
+    log = sarif(run_cli, PT / "min_zip.pt", code=0)
+    assert "toolExecutionNotifications" not in log["runs"][0]["invocations"][0]
 
 
 def test_json_keeps_working_and_does_not_mix_with_sarif(run_cli):

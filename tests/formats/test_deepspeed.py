@@ -23,7 +23,7 @@ from ckptctl.formats import read_layout, resolve_path
 from ckptctl.ops.convert import ConvertOptions, convert
 from ckptctl.ops.verify import verify
 from ckptctl.safety import Verdict
-from tests.conftest import VALID
+from tests.conftest import HOSTILE, VALID
 from tests.formats._shares import assert_shares_equal_one_run
 
 DEEPSPEED = VALID / "deepspeed"
@@ -233,6 +233,21 @@ def test_a_missing_rank_file_fails_naming_it(case: str, victim: str, tmp_path: P
     readable = report.files[0].findings[0]
     assert readable.check == "readable"
     assert victim in str(readable.message)
+
+
+@pytest.mark.parametrize("victim", ["mp_rank_00_model_states.pt",
+                                    "zero_pp_rank_1_mp_rank_00_optim_states.pt"])  # fmt: skip
+def test_a_rank_file_that_is_an_npz_fails_naming_it(victim: str, tmp_path: Path) -> None:
+    """Found while fixing issue 44: the error about the partition was searched for pickles in
+    the save's stand-in file after it was closed (an internal error, exit 70)."""
+    root = copy_case("zero2_fp32_2rank", tmp_path)
+    shutil.copy(HOSTILE / "pickle_elsewhere" / "object_array_npz.npz", root / STEP / victim)
+    with pytest.raises(InputError, match=victim) as info:
+        open_checkpoint(root)
+    assert info.value.path == str(root / STEP)
+    (result,) = verify(root).files
+    assert [f.check for f in result.failures] == ["readable"]
+    assert victim in str(result.failures[0].message)
 
 
 @pytest.mark.parametrize("victim", ["zero_pp_rank_1_mp_rank_00_optim_states.pt",

@@ -232,12 +232,12 @@ def test_non_checkpoints_fail_as_readable(tmp_path, content, fragment):
     assert result.format is None
 
 
-def test_lfs_pointer_carries_the_readers_hint(tmp_path):
-    path = tmp_path / "model.bin"
+def test_a_damaged_lfs_pointer_is_unreadable_not_a_pointer(tmp_path):
+    path = tmp_path / "model.bin"  # git lfs pointer --check: not a pointer (the oid is short)
     path.write_bytes(b"version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 9\n")
-    readable = finding(one(path), "readable")
-    assert readable.hint is not None
-    assert "git lfs pull" in str(readable.hint)
+    result = one(path)
+    assert checks(result) == {"readable": "fail"}
+    assert "git-lfs" in str(result.findings[0].message)
 
 
 def test_truncated_safetensors_fails(tmp_path):

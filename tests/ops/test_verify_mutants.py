@@ -115,8 +115,8 @@ def test_unknown_check_names_the_first_in_sorted_order():
     assert info.value.message == "unknown check 'alpha'"
     assert info.value.hint == "checks: " + ", ".join(CHECKS)
     assert info.value.hint == (
-        "checks: readable, safe-pickle, sharded-index, flat-reader, quant-layout, min-tensors, "
-        "expect, no-nan, optimizer, hashes"
+        "checks: readable, lfs-pointer, safe-pickle, sharded-index, flat-reader, quant-layout, "
+        "min-tensors, expect, no-nan, optimizer, hashes"
     )
     assert info.value.exit_code == ExitCode.USAGE
 

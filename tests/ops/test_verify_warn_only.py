@@ -119,6 +119,7 @@ def test_warn_only_file_exits_0(tmp_path, run_cli, case):
         "warned": 1,
         "verdicts": {"safe": 1, "needs-trust": 0, "unsafe": 0, "unreadable": 0},
         "skipped": 0,
+        "skipped_paths": [],
     }
     (file,) = data["files"]
     assert file["ok"] is True

@@ -112,16 +112,23 @@ def open_files(source: ByteSource, meta: DcpMetadata) -> RankFiles:
 
 
 def _open_rank_file(source: ByteSource, file: str, items: int) -> ByteSource:
+    from ckptctl.formats._lfs import refuse_pointer
     from ckptctl.sources import open_source
 
     try:
-        return open_source(beside(source, file))
+        rank_file = open_source(beside(source, file))
     except InputError as exc:
         raise CorruptCheckpointError(
             f"rank file {file!r} is missing ({exc.message}; .metadata places {items} items in it)",
             path=source.path,
             hint="copy every file of the checkpoint directory: each __R_N.distcp is needed",
         ) from None
+    try:
+        refuse_pointer(rank_file, f"rank file {file!r} is ")  # never fetched (issue 44)
+    except BaseException:
+        rank_file.close()
+        raise
+    return rank_file
 
 
 def _check_items(

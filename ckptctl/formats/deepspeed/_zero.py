@@ -85,11 +85,13 @@ class RankFile:
 
 
 def _open_file(folder: str, name: str, opened: list[RankFile]) -> RankFile:
+    from ckptctl.formats._lfs import refuse_pointer
     from ckptctl.formats.pytorch import open_pytorch_tree
 
     path = os.path.join(folder, name)
     source = open_source(path)
     try:
+        refuse_pointer(source)  # a partition never fetched (issue 44)
         ckpt, tree = open_pytorch_tree(source)
     except CkptError as exc:
         source.close()
