@@ -57,12 +57,13 @@ def _ensure_loaded() -> None:
         burnrecord,
         dcp,
         deepspeed,
+        gguf,
         pytorch,
         safetensors,
         sharded,
     )
 
-    for module in (burnpack, burnrecord, dcp, deepspeed, pytorch, safetensors, sharded):
+    for module in (burnpack, burnrecord, dcp, deepspeed, gguf, pytorch, safetensors, sharded):
         for spec in module.SPECS:
             register_format(spec)
 
@@ -325,7 +326,6 @@ READS = "ckptctl reads PyTorch, safetensors and Burn files"
 
 _SIGNATURES: tuple[tuple[bytes, str], ...] = (
     (b"version https://git-lfs.github.com/spec/", "this is a git-lfs pointer, not the weights"),
-    (b"GGUF", f"this is a GGUF model (llama.cpp); {READS}"),
     (b"\x93NUMPY", f"this is a NumPy .npy array, not a checkpoint; {READS}"),
     (b"\x89HDF\r\n\x1a\n", f"this is an HDF5 file (Keras .h5); {READS}"),
     (
