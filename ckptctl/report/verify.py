@@ -24,9 +24,11 @@ if TYPE_CHECKING:
 CHECKS = (
     "readable",
     "safe-pickle",
+    "chat-template",
     "sharded-index",
     "flat-reader",
     "quant-layout",
+    "gguf-layout",
     "min-tensors",
     "expect",
     "no-nan",
