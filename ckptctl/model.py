@@ -7,6 +7,7 @@ wraps the old one, so metadata changes happen at once and data work stays lazy.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -407,6 +408,26 @@ class TensorEntry:
         return replace(self, name=name)
 
 
+#: ``TensorEntry.extra`` key: the format's own name of a stored type that :class:`DType` has no
+#: member for (GGUF's block-quantized ``Q4_K``, an unknown GGML type). Such an entry is its stored
+#: bytes as a U8 vector of shape ``(nbytes,)`` (what ``hash`` digests and ``diff`` compares);
+#: reports list it under this name and the shape in ``extra["logical_shape"]`` (JSON), and
+#: writers of plain formats refuse it (it holds no values until decoded).
+STORED_TYPE = "stored_type"
+
+
+def listed_dtype(entry: TensorEntry) -> str:
+    """The dtype reports show: the stored type's own name, else the DType's code."""
+    return entry.extra.get(STORED_TYPE) or entry.dtype.value
+
+
+def listed_shape(entry: TensorEntry) -> tuple[int, ...]:
+    """The shape reports show: the logical shape of a stored type, else the entry's."""
+    if STORED_TYPE in entry.extra and "logical_shape" in entry.extra:
+        return tuple(int(d) for d in json.loads(entry.extra["logical_shape"]))
+    return entry.shape
+
+
 #: Bytes read per step when an adapter streams a file-backed tensor.
 BLOCK_BYTES = 8 * 1024 * 1024
 
@@ -448,6 +469,8 @@ class Checkpoint(Mapping[str, TensorEntry]):
         path: the file (or index) it was opened from.
         format: the format name (``safetensors``, ``burnpack``, ``pytorch-zip`` ...).
         metadata: string key/values from the file.
+        metadata_summary: shorter renderings of long metadata values, by key (a GGUF array: its
+            length and first items), which listings show unless asked for whole values.
         scalars: burnpack typed scalars (``{"step": {"UInt": 42}}``), empty elsewhere.
         kind: what the file is as a whole, for formats where that is a question; None elsewhere.
         notes: human-readable facts about the structure (where tensors hide, aliasing).
@@ -474,6 +497,7 @@ class Checkpoint(Mapping[str, TensorEntry]):
         path: str,
         format: str,
         metadata: Mapping[str, str] | None = None,
+        metadata_summary: Mapping[str, str] | None = None,
         scalars: Mapping[str, JSONValue] | None = None,
         kind: CheckpointKind | None = None,
         notes: list[str] | None = None,
@@ -493,6 +517,7 @@ class Checkpoint(Mapping[str, TensorEntry]):
         self.path = path
         self.format = format
         self.metadata: Mapping[str, str] = dict(metadata or {})
+        self.metadata_summary: Mapping[str, str] = dict(metadata_summary or {})
         self.scalars: Mapping[str, JSONValue] = dict(scalars or {})
         self.kind = kind
         self.notes = list(notes or [])

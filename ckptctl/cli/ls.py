@@ -56,6 +56,12 @@ from ckptctl.cli._options import (
     "zeros, NaN, Inf); reads every tensor, one at a time, in blocks.",
 )
 @click.option(
+    "--full-metadata",
+    is_flag=True,
+    help="Metadata values whole: a long GGUF array (a tokenizer's tokens) is otherwise shown "
+    "as its length, item type and first items.",
+)
+@click.option(
     "--bytes", "exact_bytes", is_flag=True, help="Sizes as exact byte counts, not KiB/MiB/GiB."
 )
 @remote_options
@@ -69,6 +75,7 @@ def command(
     depth: int | None,
     expand: bool,
     stats: bool,
+    full_metadata: bool,
     exact_bytes: bool,
     fmt: OutputFormat,
 ) -> int:
@@ -110,6 +117,7 @@ def command(
             depth=depth,
             expand=expand,
             stats=stats,
+            full_metadata=full_metadata,
         )
 
     return emit_each(files, fmt, produce, exact_bytes=exact_bytes)

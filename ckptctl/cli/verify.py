@@ -164,7 +164,11 @@ def command(
     models, TorchScript archives and empty files fail, with the fix; no flat reader opens a DCP
     directory, so a nested one passes) and quant-layout (files with GPTQ, AWQ, bitsandbytes, FP8
     or compressed-tensors modules: packed shapes, scales, zero points and group index agree; a
-    broken module is named with the disagreement). Unreadable, corrupt or unsafe files are
+    broken module is named with the disagreement); GGUF files also get gguf-layout (offsets,
+    types and names as llama.cpp's reader requires, where gguf-py is more lenient; a
+    general.architecture key) and chat-template (a tokenizer.chat_template that reaches Python
+    internals when rendered by Jinja, such as __globals__ or cycler's internals, is unsafe, the
+    construct named). Unreadable, corrupt or unsafe files are
     reported as failures, not errors, and never stop the other files; a file that is no
     checkpoint but holds pickles (a NumPy object array, a zip with a pickle under another name)
     still gets a safe-pickle verdict. --no-nan, --expect, --min-tensors, --optimizer and

@@ -59,6 +59,7 @@ def _ensure_loaded() -> None:
         burnrecord,
         dcp,
         deepspeed,
+        gguf,
         numpy,
         onnx,
         pytorch,
@@ -67,7 +68,9 @@ def _ensure_loaded() -> None:
     )
 
     # onnx last: its content sniff parses protobuf fields, which no other format's file has
-    formats = (burnpack, burnrecord, dcp, deepspeed, numpy, pytorch, safetensors, sharded, onnx)
+    formats = (
+        burnpack, burnrecord, dcp, deepspeed, gguf, numpy, pytorch, safetensors, sharded, onnx
+    )  # fmt: skip
     for module in formats:
         for spec in module.SPECS:
             register_format(spec)
@@ -355,7 +358,6 @@ _SIGNATURES: tuple[tuple[bytes, str], ...] = (
         "this starts as a git-lfs pointer does, but git-lfs would not read it as one; it is not "
         "the weights either",
     ),
-    (b"GGUF", f"this is a GGUF model (llama.cpp); {READS}"),
     (b"\x89HDF\r\n\x1a\n", f"this is an HDF5 file (Keras .h5); {READS}"),
     (
         b"TFL3",

@@ -17,11 +17,11 @@ from ckptctl.adapters import PlanItem
 from ckptctl.adapters.pipeline import NAMES_SHOWN, PipelineOptions, run_pipeline
 from ckptctl.adapters.rename import parse_rules, unmatched_rules
 from ckptctl.adapters.rope import needs_interleaving
-from ckptctl.errors import CkptError, SelectionError
+from ckptctl.errors import CkptError, SelectionError, UnsupportedError
 from ckptctl.fix import Note, Option
 from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint
 from ckptctl.formats.sharded import write_sharded
-from ckptctl.model import CheckpointKind, TensorData, describe_groups
+from ckptctl.model import STORED_TYPE, CheckpointKind, TensorData, describe_groups
 from ckptctl.ops._migrate import migration_plan
 from ckptctl.ops._select import (
     add_ties,
@@ -221,6 +221,7 @@ def convert(
         if outside and opts.state_key is not None:
             warnings.insert(0, describe_outside(outside, len(everything), opts.state_key))
         outputs = [item.entry for item in items if item.entry is not None]
+        _refuse_stored_types(outputs, out_spec.name)
         if opts.param_ids_from:
             outputs, note = _attach_param_ids(outputs, opts.param_ids_from)
             warnings.append(note)
@@ -808,6 +809,29 @@ def _lost_in_output(
             "a .pt state_dict has none"
         )
     return lost
+
+
+def _refuse_stored_types(outputs: list[TensorEntry], out_format: str) -> None:
+    """A stored type with no DType (GGUF's ``Q4_K`` blocks, an unknown GGML type) holds no
+    values a plain format can take: refused rather than written as its bytes.
+
+    Raises:
+        UnsupportedError: the first such tensor, unless the output is the same format.
+    """
+    for entry in outputs:
+        stored = entry.extra.get(STORED_TYPE)
+        if stored is None or out_format == "gguf":
+            continue
+        if "quantized" not in entry.extra:
+            raise UnsupportedError(
+                f"tensor {entry.name!r} has GGML {stored}, unknown to ckptctl: it cannot be "
+                f"decoded or written to {out_format}"
+            )
+        raise UnsupportedError(
+            f"tensor {entry.name!r} is stored as {stored} blocks, which {out_format} cannot "
+            "hold; decode it with --dequantize",
+            hint=Note("or leave it out with {fix0}", (Option("exclude", takes_value=True),)),
+        )
 
 
 def _sources(src: str | os.PathLike[str], ckpt: Checkpoint) -> list[str]:

@@ -54,6 +54,7 @@ from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
 from ckptctl.errors import SelectionError
 from ckptctl.fix import Command, Note, Option
 from ckptctl.formats import open_checkpoint
+from ckptctl.model import listed_dtype
 from ckptctl.ops._compare import compare_values
 from ckptctl.ops._select import select_state_key
 from ckptctl.ops._size_limit import check_size
@@ -244,8 +245,8 @@ def compare_entries(a: TensorEntry, b: TensorEntry, *, rtol: float, atol: float)
     return TensorDiff(
         name=a.name,
         status=status,
-        dtype_a=a.dtype.value,
-        dtype_b=b.dtype.value,
+        dtype_a=listed_dtype(a),
+        dtype_b=listed_dtype(b),
         shape_a=a.shape,
         shape_b=b.shape,
         numel=a.numel,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from ckptctl.errors import SelectionError, TruncatedError
 from ckptctl.formats import open_checkpoint, read_layout, resolve_path
-from ckptctl.model import damaged_layout
+from ckptctl.model import damaged_layout, listed_dtype, listed_shape
 from ckptctl.ops._quant import find_quantized
 from ckptctl.ops._select import (
     OUTSIDE_NAMES_SHOWN,
@@ -30,12 +31,13 @@ SORT_KEYS = ("file", "name", "size", "dtype", "shape")
 
 
 def _row(entry: TensorEntry) -> TensorRow:
+    shape = listed_shape(entry)  # a quantized GGUF tensor: its logical shape, stored bytes
     return TensorRow(
         name=entry.name,
-        dtype=entry.dtype.value,
-        shape=entry.shape,
+        dtype=listed_dtype(entry),
+        shape=shape,
         nbytes=entry.nbytes,
-        numel=entry.numel,
+        numel=math.prod(shape),
         param_id=entry.param_id,
         module_type=entry.module_type,
         offset=entry.offset,
@@ -52,6 +54,7 @@ def list_tensors(
     depth: int | None = None,
     expand: bool = False,
     stats: bool = False,
+    full_metadata: bool = False,
 ) -> LsReport:
     """List a checkpoint's tensors from its header alone.
 
@@ -66,6 +69,8 @@ def list_tensors(
         expand: list every block of the tree instead of collapsing identical ones.
         stats: read every tensor (one at a time, in blocks) for its statistics
             (:attr:`TensorRow.stats`: min, max, mean, std, absmax, zeros, NaN, Inf).
+        full_metadata: metadata values whole; else a long one (a GGUF array) is its summary
+            (:attr:`Checkpoint.metadata_summary`: length and first items).
 
     Quantized modules (GPTQ, AWQ, bitsandbytes, FP8 with scales, compressed-tensors) are
     recognised by their tensor names (:attr:`LsReport.quantized`); for their layout
@@ -114,7 +119,9 @@ def list_tensors(
             path=ckpt.path,  # a directory given: the checkpoint found in it
             format=ckpt.format,
             tensors=tuple(rows),
-            metadata=dict(ckpt.metadata),
+            metadata=dict(ckpt.metadata)
+            if full_metadata
+            else {**ckpt.metadata, **ckpt.metadata_summary},
             kind=ckpt.kind,
             notes=tuple(ckpt.notes),
             scalars=dict(ckpt.scalars),

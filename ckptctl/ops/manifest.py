@@ -19,6 +19,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ckptctl.errors import InputError
+from ckptctl.model import listed_dtype, listed_shape
 from ckptctl.ops._stream import iter_bytes
 from ckptctl.report.manifest import (
     DIGEST_ALGORITHM,
@@ -57,7 +58,8 @@ def hash_entries(entries: Iterable[TensorEntry], jobs: int = 1) -> list[TensorHa
     else:
         digests = [digest_entry(e) for e in entries]
     return [
-        TensorHash(e.name, e.dtype.value, e.shape, d) for e, d in zip(entries, digests, strict=True)
+        TensorHash(e.name, listed_dtype(e), listed_shape(e), d)
+        for e, d in zip(entries, digests, strict=True)
     ]
 
 
@@ -134,11 +136,13 @@ def check_hashes(
         row = expected.get(entry.name)
         if row is None:
             continue
-        if row.dtype != entry.dtype.value:
-            mismatched.append(HashMismatch(entry.name, "dtype", row.dtype, entry.dtype.value))
-        elif row.shape != entry.shape:
+        if row.dtype != listed_dtype(entry):
+            mismatched.append(HashMismatch(entry.name, "dtype", row.dtype, listed_dtype(entry)))
+        elif row.shape != listed_shape(entry):
             mismatched.append(
-                HashMismatch(entry.name, "shape", str(list(row.shape)), str(list(entry.shape)))
+                HashMismatch(
+                    entry.name, "shape", str(list(row.shape)), str(list(listed_shape(entry)))
+                )
             )
         else:
             to_hash.append(entry)

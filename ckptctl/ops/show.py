@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from ckptctl.errors import SelectionError
 from ckptctl.fix import Command, Note, Option
 from ckptctl.formats import open_checkpoint
+from ckptctl.model import listed_dtype, listed_shape
 from ckptctl.ops._select import compile_regex, select_state_key
 from ckptctl.ops.values import preview, tensor_stats
 from ckptctl.report.values import ShowReport, TensorValues
@@ -72,8 +73,8 @@ def show_tensors(
         shown = tuple(
             TensorValues(
                 e.name,
-                e.dtype.value,
-                e.shape,
+                listed_dtype(e),
+                listed_shape(e),
                 preview(e),
                 tensor_stats(e, histogram=True) if stats else None,
             )

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ckptctl.dtypes import DType, to_float
+from ckptctl.model import STORED_TYPE
 from ckptctl.ops._compare import ElementReader
 from ckptctl.ops._stream import iter_values
 from ckptctl.report.values import Histogram, TensorStats
@@ -120,14 +121,26 @@ class _Moments:
         )
 
 
+def value_entry(entry: TensorEntry) -> TensorEntry | None:
+    """The entry whose values statistics and previews read: a block-quantized GGUF tensor
+    decoded to F32 (``formats.gguf.dequantized``); None when its type cannot be decoded."""
+    if STORED_TYPE not in entry.extra:
+        return entry
+    from ckptctl.formats.gguf import can_decode, dequantized
+
+    return dequantized(entry) if can_decode(entry) else None
+
+
 def tensor_stats(entry: TensorEntry, *, histogram: bool = False) -> TensorStats | None:
     """Statistics of ``entry``'s values in one streamed pass (a second for ``histogram``).
 
     Returns:
-        The statistics; None for complex tensors.
+        The statistics; None for complex tensors and stored types that cannot be decoded.
     """
-    if entry.dtype in (DType.C64, DType.C128):
+    decoded = value_entry(entry)
+    if decoded is None or decoded.dtype in (DType.C64, DType.C128):
         return None
+    entry = decoded
     moments = _Moments()
     for raw in iter_values(entry):
         moments.add(_decoded(raw, entry.dtype))
@@ -160,6 +173,7 @@ def preview(entry: TensorEntry) -> str:
     three (seven indices: numpy still sees an axis it must cut, and cuts the stand-in) and
     prints that small array with numpy, summarised.
     """
+    entry = value_entry(entry) or entry  # undecodable blocks: shown as their bytes
     if entry.numel <= _THRESHOLD:
         return str(_decoded(entry.load(), entry.dtype))
     picks = [

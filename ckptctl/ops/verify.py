@@ -45,7 +45,7 @@ from ckptctl.errors import (
     UnsafePickleError,
 )
 from ckptctl.fix import Command, Note, Option, hint_of
-from ckptctl.formats import detect_format, open_checkpoint, resolve_path
+from ckptctl.formats import detect_format, open_checkpoint, read_layout, resolve_path
 from ckptctl.formats._base import ranged_step
 from ckptctl.model import CheckpointKind, StridedData, describe_groups
 from ckptctl.ops._optimizer import OptimizerRecord, check_optimizer, load_record
@@ -312,6 +312,8 @@ def _file_verdict(findings: tuple[Finding, ...]) -> FileVerdict:
         pickle is not None and verdict is None and pickle.status is Status.FAIL
     ):
         return FileVerdict.UNSAFE
+    if any(f.check == "chat-template" and f.status is Status.FAIL for f in findings):
+        return FileVerdict.UNSAFE
     if any(f.check in ALWAYS_REPORTED and f.status is Status.FAIL for f in findings):
         return FileVerdict.UNREADABLE
     return FileVerdict.NEEDS_TRUST if verdict is Verdict.NEEDS_TRUST else FileVerdict.SAFE
@@ -427,6 +429,8 @@ def _verify_file(path: str, opts: _Options, skippable: bool = False) -> FileResu
             )  # fmt: skip
         if rest is not None:  # a damaged part: the other checks would fail on it again
             return FileResult(path, ckpt.format, ckpt.kind, len(ckpt), tuple(findings))
+        if ckpt.format == "gguf":
+            findings.extend(_gguf_findings(ckpt))
         flat, entries = _flat_reader(ckpt, opts.state_key, path)
         findings.append(flat)
         if entries is None:  # nothing below --state-key: the other checks have nothing to see
@@ -851,6 +855,93 @@ def _no_nan(entries: list[TensorEntry], jobs: int = 1) -> Finding:
         f"NaN or Inf in {len(bad):,} of {_plural(scanned, 'float tensor')}: {listed}",
         "the training run diverged or the file was written from a broken state; "
         "use an earlier checkpoint",
+        details=details,
+    )
+
+
+# --- gguf-layout, chat-template -------------------------------------------------------------
+
+
+def _gguf_findings(ckpt: Checkpoint) -> list[Finding]:
+    """The GGUF checks: the layout as llama.cpp requires it, then the chat templates."""
+    findings = [_guard("gguf-layout", lambda: _gguf_layout(ckpt))]
+    template = _chat_template(ckpt.metadata)
+    if template is not None:
+        findings.insert(0, template)
+    return findings
+
+
+def _gguf_layout(ckpt: Checkpoint) -> Finding:
+    """What gguf.cpp (llama.cpp's reader) would refuse in each file, and the architecture key.
+
+    Sizes against types and shapes, alignment and overlaps are the reader's own checks
+    (``readable``); here are the rules only llama.cpp enforces."""
+    files = [ckpt.path]
+    if ckpt.sharding is not None:
+        folder = os.path.dirname(ckpt.sharding.index)
+        files = [os.path.join(folder, name) for name in ckpt.sharding.shards]
+    problems: list[str] = []
+    alignment = None
+    for name in files:
+        facts = read_layout(name).facts
+        alignment = facts["alignment"]
+        prefix = f"{os.path.basename(name)}: " if len(files) > 1 else ""
+        problems += [prefix + p for p in facts["llama_cpp_problems"]]
+    details: dict[str, JSONValue] = {"problems": problems}
+    if problems:
+        return Finding(
+            "gguf-layout",
+            Status.FAIL,
+            "llama.cpp would refuse it: " + "; ".join(problems[:MESSAGE_LIMIT])
+            + _more(len(problems)),
+            "gguf-py reads it, llama.cpp does not; re-save it with llama.cpp's tools "
+            "(gguf-py's GGUFWriter lays tensors out as gguf.cpp requires)",
+            details=details,
+        )  # fmt: skip
+    arch = ckpt.metadata.get("general.architecture")
+    details["architecture"] = arch
+    if arch is None:
+        return Finding(
+            "gguf-layout",
+            Status.WARN,
+            "no general.architecture key: llama.cpp cannot load it as a model",
+            details=details,
+        )
+    return Finding(
+        "gguf-layout",
+        Status.OK,
+        f"architecture {arch!r}; tensors laid out as llama.cpp requires (offsets back to back, "
+        f"{alignment}-byte alignment, sizes matching types and shapes)",
+        details=details,
+    )
+
+
+def _chat_template(metadata: Mapping[str, str]) -> Finding | None:
+    """Each ``tokenizer.chat_template*`` scanned for Jinja constructs that reach Python
+    internals (None: the file has no template)."""
+    from ckptctl.ops._chat_template import unsafe_constructs
+
+    keys = [k for k in metadata if k.split(".")[:2] == ["tokenizer", "chat_template"]]
+    if not keys:
+        return None
+    bad = {key: found for key in keys if (found := unsafe_constructs(metadata[key]))}
+    details: dict[str, JSONValue] = {"templates": keys, "unsafe": dict(bad)}
+    if not bad:
+        return Finding(
+            "chat-template",
+            Status.OK,
+            f"{_plural(len(keys), 'chat template')}: no construct reaches Python internals",
+            details=details,
+        )
+    key, found = next(iter(bad.items()))
+    return Finding(
+        "chat-template",
+        Status.FAIL,
+        f"unsafe: {key} reaches Python internals when rendered by Jinja: "
+        + ", ".join(found[:MESSAGE_LIMIT])
+        + _more(len(found)),
+        "do not render it (transformers' apply_chat_template, llama-cpp-python's Jinja chat "
+        "format); a real chat template needs none of these constructs",
         details=details,
     )
 

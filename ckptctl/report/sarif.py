@@ -68,6 +68,13 @@ RULES: dict[str, tuple[str, str]] = {
         "producer's loader reads), needs-trust (globals outside those allowlists) or unsafe "
         "(globals or constructs that run code when unpickled).",
     ),
+    "chat-template": (
+        "A GGUF chat template reaches no Python internals when rendered",
+        "tokenizer.chat_template is rendered with Jinja by transformers and llama-cpp-python; a "
+        "template that reaches dunder attributes (__globals__, __subclasses__), the internals of "
+        "Jinja's globals (cycler, joiner, namespace, lipsum) or the attr filter can run code on "
+        "the machine that renders it. Real chat templates need none of these.",
+    ),
     "sharded-index": (
         "The sharded-checkpoint index agrees with its shards",
         "Every tensor the *.index.json names is in the shard it names, and nothing else is.",
@@ -82,6 +89,13 @@ RULES: dict[str, tuple[str, str]] = {
         "GPTQ, AWQ, bitsandbytes, FP8 and compressed-tensors modules: the packed weight's "
         "shape, the scales, zero points and group index agree on one weight shape, bit width "
         "and group size.",
+    ),
+    "gguf-layout": (
+        "llama.cpp's GGUF reader accepts the file's layout",
+        "gguf.cpp requires every tensor offset to be the running padded size (tensors back to "
+        "back in header order, each padded to general.alignment), known tensor types and names "
+        "shorter than 64 bytes, where gguf-py is more lenient; a model also needs "
+        "general.architecture.",
     ),
     "min-tensors": ("The file holds at least the required number of tensors", ""),
     "expect": (
@@ -116,7 +130,7 @@ SKIPPED_NOTIFICATION: dict[str, JSONValue] = {
 _LISTED_SKIPPED = 10
 
 #: GitHub's severity for security rules (``properties.security-severity``, 0.0 to 10.0).
-_SECURITY_SEVERITY = {"safe-pickle": "9.8"}
+_SECURITY_SEVERITY = {"safe-pickle": "9.8", "chat-template": "9.8"}
 
 
 def _rule(check: str) -> dict[str, JSONValue]:

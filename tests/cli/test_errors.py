@@ -27,7 +27,7 @@ def assert_one_error(result, path, *fragments: str) -> None:
             ("git-lfs pointer", "size 352", "git lfs pull"),
         ),
         (b"<!DOCTYPE html><html><body>404</body></html>", 3, ("HTML",)),
-        (b"GGUF\x03\x00\x00\x00" + bytes(32), 3, ("GGUF",)),
+        (b"GGUF\x03\x00\x00\x00" + bytes(4), 3, ("GGUF", "24-byte header")),
         (b"\x1f\x8b\x08\x00" + bytes(40), 3, ("gzip", "decompress")),
         (b"abc", 3, ("only 3 bytes",)),
     ],

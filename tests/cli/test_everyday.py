@@ -235,10 +235,8 @@ def test_files_that_are_not_checkpoints_are_named(run_cli, tmp_path):
         archive.writestr("config.json", "{}")
         archive.writestr("metadata.json", "{}")
         archive.writestr("model.weights.h5", b"\x89HDF\r\n\x1a\n")
-    gguf = tmp_path / "m.gguf"
-    gguf.write_bytes(b"GGUF" + bytes(64))
     for path, what in ((onnx, "an ONNX model"), (saved, "a TensorFlow SavedModel"),
-                       (keras, "a Keras .keras model"), (gguf, "a GGUF model")):  # fmt: skip
+                       (keras, "a Keras .keras model")):  # fmt: skip
         result = run_cli("ls", path)
         assert result.code == 3
         assert f"this is {what}" in result.stderr

@@ -1,1 +1,169 @@
-"""llama.cpp's GGUF format (work in progress: the type tables in ``_ggml``; issue 45)."""
+"""llama.cpp's GGUF format: detection, lazy reading and the byte layout (issue 45).
+
+Byte layout (gguf-py 0.19.0 and ``ggml/src/gguf.cpp``; spec: ggml's ``docs/gguf.md``), every
+integer in the file's byte order::
+
+    0       4 bytes  magic "GGUF"
+    4       u32      version: 2 or 3 (a big-endian file's version read little-endian has its
+                     low 16 bits zero: that is how the byte order is detected)
+    8       u64      tensor count T
+    16      u64      key/value count K
+    24      K key/values: string key, u32 value type, value
+                     (string: u64 length + UTF-8 bytes; array: u32 item type, u64 count, items)
+    ...     T tensor infos: string name, u32 n_dims (<= 4), u64 ne[n_dims] (fastest dimension
+                     first), u32 GGML type, u64 offset (from the data section's start)
+    ...     zeros    up to D, the next multiple of ``general.alignment`` (a UINT32; default 32)
+    D       tensor data; gguf.cpp requires each offset to be the sum of the padded sizes of the
+            tensors before it (``_parse`` records where a file breaks that; ``verify`` says so)
+
+How entries are made (``TensorEntry.dtype`` is a :class:`~ckptctl.dtypes.DType`, which has no
+member for block formats):
+
+* plain GGML types (F32, F16, BF16, F64, I8 ... I64): ordinary entries, the DType of the same
+  name, ``shape`` the reverse of ``ne``, a byte range of the file. In a big-endian file their
+  bytes are swapped when read (canonical bytes are little-endian), so the entry has no offset.
+* block-quantized types (Q4_0, Q8_0, Q4_K, IQ4_XS, MXFP4 ...): like burnpack's quantized tensors,
+  the entry is its stored blocks as a U8 vector of shape ``(nbytes,)``, so ``hash`` digests and
+  ``diff`` compares the blocks. ``extra["stored_type"]`` (``model.STORED_TYPE``) holds the GGML
+  type name and ``extra["logical_shape"]`` the shape; ``model.listed_dtype``/``listed_shape``
+  give those to ``ls``, ``show``, ``diff`` and ``hash``, so ``ls --json`` says ``Q4_K`` with the
+  logical shape and the stored ``nbytes``. ``source_dtype`` is the type name too, for a GGUF
+  writer to keep the blocks. Writers of value formats refuse such entries (``convert`` exits 4
+  naming ``--dequantize``). Values come from :func:`dequantized`, the one place the decoding
+  kernels (``_quants.dequantize``) are reached.
+* an unknown type id: listed as ``type 42`` with the bytes up to the next tensor; never read.
+
+A split model's parts (``NAME-00001-of-00003.gguf`` with ``split.*`` keys) open as one
+checkpoint whatever part is named: the first part's key/values, every part's tensors.
+Key/values become ``Checkpoint.metadata`` strings (``_values``); long arrays also get a summary
+(``Checkpoint.metadata_summary``) for listings.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ckptctl._lazy import lazy_attributes
+from ckptctl.formats._base import FormatSpec
+from ckptctl.formats.gguf._ggml import GGML_TYPES, GGML_TYPES_BY_NAME, GGMLType, ValueType
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from ckptctl.formats.gguf._read import layout_gguf, open_gguf
+    from ckptctl.model import Checkpoint, HeaderLayout, TensorEntry
+    from ckptctl.sources import ByteSource
+
+__all__ = [
+    "GGML_TYPES",
+    "GGML_TYPES_BY_NAME",
+    "MAGIC",
+    "GGMLType",
+    "ValueType",
+    "can_decode",
+    "dequantized",
+    "layout_gguf",
+    "open_gguf",
+    "sniff_gguf",
+]
+
+MAGIC = b"GGUF"
+
+
+def sniff_gguf(head: bytes, source: ByteSource) -> bool:
+    """True when the file starts with the GGUF magic."""
+    return head[:4] == MAGIC
+
+
+#: public name -> the module that defines it, imported on first use (PEP 562)
+_LAZY = {
+    "layout_gguf": "ckptctl.formats.gguf._read",
+    "open_gguf": "ckptctl.formats.gguf._read",
+}
+
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())
+
+#: The module with the decoding kernels: ``dequantize(raw_uint8, ggml_type, shape)`` returns
+#: the float32 values of blocks (``raw_uint8``: a 1-D uint8 array of the stored bytes).
+KERNELS = "ckptctl.formats.gguf._quants"
+
+
+def can_decode(entry: TensorEntry) -> bool:
+    """Whether :func:`dequantized` can decode ``entry``'s blocks: a known quantized GGML type,
+    and the kernels present."""
+    import importlib.util
+
+    from ckptctl.model import STORED_TYPE
+
+    ggml = GGML_TYPES_BY_NAME.get(entry.extra.get(STORED_TYPE, ""))
+    return ggml is not None and importlib.util.find_spec(KERNELS) is not None
+
+
+def dequantized(entry: TensorEntry) -> TensorEntry:
+    """A block-quantized GGUF entry as an F32 entry of its logical shape, decoded when read.
+
+    Other entries come back as they are.
+
+    Raises:
+        UnsupportedError: (when the values are read) an unknown type, or no kernels for it.
+    """
+    from dataclasses import replace
+    from functools import partial
+
+    from ckptctl.dtypes import DType
+    from ckptctl.model import STORED_TYPE, ComputedData, listed_shape
+
+    name = entry.extra.get(STORED_TYPE)
+    if name is None:
+        return entry
+    shape = listed_shape(entry)
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    return replace(
+        entry,
+        dtype=DType.F32,
+        shape=shape,
+        nbytes=numel * 4,
+        offset=None,
+        data=ComputedData(partial(_decode, entry, name, shape)),
+        source_dtype=None,
+        extra={},
+    )
+
+
+def _decode(entry: TensorEntry, name: str, shape: tuple[int, ...]) -> NDArray[Any]:
+    import importlib
+
+    import numpy as np
+
+    from ckptctl.errors import UnsupportedError
+
+    ggml = GGML_TYPES_BY_NAME.get(name)
+    if ggml is None:
+        raise UnsupportedError(f"tensor {entry.name!r} has GGML {name}, unknown to ckptctl")
+    try:
+        kernels = importlib.import_module(KERNELS)
+    except ImportError:
+        raise UnsupportedError(f"decoding {name} blocks is not available yet") from None
+    raw = np.frombuffer(entry.data.read(), dtype=np.uint8)
+    values: NDArray[Any] = kernels.dequantize(raw, ggml, shape)
+    return values
+
+
+def _open(source: ByteSource) -> Checkpoint:
+    from ckptctl.formats.gguf._read import open_gguf
+
+    return open_gguf(source)
+
+
+def _layout(source: ByteSource) -> HeaderLayout:
+    from ckptctl.formats.gguf._read import layout_gguf
+
+    return layout_gguf(source)
+
+
+#: The formats this module adds to the registry (``ckptctl.formats``), in detection order.
+SPECS = (
+    FormatSpec(name="gguf", extensions=(".gguf",), sniff=sniff_gguf, open=_open, layout=_layout),
+)
