@@ -75,8 +75,11 @@ _F32 = np.float32
 _U8 = np.uint8
 #: Shifts that take the 2-bit fields of a byte apart, lowest first.
 _SHIFT2 = np.array([0, 2, 4, 6], dtype=_U8)
-#: Shifts that take the bits of a byte apart.
-_SHIFT1 = np.arange(8, dtype=_U8)
+#: Factors that move 2-bit field k of a byte (bits 2k, 2k+1) to bits 6-7 (bytes wrap), then
+#: ``& 0xC0``: numpy has no vector loop for shifting bytes, it has one for multiplying them.
+_TO_TOP2 = np.array([64, 16, 4, 1], dtype=_U8).reshape(4, 1)
+#: Factors that move bit k of a byte to bit 7, then ``& 0x80``.
+_TO_TOP1 = np.array([128, 64, 32, 16, 8, 4, 2, 1], dtype=_U8).reshape(8, 1)
 #: ``kvalues_iq4nl`` of ggml-common.h: the 16 levels of IQ4_NL and IQ4_XS.
 _IQ4NL_LEVELS = np.array(
     [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=_F32
@@ -119,9 +122,9 @@ def _q4_1(b: Blocks, out: Values) -> None:
 def _five_bits(qh: Blocks, qs: Blocks) -> Blocks:
     """Q5_0/Q5_1's 5-bit values: nibbles of ``qs`` with bit j of ``qh`` (u32 LE) on top."""
     q = np.unpackbits(qh, axis=1, bitorder="little")
-    np.left_shift(q, 4, out=q)
+    np.multiply(q, 16, out=q)
     q[:, :16] |= qs & _U8(15)
-    q[:, 16:] |= qs >> _U8(4)
+    q[:, 16:] |= qs // _U8(16)
     return q
 
 
@@ -186,13 +189,19 @@ def _nvfp4(b: Blocks, out: Values) -> None:
 # -- the k-quants (super-blocks of 256) ---------------------------------------------------------
 
 
+def _top2(qs: Blocks) -> Blocks:
+    """64 x each 2-bit field of ``qs`` (n, ..., 32): (n, ..., 4, 32), field k in row k."""
+    q = np.multiply(qs[..., None, :], _TO_TOP2)
+    q &= _U8(0xC0)
+    return q
+
+
 def _q2_k(b: Blocks, out: Values) -> None:
     n = len(b)
     scales = b[:, :16]
-    dl = _half(b, 80) * (scales & _U8(15))
-    ml = _half(b, 82) * (scales >> _U8(4))
-    q = b[:, 16:80].reshape(n, 2, 1, 32) >> _SHIFT2.reshape(4, 1)
-    np.bitwise_and(q, 3, out=out.reshape(n, 2, 4, 32), casting="unsafe")
+    dl = _half(b, 80) * (scales & _U8(15)) / _F32(64)  # the quants are kept 64 x too large
+    ml = _half(b, 82) * (scales // _U8(16))
+    out.reshape(n, 2, 4, 32)[...] = _top2(b[:, 16:80].reshape(n, 2, 32))
     o = out.reshape(n, 16, 16)
     np.multiply(o, dl[:, :, None], out=o)
     np.subtract(o, ml[:, :, None], out=o)
@@ -210,15 +219,16 @@ def _q3_k_scales(s: Blocks) -> NDArray[np.int8]:
 
 def _q3_k(b: Blocks, out: Values) -> None:
     n = len(b)
-    dl = _half(b, 108) * _q3_k_scales(b[:, 96:108])
-    q = b[:, 32:96].reshape(n, 2, 1, 32) >> _SHIFT2.reshape(4, 1)
-    q &= _U8(3)
-    high = b[:, :32].reshape(n, 1, 32) >> _SHIFT1.reshape(8, 1)
-    high &= _U8(1)
+    dl = _half(b, 108) * _q3_k_scales(b[:, 96:108]) / _F32(32)  # quants kept 32 x too large
+    q = _top2(b[:, 32:96].reshape(n, 2, 32))
+    np.floor_divide(q, 2, out=q)  # 32 x the low 2 bits
+    high = np.multiply(b[:, :32].reshape(n, 1, 32), _TO_TOP1)
+    high &= _U8(0x80)  # 32 x 4 x the high bit: the offset is 0 where it is set, -4 where not
     q8 = q.reshape(n, 8, 32)
-    q8 |= high << _U8(2)  # the offset is 0 where the bit is set, -4 where it is not
+    q8 |= high
+    q8 ^= _U8(0x80)  # as int8: 32 x (q - 4)
     o = out.reshape(n, 16, 16)
-    np.subtract(q.reshape(n, 16, 16), _F32(4), out=o)
+    o[...] = q.view(np.int8).reshape(n, 16, 16)
     np.multiply(o, dl[:, :, None], out=o)
 
 
@@ -234,46 +244,53 @@ def _k_scales(s: Blocks) -> tuple[Blocks, Blocks]:
     return sc, mn
 
 
-def _k_affine(b: Blocks, out: Values) -> None:
-    """``(d * scale) * q - dmin * min`` per 32-value sub-block, ``q`` already in ``out``."""
+def _k_affine(b: Blocks, out: Values, unit: Values) -> None:
+    """``(d * scale) * q - dmin * min`` per 32-value sub-block, with ``unit * q`` in ``out``."""
     n = len(b)
     sc, mn = _k_scales(b[:, 4:16])
     o = out.reshape(n, 8, 32)
-    np.multiply(o, (_half(b, 0) * sc)[:, :, None], out=o)
+    np.multiply(o, (_half(b, 0) * sc / unit)[:, :, None], out=o)
     np.subtract(o, (_half(b, 2) * mn)[:, :, None], out=o)
+
+
+#: Q4_K keeps the high nibbles 16 x too large (``byte & 0xF0``): sub-blocks 1, 3, 5, 7.
+_Q4_K_UNITS = np.array([1, 16] * 4, dtype=_F32)
+#: Q5_K keeps every quant 8 x too large.
+_Q5_K_UNITS = np.full(8, 8, dtype=_F32)
 
 
 def _q4_k(b: Blocks, out: Values) -> None:
     n = len(b)
     o = out.reshape(n, 4, 2, 32)
-    _nibbles(b[:, 16:].reshape(n, 4, 32), o[:, :, 0], o[:, :, 1])
-    _k_affine(b, out)
+    qs = b[:, 16:].reshape(n, 4, 32)
+    np.bitwise_and(qs, 15, out=o[:, :, 0], casting="unsafe")
+    np.bitwise_and(qs, 0xF0, out=o[:, :, 1], casting="unsafe")
+    _k_affine(b, out, _Q4_K_UNITS)
 
 
 def _q5_k(b: Blocks, out: Values) -> None:
     n = len(b)
-    q = b[:, 16:48].reshape(n, 1, 32) >> _SHIFT1.reshape(8, 1)
-    q &= _U8(1)
-    q <<= _U8(4)
+    q = np.multiply(b[:, 16:48].reshape(n, 1, 32), _TO_TOP1)  # bit k of qh: sub-block k's 5th
+    q &= _U8(0x80)
     q4 = q.reshape(n, 4, 2, 32)
     qs = b[:, 48:].reshape(n, 4, 32)
-    q4[:, :, 0] |= qs & _U8(15)
-    q4[:, :, 1] |= qs >> _U8(4)
+    q4[:, :, 0] |= np.multiply(qs, 8) & _U8(0x78)
+    q4[:, :, 1] |= (qs // _U8(2)) & _U8(0x78)
     out.reshape(n, 8, 32)[...] = q
-    _k_affine(b, out)
+    _k_affine(b, out, _Q5_K_UNITS)
 
 
 def _q6_k(b: Blocks, out: Values) -> None:
     n = len(b)
-    q = b[:, 128:192].reshape(n, 2, 1, 32) >> _SHIFT2.reshape(4, 1)
-    q &= _U8(3)
-    q <<= _U8(4)
+    q = _top2(b[:, 128:192].reshape(n, 2, 32))  # the top 2 bits, 4 x 16 x too large
     ql = b[:, :128].reshape(n, 2, 2, 32)
-    q[:, :, :2] |= ql & _U8(15)
-    q[:, :, 2:] |= ql >> _U8(4)
+    q[:, :, :2] |= np.multiply(ql, 4) & _U8(0x3C)
+    q[:, :, 2:] |= (ql // _U8(4)) & _U8(0x3C)
+    q ^= _U8(0x80)  # as int8: 4 x (q - 32)
     o = out.reshape(n, 16, 16)
-    np.subtract(q.reshape(n, 16, 16), _F32(32), out=o)
-    np.multiply(o, (_half(b, 208) * b[:, 192:208].view(np.int8))[:, :, None], out=o)
+    o[...] = q.view(np.int8).reshape(n, 16, 16)
+    scale = _half(b, 208) * b[:, 192:208].view(np.int8) / _F32(4)
+    np.multiply(o, scale[:, :, None], out=o)
 
 
 def _tq1_0(b: Blocks, out: Values) -> None:
@@ -291,10 +308,9 @@ def _tq1_0(b: Blocks, out: Values) -> None:
 
 def _tq2_0(b: Blocks, out: Values) -> None:
     n = len(b)
-    q = b[:, :64].reshape(n, 2, 1, 32) >> _SHIFT2.reshape(4, 1)
-    np.bitwise_and(q, 3, out=out.reshape(n, 2, 4, 32), casting="unsafe")
-    np.subtract(out, _F32(1), out=out)
-    np.multiply(out, _half(b, 64), out=out)
+    out.reshape(n, 2, 4, 32)[...] = _top2(b[:, :64].reshape(n, 2, 32))
+    np.subtract(out, _F32(64), out=out)  # 64 x (q - 1)
+    np.multiply(out, _half(b, 64) / _F32(64), out=out)
 
 
 # -- the plain types gguf-py's dequantize also takes ----------------------------------------------
