@@ -93,6 +93,12 @@ def _half(blocks: Blocks, offset: int) -> Values:
     return blocks.view(np.float16)[:, offset // 2 : offset // 2 + 1].astype(_F32)
 
 
+def _per_value(scale: Values, width: int) -> Values:
+    """Each of ``scale`` (n, groups) repeated for the ``width`` values of its group, flat: a
+    full-length operand is cheaper for numpy than broadcasting over short rows."""
+    return np.repeat(scale.reshape(-1), width)
+
+
 def _nibbles(qs: Blocks, low: Values, high: Values) -> None:
     """Low and high nibbles of ``qs``, written as float32 into ``low`` and ``high``."""
     np.bitwise_and(qs, 15, out=low, casting="unsafe")
@@ -202,9 +208,9 @@ def _q2_k(b: Blocks, out: Values) -> None:
     dl = _half(b, 80) * (scales & _U8(15)) / _F32(64)  # the quants are kept 64 x too large
     ml = _half(b, 82) * (scales // _U8(16))
     out.reshape(n, 2, 4, 32)[...] = _top2(b[:, 16:80].reshape(n, 2, 32))
-    o = out.reshape(n, 16, 16)
-    np.multiply(o, dl[:, :, None], out=o)
-    np.subtract(o, ml[:, :, None], out=o)
+    flat = out.reshape(-1)
+    np.multiply(flat, _per_value(dl, 16), out=flat)
+    np.subtract(flat, _per_value(ml, 16), out=flat)
 
 
 def _q3_k_scales(s: Blocks) -> NDArray[np.int8]:
@@ -227,30 +233,36 @@ def _q3_k(b: Blocks, out: Values) -> None:
     q8 = q.reshape(n, 8, 32)
     q8 |= high
     q8 ^= _U8(0x80)  # as int8: 32 x (q - 4)
-    o = out.reshape(n, 16, 16)
-    o[...] = q.view(np.int8).reshape(n, 16, 16)
-    np.multiply(o, dl[:, :, None], out=o)
+    out[...] = q.view(np.int8).reshape(n, QK_K)
+    flat = out.reshape(-1)
+    np.multiply(flat, _per_value(dl, 16), out=flat)
 
 
 def _k_scales(s: Blocks) -> tuple[Blocks, Blocks]:
-    """Q4_K/Q5_K's 8 six-bit scales and 8 six-bit mins from their 12 bytes."""
+    """Q4_K/Q5_K's 8 six-bit scales and 8 six-bit mins from their 12 bytes.
+
+    Bytes 0-3 hold scales 0-3 (low 6 bits) and the top 2 bits of scales 4-7; bytes 4-7 the
+    same for the mins; bytes 8-11 the low nibbles of scales 4-7 and (high nibbles) mins 4-7.
+    Worked four bytes at a time, as u32 lanes (a byte shift here never crosses a lane: the
+    masks keep only bits that come from the same byte).
+    """
     n = len(s)
-    sc, mn = np.empty((n, 8), dtype=_U8), np.empty((n, 8), dtype=_U8)
-    a, m, tail = s[:, 0:4], s[:, 4:8], s[:, 8:12]
-    np.bitwise_and(a, 63, out=sc[:, :4])
-    np.bitwise_and(m, 63, out=mn[:, :4])
-    np.bitwise_or(tail & _U8(15), (a >> _U8(2)) & _U8(0x30), out=sc[:, 4:])
-    np.bitwise_or(tail >> _U8(4), (m >> _U8(2)) & _U8(0x30), out=mn[:, 4:])
-    return sc, mn
+    a, m, tail = np.ascontiguousarray(s).view(np.uint32).T
+    sc, mn = np.empty((n, 2), dtype=np.uint32), np.empty((n, 2), dtype=np.uint32)
+    low6, low4, top2 = np.uint32(0x3F3F3F3F), np.uint32(0x0F0F0F0F), np.uint32(0x30303030)
+    np.bitwise_and(a, low6, out=sc[:, 0])
+    np.bitwise_or(tail & low4, (a >> np.uint32(2)) & top2, out=sc[:, 1])
+    np.bitwise_and(m, low6, out=mn[:, 0])
+    np.bitwise_or((tail >> np.uint32(4)) & low4, (m >> np.uint32(2)) & top2, out=mn[:, 1])
+    return sc.view(_U8), mn.view(_U8)
 
 
 def _k_affine(b: Blocks, out: Values, unit: Values) -> None:
     """``(d * scale) * q - dmin * min`` per 32-value sub-block, with ``unit * q`` in ``out``."""
-    n = len(b)
     sc, mn = _k_scales(b[:, 4:16])
-    o = out.reshape(n, 8, 32)
-    np.multiply(o, (_half(b, 0) * sc / unit)[:, :, None], out=o)
-    np.subtract(o, (_half(b, 2) * mn)[:, :, None], out=o)
+    flat = out.reshape(-1)
+    np.multiply(flat, _per_value(_half(b, 0) * sc / unit, 32), out=flat)
+    np.subtract(flat, _per_value(_half(b, 2) * mn, 32), out=flat)
 
 
 #: Q4_K keeps the high nibbles 16 x too large (``byte & 0xF0``): sub-blocks 1, 3, 5, 7.
@@ -261,10 +273,11 @@ _Q5_K_UNITS = np.full(8, 8, dtype=_F32)
 
 def _q4_k(b: Blocks, out: Values) -> None:
     n = len(b)
-    o = out.reshape(n, 4, 2, 32)
+    q = np.empty((n, 4, 2, 32), dtype=_U8)
     qs = b[:, 16:].reshape(n, 4, 32)
-    np.bitwise_and(qs, 15, out=o[:, :, 0], casting="unsafe")
-    np.bitwise_and(qs, 0xF0, out=o[:, :, 1], casting="unsafe")
+    np.bitwise_and(qs, 15, out=q[:, :, 0])
+    np.bitwise_and(qs, 0xF0, out=q[:, :, 1])
+    out[...] = q.reshape(n, QK_K)
     _k_affine(b, out, _Q4_K_UNITS)
 
 
@@ -287,10 +300,10 @@ def _q6_k(b: Blocks, out: Values) -> None:
     q[:, :, :2] |= np.multiply(ql, 4) & _U8(0x3C)
     q[:, :, 2:] |= (ql // _U8(4)) & _U8(0x3C)
     q ^= _U8(0x80)  # as int8: 4 x (q - 32)
-    o = out.reshape(n, 16, 16)
-    o[...] = q.view(np.int8).reshape(n, 16, 16)
+    out[...] = q.view(np.int8).reshape(n, QK_K)
+    flat = out.reshape(-1)
     scale = _half(b, 208) * b[:, 192:208].view(np.int8) / _F32(4)
-    np.multiply(o, scale[:, :, None], out=o)
+    np.multiply(flat, _per_value(scale, 16), out=flat)
 
 
 def _tq1_0(b: Blocks, out: Values) -> None:
