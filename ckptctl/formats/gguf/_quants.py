@@ -205,8 +205,8 @@ def _top2(qs: Blocks) -> Blocks:
 def _q2_k(b: Blocks, out: Values) -> None:
     n = len(b)
     scales = b[:, :16]
-    dl = _half(b, 80) * (scales & _U8(15)) / _F32(64)  # the quants are kept 64 x too large
-    ml = _half(b, 82) * (scales // _U8(16))
+    dl = _half(b, 80) * (scales & _U8(15)).astype(_F32) / _F32(64)  # quants kept 64 x too large
+    ml = _half(b, 82) * (scales // _U8(16)).astype(_F32)
     out.reshape(n, 2, 4, 32)[...] = _top2(b[:, 16:80].reshape(n, 2, 32))
     flat = out.reshape(-1)
     np.multiply(flat, _per_value(dl, 16), out=flat)
