@@ -33,11 +33,17 @@ NVFP4        36  d[4] (UE4M3, one per 16 values, halved), qs[32]: d * kvalues_mx
 =========  ====  =================================================================================
 
 Each kernel decodes a batch of blocks into a preallocated float32 array with numpy ufuncs,
-:data:`BATCH_VALUES` values at a time, so its temporaries stay in the CPU cache. The arithmetic
+:data:`BATCH_VALUES` values at a time, so its temporaries stay small. The arithmetic
 is gguf-py 0.19.0's (``gguf/quants.py``, the reference in the tests), operation for operation:
 the scale is widened from f16 to f32 first and every product and sum is rounded to f32 in the
 same order (``d * q + m``, never ``d * (q + m / d)``), so NaN and infinite scales give the same
-bits too. Types gguf-py cannot decode (Q8_1, Q8_K, Q1_0, the integer types, F64) raise
+bits too. One liberty, which changes no bit: numpy has no vector loop for shifting bytes, so
+several kernels keep a quant 2**k times too large (``byte & 0xF0`` is 16 x the high nibble) and
+divide its f32 scale by 2**k instead. ``(d / 2**k) * (2**k * q)`` is the same real number as
+``d * q``, rounded once; the division is exact because no scale is that close to the f32
+subnormals (an f16 scale is at least 2**-24).
+
+Types gguf-py cannot decode (Q8_1, Q8_K, Q1_0, the integer types, F64) raise
 :class:`~ckptctl.errors.UnsupportedError`. See ARCHITECTURE.md (GGUF) for why these are our own
 kernels rather than a dependency on gguf-py.
 """
@@ -66,10 +72,10 @@ if TYPE_CHECKING:
     Values = NDArray[np.float32]
     Kernel = Callable[[Blocks, Values], None]
 
-#: Values one kernel call decodes (256 KiB of float32): small enough for the temporaries of a
-#: batch to stay in a 1-2 MiB L2 cache, large enough that numpy's per-call cost does not count
-#: (benchmarks/RESULTS.md, GGUF).
-BATCH_VALUES = 1 << 16
+#: Values one kernel call decodes (1 MiB of float32, a few MiB of temporaries): numpy's cost
+#: per call and per row is paid once per batch. Measured in CPU time on 64 MiB tensors, 32 Ki
+#: values a batch took 1.1-1.8x the time of 256 Ki (Q6_K the most), 512 Ki no less.
+BATCH_VALUES = 1 << 18
 
 _F32 = np.float32
 _U8 = np.uint8
