@@ -8,6 +8,8 @@ ties, zeros and negatives and compared byte for byte.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tracemalloc
 from typing import Any
 
@@ -265,3 +267,27 @@ def test_quantize_then_dequantize_stays_within_half_a_level(name: str) -> None:
     levels = {"Q4_0": 16, "Q4_1": 15, "Q5_0": 32, "Q5_1": 31, "Q8_0": 254}[name]
     span = np.ptp(x.reshape(-1, 32), axis=1).max() if name.endswith("_1") else 2
     assert np.abs(back - x).max() <= span / levels * 1.01
+
+
+def test_empty_tensors_decode_and_encode_to_nothing() -> None:
+    q4_k = GGML_TYPES_BY_NAME["Q4_K"]
+    assert dequantize(np.zeros(0, dtype=np.uint8), q4_k, 0).size == 0
+    assert list(dequantize_blocks(MemorySource(b"", "empty"), 0, q4_k, 0)) == []
+    assert quantize(np.zeros((0, 32), dtype=np.float32), GGML_TYPES_BY_NAME["Q8_0"]).shape == (
+        0,
+        34,
+    )
+
+
+def test_the_kernels_need_no_gguf_package() -> None:
+    # the core install decodes: gguf-py is only the tests' ground truth (ARCHITECTURE.md)
+    code = (
+        "import sys, numpy as np\n"
+        "sys.modules['gguf'] = None\n"  # an import of it would fail
+        "from ckptctl.formats.gguf._ggml import GGML_TYPES_BY_NAME as G\n"
+        "from ckptctl.formats.gguf._quants import DEQUANTIZABLE, dequantize\n"
+        "for name in DEQUANTIZABLE:\n"
+        "    t = G[name]\n"
+        "    dequantize(np.zeros(t.type_size, dtype=np.uint8), t, t.block_size)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
