@@ -3,7 +3,7 @@
 ``iq2xxs_grid`` ... ``iq1s_grid`` of llama.cpp's ``ggml/src/ggml-common.h`` (the same tables
 gguf-py 0.19.0 ships in ``gguf/quants.py``). Each entry: (rows, values per row, the alphabet,
 bits per code, base64 of the codes packed low bits first). Regenerate with
-``fixtures/make_gguf_grids.py``; ``_quants`` unpacks them on first use.
+``fixtures/make_gguf_grids.py``; ``_kernels`` unpacks them on first use.
 """
 
 from __future__ import annotations
