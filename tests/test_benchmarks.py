@@ -180,3 +180,17 @@ def test_bench_verify_smoke(tmp_path):
     ]
     assert all(r["exit"] == 0 and r["seconds"] > 0 for r in result["rows"])
     assert len(list((scripts / "_work" / "verify_dir").glob("*.pt"))) == 6
+
+
+def test_bench_gguf_smoke(tmp_path):
+    script = copy_benchmarks(tmp_path) / "bench_gguf.py"
+    cmd = [sys.executable, str(script), "--size-mib", "1", "--rows", "8", "--runs", "1", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+    report = json.loads(out.stdout)
+    assert [r["type"] for r in report["types"]] == ["Q4_K", "Q6_K", "Q8_0"]
+    for row in report["types"]:
+        assert row["values"] > 0
+        assert row["ours_cpu_s"] > 0
+        assert row["gguf_cpu_s"] > 0
+    assert report["stream"]["values"] == sum(r["values"] for r in report["types"])
+    assert report["stream"]["peak_rss_MiB"] > 0

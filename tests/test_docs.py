@@ -132,6 +132,7 @@ EXAMPLE_FILES = {
     "checkpoint/step-1000": "valid/distributed/fsdp2",  # a DCP directory
     "model-gptq.safetensors": "valid/quantized/gptq-4bit.safetensors",
     "ckpt": "valid/deepspeed/zero2_bf16_2rank",  # a DeepSpeed save: a folder
+    "llama-q4_k_m.gguf": "valid/gguf/tiny_llama.gguf",
 }
 
 

@@ -208,6 +208,16 @@ def run_conversion(
     "--shards runs.",
 )
 @click.option(
+    "--dequantize",
+    type=click.Choice(["f32", "f16", "bf16"], case_sensitive=False),
+    is_flag=False,
+    flag_value="f32",
+    default=None,
+    help="GGUF: decode block-quantized tensors (Q4_0, Q8_0, Q4_K, Q6_K, the IQ types, MXFP4 ...) "
+    "to f32 (the default), f16 or bf16, with the values gguf-py's dequantize gives; without it "
+    "such a tensor exits 4 unless DST is GGUF.",
+)
+@click.option(
     "--unpack-int4",
     is_flag=True,
     help="ONNX: write INT4/UINT4 tensors (packed two to a byte) as I8/U8, one byte per "
@@ -243,6 +253,7 @@ def command(
     max_output_size: int | None,
     share: tuple[int, int] | None,
     index_only: bool,
+    dequantize: str | None,
     unpack_int4: bool,
     jobs: int,
     to: str | None,
@@ -282,11 +293,14 @@ def command(
       ckptctl convert checkpoint/step-1000 full.safetensors --max-shard-size 5GB --shards 1/8
       ckptctl convert checkpoint/step-1000 full.safetensors --max-shard-size 5GB --index-only
       ckptctl convert ckpt consolidated.safetensors
+      ckptctl convert llama-q4_k_m.gguf llama.safetensors --dequantize=bf16
     """
+    from ckptctl.dtypes import DType
     from ckptctl.ops.convert import ConvertOptions
 
     options = ConvertOptions(
         state_key=state_key,
+        dequantize=None if dequantize is None else DType.parse(dequantize),
         include=include,
         exclude=exclude,
         remap=rules,

@@ -91,6 +91,9 @@ class ConvertOptions:
             with their evidence; ``.rs`` writes a Rust ``KeyRemapper::from_patterns`` list.
         infer: with a target the output does not fit, infer remap rules from the structure of
             both (``ops._structure``) and apply the proven ones.
+        dequantize: decode GGUF's block-quantized tensors to this float dtype (F32, F16 or
+            BF16; the values gguf-py's ``dequantize`` gives, rounded to nearest even for the
+            16-bit ones); None: such a tensor is refused unless the output is GGUF.
         progress: called as ``progress(nbytes, total)`` when each tensor is written, with the
             tensor's size and the total bytes of all output tensors.
 
@@ -98,6 +101,7 @@ class ConvertOptions:
     """
 
     state_key: str | None = None
+    dequantize: DType | None = None
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     remap: tuple[str, ...] = ()
@@ -174,7 +178,7 @@ def convert(
     out_spec = format_for_output(dst, opts.to)
     target_specs = _read_specs(opts.target) if opts.target else None
     with open_checkpoint(src) as ckpt:
-        everything = ckpt.entries()
+        everything = _dequantized(ckpt.entries(), opts.dequantize)
         entries = add_ties(select_state_key(everything, opts.state_key, ckpt), opts.ties)
         modules = ckpt.structure.modules if ckpt.structure and not opts.state_key else None
         pipeline = opts.pipeline
@@ -221,7 +225,7 @@ def convert(
         if outside and opts.state_key is not None:
             warnings.insert(0, describe_outside(outside, len(everything), opts.state_key))
         outputs = [item.entry for item in items if item.entry is not None]
-        _refuse_stored_types(outputs, out_spec.name)
+        _refuse_stored_types(outputs, out_spec.name, decoding=opts.dequantize is not None)
         if opts.param_ids_from:
             outputs, note = _attach_param_ids(outputs, opts.param_ids_from)
             warnings.append(note)
@@ -811,7 +815,25 @@ def _lost_in_output(
     return lost
 
 
-def _refuse_stored_types(outputs: list[TensorEntry], out_format: str) -> None:
+def _dequantized(entries: list[TensorEntry], dtype: DType | None) -> list[TensorEntry]:
+    """``entries`` with every block-quantized GGUF tensor decoded to ``dtype`` (None: as they
+    are)."""
+    if dtype is None or not any(STORED_TYPE in e.extra for e in entries):
+        return entries
+    from ckptctl.adapters.cast import cast_entry
+    from ckptctl.dtypes import DType
+    from ckptctl.formats.gguf import can_decode, dequantized
+
+    out = []
+    for entry in entries:
+        if can_decode(entry):
+            entry = dequantized(entry)
+            entry = entry if dtype is DType.F32 else cast_entry(entry, dtype)
+        out.append(entry)
+    return out
+
+
+def _refuse_stored_types(outputs: list[TensorEntry], out_format: str, *, decoding: bool) -> None:
     """A stored type with no DType (GGUF's ``Q4_K`` blocks, an unknown GGML type) holds no
     values a plain format can take: refused rather than written as its bytes.
 
@@ -826,6 +848,12 @@ def _refuse_stored_types(outputs: list[TensorEntry], out_format: str) -> None:
             raise UnsupportedError(
                 f"tensor {entry.name!r} has GGML {stored}, unknown to ckptctl: it cannot be "
                 f"decoded or written to {out_format}"
+            )
+        if decoding:  # --dequantize decoded every type it can
+            raise UnsupportedError(
+                f"tensor {entry.name!r} is stored as {stored} blocks, which ckptctl cannot "
+                "decode (nor can gguf-py)",
+                hint=Note("leave it out with {fix0}", (Option("exclude", takes_value=True),)),
             )
         raise UnsupportedError(
             f"tensor {entry.name!r} is stored as {stored} blocks, which {out_format} cannot "

@@ -333,3 +333,66 @@ def test_header_json_accounts_for_every_byte(run_cli) -> None:
     assert regions[-1]["end"] == path.stat().st_size
     assert all(a["end"] == b["start"] for a, b in itertools.pairwise(regions))
     assert struct.unpack("<I", path.read_bytes()[4:8])[0] == 3
+
+
+def _safetensors(path: Path) -> dict[str, tuple[str, list[int], bytes]]:
+    """Every tensor of a safetensors file, read by hand: dtype code, shape, bytes."""
+    raw = path.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + length])
+    data = raw[8 + length :]
+    return {
+        name: (info["dtype"], info["shape"], data[slice(*info["data_offsets"])])
+        for name, info in header.items()
+        if name != "__metadata__"
+    }
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_dequantize_gives_gguf_pys_values(run_cli, tmp_path: Path, dtype: str) -> None:
+    """Every quantized tensor decoded as gguf.quants.dequantize decodes it; f16/bf16 are those
+    float32 values rounded to nearest even (bf16 by its bits: numpy has no bfloat16)."""
+    out = tmp_path / "out.safetensors"
+    flag = "--dequantize" if dtype == "f32" else f"--dequantize={dtype}"
+    result = run_cli("convert", GGUF / "quantized.gguf", out, flag)
+    assert result.code == 0, result.stderr
+    written = _safetensors(out)
+    decoded = 0
+    for tensor in _reader(GGUF / "quantized.gguf").tensors:
+        code, shape, raw = written[tensor.name]
+        with np.errstate(all="ignore"):  # the fixture's random blocks hold NaN/Inf scales
+            values = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
+        assert shape == list(values.shape), tensor.name
+        if dtype == "f32" or tensor.tensor_type.name == "F32":  # plain tensors stay as stored
+            expected = values.tobytes()
+        elif dtype == "f16":
+            with np.errstate(all="ignore"):
+                expected = values.astype("<f2").tobytes()
+        else:
+            bits = values.view("<u4").astype(np.uint64)
+            rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+            quiet = (bits >> 16) | 0x0040  # torch's NaN: sign and top payload kept, quiet
+            expected = np.where(np.isnan(values), quiet, rounded).astype("<u2").tobytes()
+        quantized = tensor.tensor_type.name != "F32"
+        want = {"f32": "F32", "f16": "F16", "bf16": "BF16"}[dtype] if quantized else "F32"
+        assert (code, raw) == (want, expected), tensor.name
+        decoded += quantized
+    assert decoded == 8
+
+
+def test_dequantize_refuses_a_type_nothing_decodes(run_cli, tmp_path: Path) -> None:
+    """Q8_1 blocks have no decoder in gguf-py either: refused by name even with --dequantize."""
+    path = tmp_path / "q8_1.gguf"
+    writer = gguf.GGUFWriter(path, "llama")
+    raw = np.zeros((2, 40), dtype=np.uint8)  # two rows of one Q8_1 block: 64 values
+    writer.add_tensor("w", raw, raw_dtype=gguf.GGMLQuantizationType.Q8_1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    out = tmp_path / "out.safetensors"
+    result = run_cli("convert", path, out, "--dequantize")
+    assert result.code == 4
+    assert "Q8_1" in result.stderr
+    assert "'w'" in result.stderr
+    assert not out.exists()

@@ -41,6 +41,7 @@ Key/values become ``Checkpoint.metadata`` strings (``_values``); long arrays als
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from ckptctl._lazy import lazy_attributes
@@ -83,20 +84,14 @@ _LAZY = {
 
 __getattr__ = lazy_attributes(__name__, _LAZY, globals())
 
-#: The module with the decoding kernels: ``dequantize(raw_uint8, ggml_type, shape)`` returns
-#: the float32 values of blocks (``raw_uint8``: a 1-D uint8 array of the stored bytes).
-KERNELS = "ckptctl.formats.gguf._quants"
-
 
 def can_decode(entry: TensorEntry) -> bool:
-    """Whether :func:`dequantized` can decode ``entry``'s blocks: a known quantized GGML type,
-    and the kernels present."""
-    import importlib.util
-
+    """Whether :func:`dequantized` can decode ``entry``'s blocks: a quantized GGML type whose
+    blocks gguf-py decodes (``_quants.DEQUANTIZABLE``)."""
+    from ckptctl.formats.gguf._kernels import DEQUANTIZABLE
     from ckptctl.model import STORED_TYPE
 
-    ggml = GGML_TYPES_BY_NAME.get(entry.extra.get(STORED_TYPE, ""))
-    return ggml is not None and importlib.util.find_spec(KERNELS) is not None
+    return entry.extra.get(STORED_TYPE, "") in DEQUANTIZABLE
 
 
 def dequantized(entry: TensorEntry) -> TensorEntry:
@@ -105,7 +100,7 @@ def dequantized(entry: TensorEntry) -> TensorEntry:
     Other entries come back as they are.
 
     Raises:
-        UnsupportedError: (when the values are read) an unknown type, or no kernels for it.
+        UnsupportedError: (when the values are read) an unknown type, or one no kernel decodes.
     """
     from dataclasses import replace
     from functools import partial
@@ -117,38 +112,35 @@ def dequantized(entry: TensorEntry) -> TensorEntry:
     if name is None:
         return entry
     shape = listed_shape(entry)
-    numel = 1
-    for dim in shape:
-        numel *= dim
+    numel = math.prod(shape)
     return replace(
         entry,
         dtype=DType.F32,
         shape=shape,
         nbytes=numel * 4,
         offset=None,
-        data=ComputedData(partial(_decode, entry, name, shape)),
+        data=ComputedData(partial(_decode, entry, name, numel)),
         source_dtype=None,
         extra={},
     )
 
 
-def _decode(entry: TensorEntry, name: str, shape: tuple[int, ...]) -> NDArray[Any]:
-    import importlib
-
+def _decode(entry: TensorEntry, name: str, count: int) -> NDArray[Any]:
     import numpy as np
 
-    from ckptctl.errors import UnsupportedError
+    from ckptctl.errors import CkptError, UnsupportedError
+    from ckptctl.formats.gguf._quants import dequantize
 
     ggml = GGML_TYPES_BY_NAME.get(name)
     if ggml is None:
         raise UnsupportedError(f"tensor {entry.name!r} has GGML {name}, unknown to ckptctl")
-    try:
-        kernels = importlib.import_module(KERNELS)
-    except ImportError:
-        raise UnsupportedError(f"decoding {name} blocks is not available yet") from None
     raw = np.frombuffer(entry.data.read(), dtype=np.uint8)
-    values: NDArray[Any] = kernels.dequantize(raw, ggml, shape)
-    return values
+    try:
+        return dequantize(raw, ggml, count)
+    except CkptError as exc:
+        where = entry.data.file_range()
+        message = f"tensor {entry.name!r}: {exc.message}"
+        raise type(exc)(message, path=where[0].path if where else None, hint=exc.hint) from None
 
 
 def _open(source: ByteSource) -> Checkpoint:
