@@ -293,7 +293,7 @@ def command(
       ckptctl convert checkpoint/step-1000 full.safetensors --max-shard-size 5GB --shards 1/8
       ckptctl convert checkpoint/step-1000 full.safetensors --max-shard-size 5GB --index-only
       ckptctl convert ckpt consolidated.safetensors
-      ckptctl convert llama-q4_k_m.gguf llama.safetensors --dequantize=bf16
+      ckptctl convert llama-q4_k_m.gguf llama-bf16.safetensors --dequantize=bf16
     """
     from ckptctl.dtypes import DType
     from ckptctl.ops.convert import ConvertOptions
