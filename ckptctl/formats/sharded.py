@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
@@ -54,7 +55,7 @@ from ckptctl.safety import PickleSafety, carried_safety
 from ckptctl.sources import ByteSource, open_source
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from ckptctl.model import TensorEntry
 
@@ -63,7 +64,17 @@ __all__ = ["MAX_INDEX_BYTES", "SPEC", "check_index", "open_index", "sniff"]
 #: Largest index file read. Real ones are well under 1 MiB even for 1000-shard models.
 MAX_INDEX_BYTES = 64 * 1024 * 1024
 
+#: Fewest bytes a tensor takes in a shard: a safetensors header entry is over 40, a PyTorch
+#: shard's pickle spends over 16 on each. An index placing more tensors in a shard than its size
+#: allows is refused as soon as it does (two million names for one 80-byte shard took 18 s and
+#: 783 MiB to list, issue 44).
+MIN_TENSOR_BYTES = 16
+#: Tensors any shard may be given whatever its size, so that a damaged small shard is reported
+#: for what is wrong with it.
+FEW_TENSORS = 1024
+
 _WHITESPACE = b" \t\r\n"
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
 
 
 @dataclass(frozen=True)
@@ -75,17 +86,77 @@ class _Index:
 
 
 def sniff(head: bytes, source: ByteSource) -> bool:
-    """Is this a JSON object with a ``weight_map`` key? Never raises; reads at most 64 MiB."""
+    """Is this a JSON object with a ``weight_map`` key? Never raises; reads at most 64 MiB, and
+    parses it only up to that key."""
     try:
         if head.lstrip(_WHITESPACE)[:1] != b"{":
             return False
         if source.size > MAX_INDEX_BYTES:  # claim it only to say it is too large
             return b'"weight_map"' in head
         data = head if source.size <= SNIFF_BYTES else source.read(0, source.size)
-        value = json.loads(data.decode("utf-8-sig"))  # lenient: open() reports what is wrong
-        return isinstance(value, dict) and "weight_map" in value
+        return _has_weight_map(data.decode("utf-8-sig"))
     except Exception:  # sniffing must never raise
         return False
+
+
+def _has_weight_map(text: str) -> bool:
+    """Is ``weight_map`` a key of the JSON object ``text``? Read up to that key, leniently
+    (``open_index`` judges the rest)."""
+    cursor = _Cursor(text, json.JSONDecoder())
+    for key in cursor.members():
+        if key == "weight_map":
+            return True
+        cursor.value()
+    return False
+
+
+class _Cursor:
+    """A walk through a JSON text, one token at a time: the index's ``weight_map`` is read
+    entry by entry (each checked as it comes, no list of pairs beside the mapping), the other
+    values with ``decoder``."""
+
+    def __init__(self, text: str, decoder: json.JSONDecoder) -> None:
+        self.text = text
+        self.pos = 0
+        self.decoder = decoder
+
+    def peek(self) -> str:
+        """The next character that is not whitespace ("" at the end)."""
+        match = _JSON_SPACE.match(self.text, self.pos)
+        self.pos = match.end() if match else self.pos
+        return self.text[self.pos : self.pos + 1]
+
+    def token(self, expected: str) -> str:
+        """Consume the next character, one of ``expected``."""
+        char = self.peek()
+        if not char or char not in expected:
+            raise json.JSONDecodeError(f"Expecting one of {expected!r}", self.text, self.pos)
+        self.pos += 1
+        return char
+
+    def value(self) -> JSONValue:
+        self.peek()
+        value, self.pos = self.decoder.raw_decode(self.text, self.pos)
+        return value
+
+    def members(self) -> Iterator[str]:
+        """The keys of the object at the cursor; the caller consumes each one's value."""
+        self.token("{")
+        if self.peek() == "}":
+            self.pos += 1
+            return
+        while True:
+            key = self.value()
+            if not isinstance(key, str):
+                raise json.JSONDecodeError("Expecting property name", self.text, self.pos)
+            self.token(":")
+            yield key
+            if self.token(",}") == "}":
+                return
+
+    def end(self) -> None:
+        if self.peek():
+            raise json.JSONDecodeError("Extra data", self.text, self.pos)
 
 
 def _shard_name(name: JSONValue, tensor: str) -> str:
@@ -121,26 +192,105 @@ def _read_index(source: ByteSource) -> _Index:
         text = source.read(0, source.size).decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise CorruptCheckpointError(f"the index is not valid UTF-8 (byte {exc.start})") from None
-    value = st.loads_strict(text, "index")
-    if not isinstance(value, dict) or not isinstance(value.get("weight_map"), dict):
-        raise CorruptCheckpointError(
-            "the index has no weight_map object",
-            hint='a sharded-checkpoint index looks like {"weight_map": {"name": "file"}}',
-        )
-    metadata = value.get("metadata", {})
+    directory = _remote_dir(source) or os.path.dirname(os.path.abspath(source.path))
+    cursor = _Cursor(text, st.STRICT_JSON)
+    weight_map: dict[str, str] | None = None
+    metadata: JSONValue = {}
+    with st.strict_json_errors("index"):
+        if cursor.peek() != "{":
+            st.loads_strict(text, "index")  # not an object: only its JSON errors are news
+            raise _no_weight_map()
+        keys: set[str] = set()
+        for key in cursor.members():
+            if key in keys:
+                raise CorruptCheckpointError(f"the JSON index has the key {key!r} twice")
+            keys.add(key)
+            if key == "weight_map" and cursor.peek() == "{":
+                weight_map = _read_weight_map(cursor, _Capacity(directory, source.is_remote))
+                continue
+            value = cursor.value()  # a weight_map that is no object leaves weight_map None
+            if key == "metadata":
+                metadata = value
+        cursor.end()
+    if weight_map is None:
+        raise _no_weight_map()
     if not isinstance(metadata, dict):
         raise CorruptCheckpointError("the index's metadata is not a JSON object")
+    shards = tuple(dict.fromkeys(weight_map.values()))
+    return _Index(directory, weight_map, shards, metadata.get("total_size"))
+
+
+def _no_weight_map() -> CorruptCheckpointError:
+    return CorruptCheckpointError(
+        "the index has no weight_map object",
+        hint='a sharded-checkpoint index looks like {"weight_map": {"name": "file"}}',
+    )
+
+
+def _read_weight_map(cursor: _Cursor, capacity: _Capacity) -> dict[str, str]:
+    """The ``weight_map`` object at the cursor, each tensor name and shard checked as it comes.
+
+    Raises:
+        CorruptCheckpointError: a bad name or shard path, a name listed twice, more names in a
+            shard than it can hold.
+    """
     weight_map: dict[str, str] = {}
-    shards: dict[str, None] = {}  # ordered set
-    for tensor, shard in value["weight_map"].items():
+    norms: dict[str, str] = {}  # shard as written -> normalised (one string per shard)
+    counts: dict[str, int] = {}
+    for tensor in cursor.members():
+        if tensor in weight_map:
+            raise CorruptCheckpointError(f"the JSON index has the key {tensor!r} twice")
         problem = st.check_tensor_name(tensor)
         if problem:
             raise CorruptCheckpointError(f"tensor name {tensor!r} in the index {problem}")
-        norm = _shard_name(shard, tensor)
+        shard = cursor.value()
+        norm = norms.get(shard) if isinstance(shard, str) else None
+        if norm is None:
+            norm = _shard_name(shard, tensor)
+            norms[str(shard)] = norm
         weight_map[tensor] = norm
-        shards[norm] = None
-    directory = _remote_dir(source) or os.path.dirname(os.path.abspath(source.path))
-    return _Index(directory, weight_map, tuple(shards), metadata.get("total_size"))
+        counts[norm] = counts.get(norm, 0) + 1
+        if counts[norm] > capacity.limit(norm):
+            raise capacity.error(norm)
+    return weight_map
+
+
+class _Capacity:
+    """How many tensors the index may place in each shard: ``FEW_TENSORS`` plus its size over
+    ``MIN_TENSOR_BYTES`` (a local file), at most ``MAX_TENSORS``."""
+
+    def __init__(self, directory: str, remote: bool) -> None:
+        self.directory = directory
+        self.remote = remote
+        self.sizes: dict[str, int | None] = {}
+
+    def size(self, shard: str) -> int | None:
+        if shard not in self.sizes:
+            path = os.path.join(self.directory, shard)
+            self.sizes[shard] = None
+            if not self.remote and os.path.isfile(path):
+                with contextlib.suppress(OSError):
+                    self.sizes[shard] = os.path.getsize(path)
+        return self.sizes[shard]
+
+    def limit(self, shard: str) -> int:
+        size = self.size(shard)
+        if size is None:
+            return st.MAX_TENSORS
+        return min(st.MAX_TENSORS, FEW_TENSORS + size // MIN_TENSOR_BYTES)
+
+    def error(self, shard: str) -> CorruptCheckpointError:
+        size, limit = self.size(shard), self.limit(shard)
+        why = (
+            f"more than the {limit} a checkpoint may hold"
+            if size is None or limit == st.MAX_TENSORS
+            else f"but its {size} bytes hold at most {size // MIN_TENSOR_BYTES} (a tensor takes "
+            f"at least {MIN_TENSOR_BYTES} bytes of a shard)"
+        )
+        return CorruptCheckpointError(
+            f"the index places more than {limit} tensors in shard {shard!r}, {why}",
+            hint="the index does not describe these shards; regenerate it",
+        )
 
 
 def _remote_dir(source: ByteSource) -> str | None:
@@ -257,45 +407,70 @@ def _try_open(index: _Index, shard: str) -> Checkpoint | str:
         return exc.message if exc.message.startswith(prefix) else f"{prefix}: {exc.message}"
 
 
-def _raise_hard(hard: list[str]) -> None:
+#: Problems described one by one; any beyond them are only counted.
+MAX_PROBLEMS = 100
+
+
+class _Problems:
+    """The first ``MAX_PROBLEMS`` problems found, and how many more there are."""
+
+    def __init__(self) -> None:
+        self.shown: list[str] = []
+        self.more = 0
+
+    def add(self, problem: str) -> None:
+        if len(self.shown) < MAX_PROBLEMS:
+            self.shown.append(problem)
+        else:
+            self.more += 1
+
+    def __len__(self) -> int:
+        return len(self.shown) + self.more
+
+    def sentences(self) -> list[str]:
+        """The problems shown, then how many more there are (when there are)."""
+        more = [f"and {self.more:,} more problems of these kinds"] if self.more else []
+        return [*self.shown, *more]
+
+
+def _raise_hard(hard: _Problems) -> None:
     if hard:
         more = f" ({len(hard) - 1} more problems)" if len(hard) > 1 else ""
         raise CorruptCheckpointError(
-            hard[0] + more, hint="re-download the checkpoint or regenerate its index"
+            hard.shown[0] + more, hint="re-download the checkpoint or regenerate its index"
         )
 
 
-def _compare(index: _Index, shards: dict[str, Checkpoint]) -> tuple[list[str], list[str]]:
+def _compare(index: _Index, shards: dict[str, Checkpoint]) -> tuple[_Problems, _Problems]:
     """Cross-check the index against the opened shards: (hard problems, soft problems).
 
     ``total_size`` is checked only when every shard is open (a missing one would make it wrong).
     """
-    hard: list[str] = []
-    soft: list[str] = []
+    hard, soft = _Problems(), _Problems()
     found: dict[str, str] = {}  # tensor -> first shard holding it
     for shard, ckpt in shards.items():
         for name in ckpt:
             if name in found:
-                hard.append(f"tensor {name!r} is in both shard {found[name]!r} and {shard!r}")
+                hard.add(f"tensor {name!r} is in both shard {found[name]!r} and {shard!r}")
             else:
                 found[name] = shard
     for name, shard in index.weight_map.items():
         if shard in shards and name not in shards[shard]:
             elsewhere = f" (it is in {found[name]!r})" if name in found else ""
-            hard.append(
+            hard.add(
                 f"the index places tensor {name!r} in shard {shard!r}, which has no such "
                 f"tensor{elsewhere}"
             )
     for name, shard in found.items():
         if name not in index.weight_map:
-            soft.append(f"tensor {name!r} in shard {shard!r} is not listed in the index")
+            soft.add(f"tensor {name!r} in shard {shard!r} is not listed in the index")
     total = sum(entry.nbytes for ckpt in shards.values() for entry in ckpt.values())
     declared = index.total_size
     if declared is not None and len(shards) == len(index.shards):
         if isinstance(declared, bool) or not isinstance(declared, int):
-            soft.append(f"the index's metadata.total_size is {declared!r}, not a byte count")
+            soft.add(f"the index's metadata.total_size is {declared!r}, not a byte count")
         elif declared != total:
-            soft.append(
+            soft.add(
                 f"the index's metadata.total_size is {declared} but the tensors hold {total} bytes"
             )
     return hard, soft
@@ -331,7 +506,10 @@ def open_index(source: ByteSource) -> Checkpoint:
             path=source.path,
             format="safetensors" if first is None else first.format,
             metadata=metadata,
-            notes=[f"sharded across {len(index.shards)} files listed in this index", *soft],
+            notes=[
+                f"sharded across {len(index.shards)} files listed in this index",
+                *soft.sentences(),
+            ],
             sharding=Sharding(source.path, tuple(index.shards), index.total_size),
             sources=[source, *sources],
             safety=safety,
@@ -344,6 +522,7 @@ def open_index(source: ByteSource) -> Checkpoint:
 
 def check_index(path: str | os.PathLike[str]) -> list[str]:
     """Every problem with a sharded checkpoint, as sentences; an empty list when consistent.
+    Past ``MAX_PROBLEMS`` of them, the last sentence says how many more there are.
 
     Reports missing, unreadable or corrupt shards, tensors the index misplaces, tensors in two
     shards, shard tensors the index does not list, and a wrong ``metadata.total_size``.
@@ -359,12 +538,12 @@ def check_index(path: str | os.PathLike[str]) -> list[str]:
             index = _read_index(source)
         except CkptError as exc:
             raise exc.with_path(source.path) from None
-    problems: list[str] = []
+    problems = _Problems()
     opened: dict[str, Checkpoint] = {}
     for shard in index.shards:
         result = _try_open(index, shard)
         if isinstance(result, str):
-            problems.append(result)
+            problems.add(result)
         else:
             opened[shard] = result
     try:
@@ -372,7 +551,11 @@ def check_index(path: str | os.PathLike[str]) -> list[str]:
     finally:
         for ckpt in opened.values():
             ckpt.close()
-    return problems + hard + soft
+    for found in (hard, soft):
+        for problem in found.shown:
+            problems.add(problem)
+        problems.more += found.more
+    return problems.sentences()
 
 
 def layout_index(source: ByteSource) -> HeaderLayout:

@@ -14,11 +14,14 @@ from ckptctl.sources.local import (
     CHUNK_BYTES,
     PERMISSION_HINT,
     ByteSource,
+    FilePool,
     Interleaved,
     MemorySource,
+    PooledSource,
     SliceSource,
     copy_range,
     copy_ranges,
+    file_pool,
     read_chunks,
     set_copy_threads,
 )
@@ -30,23 +33,27 @@ __all__ = [
     "CHUNK_BYTES",
     "PERMISSION_HINT",
     "ByteSource",
+    "FilePool",
     "Interleaved",
     "MemorySource",
+    "PooledSource",
     "SliceSource",
     "copy_range",
     "copy_ranges",
+    "file_pool",
     "open_source",
     "read_chunks",
     "set_copy_threads",
 ]
 
 
-def open_source(path: str | os.PathLike[str]) -> ByteSource:
+def open_source(path: str | os.PathLike[str], pool: FilePool | None = None) -> ByteSource:
     """A :class:`ByteSource` for a local path, or a remote one for a URL (``https://``,
-    ``hf://``, ``s3://`` ...; needs the ``remote`` extra, imported only here)."""
+    ``hf://``, ``s3://`` ...; needs the ``remote`` extra, imported only here). With ``pool``, a
+    local file is a :class:`PooledSource` of it (open only while among its recently used)."""
     if isinstance(path, str) and "://" in path:
         from ckptctl.sources.remote import is_url, open_remote
 
         if is_url(path):
             return open_remote(path)
-    return ByteSource(path)
+    return ByteSource(path) if pool is None else PooledSource(path, pool)

@@ -23,6 +23,17 @@ READ_CHUNK_BYTES = 256 * 1024
 INFLATE_CHUNK_BYTES = 1024 * 1024
 #: gzip stream with header and CRC trailer (zlib's ``wbits`` for gzip).
 GZIP_WBITS = 16 + zlib.MAX_WBITS
+#: A gzip record may inflate to ``max(MIN_INFLATE_BUDGET_BYTES, INFLATE_BUDGET_PER_FILE_BYTE x
+#: the file's size)`` bytes, as a pickle's budget (``pytorch/_scan.py``): weights compress to 90%
+#: of their size or more (the fixtures' records to 35-70%, headers included), while deflate can
+#: reach 1032:1, so an 8 MiB file of zeros inflated to 8 GiB (20 s of work, issue 44).
+MIN_INFLATE_BUDGET_BYTES = 64 << 20
+INFLATE_BUDGET_PER_FILE_BYTE = 64
+
+
+def inflate_budget(file_bytes: int) -> int:
+    """The most a gzip record of ``file_bytes`` bytes may inflate to."""
+    return max(MIN_INFLATE_BUDGET_BYTES, INFLATE_BUDGET_PER_FILE_BYTE * file_bytes)
 
 
 class FileCursor:
@@ -79,6 +90,7 @@ class GzipCursor:
         self._in_pos = 0
         self._buf = bytearray()
         self._buf_start = 0  # decompressed offset of _buf[0]
+        self.budget = inflate_budget(source.size)
 
     @property
     def compressed_consumed(self) -> int:
@@ -118,7 +130,18 @@ class GzipCursor:
             if out:
                 self._compact()
                 self._buf += out
+                if self._buf_start + len(self._buf) > self.budget:
+                    raise self._over_budget()
                 return True
+
+    def _over_budget(self) -> CorruptCheckpointError:
+        return CorruptCheckpointError(
+            f"the gzip stream inflates to more than {self.budget} bytes, the most a "
+            f"{self.source.size}-byte record may (max({MIN_INFLATE_BUDGET_BYTES}, "
+            f"{INFLATE_BUDGET_PER_FILE_BYTE} x the file's size))",
+            hint="real records compress far less: the file is crafted (a decompression bomb?); "
+            "if you trust it, gunzip it and read the uncompressed record",
+        )
 
     def _compact(self) -> None:
         drop = self.pos - self._buf_start

@@ -32,7 +32,7 @@ from ckptctl.model import FileData, TensorEntry
 
 if TYPE_CHECKING:
     from ckptctl.formats.dcp._metadata import Chunk, DcpMetadata, Item, TensorMeta
-    from ckptctl.sources import ByteSource
+    from ckptctl.sources import ByteSource, FilePool
 
 #: The ``__metadata__`` keys of torch 2.13's blobs (``torch/distributed/checkpoint/_hf_utils.py``:
 #: ``CUSTOM_METADATA_KEY``, ``DCP_VERSION_KEY``, ``FORMAT_KEY``); the first two mark the variant.
@@ -93,11 +93,15 @@ def open_files(source: ByteSource, meta: DcpMetadata) -> RankFiles:
     for tensor in meta.tensors:
         for chunk in tensor.chunks:
             chunks.setdefault(chunk.item.file, []).append((tensor, chunk))
+    from ckptctl.sources import file_pool
+
     held = items_by_file(meta)
     files = RankFiles({}, {})
+    pool = file_pool(len(meta.files))  # thousands of rank files: not all open at once
     try:
         for file in meta.files:
-            rank_file = files.sources[file] = _open_rank_file(source, file, len(held[file]))
+            rank_file = _open_rank_file(source, file, len(held[file]), pool)
+            files.sources[file] = rank_file
             blob = _find_blob(file, rank_file, chunks.get(file, []), held[file])
             if blob is None:
                 _check_items(file, rank_file, held[file])
@@ -111,12 +115,12 @@ def open_files(source: ByteSource, meta: DcpMetadata) -> RankFiles:
     return files
 
 
-def _open_rank_file(source: ByteSource, file: str, items: int) -> ByteSource:
+def _open_rank_file(source: ByteSource, file: str, items: int, pool: FilePool | None) -> ByteSource:
     from ckptctl.formats._lfs import refuse_pointer
     from ckptctl.sources import open_source
 
     try:
-        rank_file = open_source(beside(source, file))
+        rank_file = open_source(beside(source, file), pool)
     except InputError as exc:
         raise CorruptCheckpointError(
             f"rank file {file!r} is missing ({exc.message}; .metadata places {items} items in it)",
