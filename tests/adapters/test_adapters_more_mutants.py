@@ -7,7 +7,6 @@ hints, plans and warnings are compared whole; transposed bytes are compared with
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 import numpy as np
@@ -17,14 +16,6 @@ from ckptctl.adapters import Action, ActionKind, PlanItem
 from ckptctl.adapters.layout import PyTorchToBurn, transposed
 from ckptctl.adapters.modules import Decision, decide_module_types, parse_module_rules
 from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
-from ckptctl.adapters.rename import (
-    RemapRule,
-    Rename,
-    compile_pattern,
-    expand_replacement,
-    parse_rules,
-    replace_all,
-)
 from ckptctl.dtypes import DType
 from ckptctl.errors import SelectionError
 from ckptctl.fix import Note, Option
@@ -40,62 +31,7 @@ def entry(name: str, shape: tuple[int, ...], module_type: str | None = None) -> 
 # --- rename.py: replacement expansion (spec §3.2) -----------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("template", "expanded"),
-    [
-        # `$$` is one literal `$`, and the text after it is kept
-        ("a$$b", "a$b"),
-        ("$$$1", "$x"),
-        ("$$${1}z", "$xz"),
-        # `${}` names the empty group, which does not exist: it expands to nothing
-        ("a${}b", "ab"),
-        ("${}}", "}"),
-        # a `$` before a character that cannot start a name is literal, and so is what follows
-        ("a$-b", "a$-b"),
-        ("$.$1", "$.x"),
-        ("${1", "${1"),
-    ],
-)
-def test_expand_replacement(template: str, expanded: str) -> None:
-    match = re.search("(x)", "x")
-    assert match is not None
-    assert expand_replacement(template, match) == expanded
-
-
-def test_replace_all_keeps_a_first_empty_match_after_position_zero() -> None:
-    # Rust: Regex::new("$").replace_all("ab", "_") == "ab_" (one empty match, at 2)
-    assert replace_all(re.compile(r"\Z"), "ab", "_") == "ab_"
-    # `\b` first matches at 1 in ".a" (not at 0): Rust gives "._a_"
-    assert replace_all(re.compile(r"\b"), ".a", "_") == "._a_"
-    assert RemapRule("$", ".x").apply("a") == "a.x"
-
-
 # --- rename.py: rules, messages, describe -------------------------------------------------------
-
-
-def test_compile_pattern_names_a_rule_by_default() -> None:
-    with pytest.raises(SelectionError) as info:
-        compile_pattern("a{2,1}")
-    assert info.value.message.startswith("rule: invalid pattern 'a{2,1}': ")
-
-
-def test_empty_remap_pattern_hint() -> None:
-    with pytest.raises(SelectionError) as info:
-        RemapRule("", "x", 3)
-    assert info.value.message == "remap rule #3 has an empty pattern"
-    assert info.value.hint == "an empty pattern matches between every character; anchor it with ^"
-
-
-def test_parse_rules_keeps_the_split_hint() -> None:
-    with pytest.raises(SelectionError) as info:
-        parse_rules(["a=b", "no-equals"])
-    assert info.value.message == "rule #2: remap rule 'no-equals' has no '='"
-    assert info.value.hint == "write rules as PATTERN=REPLACEMENT"
-
-
-def test_rename_describe_lists_every_rule() -> None:
-    assert Rename.parse(["^a\\.=b.", "(c)=$1"]).describe() == "remap ^a\\.=b.; (c)=$1"
-    assert Rename.parse(["x=y"]).describe() == "remap x=y"
 
 
 # --- modules.py --------------------------------------------------------------------------------

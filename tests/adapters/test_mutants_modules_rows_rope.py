@@ -25,7 +25,6 @@ from ckptctl.adapters import Action, ActionKind
 from ckptctl.adapters._rows import row_slice
 from ckptctl.adapters.families import Layer, Slot, slots_of
 from ckptctl.adapters.modules import Decision, ModuleRule, parse_type_call
-from ckptctl.adapters.rename import check_replacement, compile_pattern
 from ckptctl.adapters.rope import RopePermute, needs_interleaving
 from ckptctl.errors import SelectionError
 from ckptctl.model import TensorData
@@ -177,28 +176,6 @@ def test_a_recurrent_layer_without_num_layers_is_one_layer_of_linears() -> None:
 
 
 # --- rename.py: _groups_text (the hint of a missing group) -------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("pattern", "template", "ref", "groups"),
-    [
-        ("a", "$x", "x", "the pattern has no groups: put ( ) around what to keep"),
-        ("(a)", "$9", "9", "the pattern's groups are $1"),
-        ("(a)(b)", "${3}", "3", "the pattern's groups are $1 to $2"),
-        ("(?P<n>a)", "$m", "m", "the pattern's groups are $1, ${n}"),
-        ("(?P<s>a)(b)(?P<t>c)", "$u", "u", "the pattern's groups are $1 to $3, ${s}, ${t}"),
-    ],
-)
-def test_missing_group_hint_lists_the_groups(
-    pattern: str, template: str, ref: str, groups: str
-) -> None:
-    with pytest.raises(SelectionError) as info:
-        check_replacement(template, compile_pattern(pattern), "rule #2")
-    assert str(info.value) == (
-        f"rule #2: the replacement names the group '{ref}', which the pattern does not have "
-        "(it would insert nothing)"
-    )
-    assert info.value.hint == groups + "; $$ writes a literal $"
 
 
 # --- rope.py: RopePermute.apply ----------------------------------------------------------------
