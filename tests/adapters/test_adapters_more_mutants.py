@@ -14,10 +14,8 @@ import pytest
 
 from ckptctl.adapters import Action, ActionKind, PlanItem
 from ckptctl.adapters.layout import PyTorchToBurn, transposed
-from ckptctl.adapters.modules import Decision, decide_module_types, parse_module_rules
+from ckptctl.adapters.modules import Decision
 from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
-from ckptctl.dtypes import DType
-from ckptctl.errors import SelectionError
 from ckptctl.fix import Note, Option
 from ckptctl.model import TensorEntry
 from tests.strategies import array_entry
@@ -35,46 +33,6 @@ def entry(name: str, shape: tuple[int, ...], module_type: str | None = None) -> 
 
 
 # --- modules.py --------------------------------------------------------------------------------
-
-
-def test_parse_module_rules_numbers_each_rule() -> None:
-    rules = parse_module_rules(["fc=Linear", "norm=LayerNorm"])
-    assert [r.number for r in rules] == [1, 2]
-    assert rules[1].label == "module rule #2 'norm=LayerNorm'"
-    with pytest.raises(SelectionError) as info:
-        parse_module_rules(["fc=Linear", "(=Linear"])
-    assert info.value.message.startswith("module rule #2 '(=Linear': invalid pattern '(': ")
-
-
-@pytest.mark.parametrize(
-    ("text", "want"),
-    [
-        # the pattern's own parentheses are not the type's call: the call opens at the last "("
-        (r"(enc|dec)\.lstm=LSTM(num_layers=2)", (r"(enc|dec)\.lstm", "LSTM", {"num_layers": 2})),
-        # blanks after the call's ")" still end a call
-        ("fc=Linear(variant=Base)  ", ("fc", "Linear", {"variant": "Base"})),
-    ],
-)
-def test_parse_module_rules_splits_before_the_types_call(
-    text: str, want: tuple[str, str, dict[str, object]]
-) -> None:
-    (rule,) = parse_module_rules([text])
-    assert (rule.pattern, rule.module_type, dict(rule.options)) == want
-
-
-def test_a_module_rule_that_is_all_call_is_not_regex_type() -> None:
-    # the only "(" opens the text: no REGEX= comes before the type
-    with pytest.raises(SelectionError) as info:
-        parse_module_rules(["(fc=Linear)"])
-    assert info.value.message == "module rule #1 '(fc=Linear)' is not REGEX=Type"
-
-
-def test_top_level_norm_parameter_found_in_the_target() -> None:
-    # a tensor with no module prefix: the target's norm name is "gamma", not ".gamma"
-    target = {"gamma": (DType.F32, (4,))}
-    assert decide_module_types([entry("weight", (4,))], target=target) == {
-        "weight": Decision("weight", "LayerNorm", "target has 'gamma': a norm", rename=True)
-    }
 
 
 # --- layout.py ---------------------------------------------------------------------------------

@@ -34,11 +34,6 @@ from ckptctl.adapters.layout import (
 )
 from ckptctl.adapters.modules import (
     Decision,
-    decide_module_types,
-    module_rules_from_mapping,
-    normalize_type,
-    parse_module_rules,
-    resolve,
 )
 from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
 from ckptctl.adapters.select import Select
@@ -351,16 +346,6 @@ def test_layout_keep_actions_and_renames() -> None:
     assert actions[0].describe() == "transpose [2, 3] -> [3, 2]: Embedding (t)"
 
 
-def test_resolve_prefers_decisions_then_class() -> None:
-    entry = f32("a.weight", (2, 2), "torch.nn.modules.linear.Linear")
-    given = Decision("a.weight", "Other", "rule")
-    assert resolve(entry, {"a.weight": given}) is given
-    assert resolve(entry, {}) == Decision(
-        "a.weight", "Linear", "class torch.nn.modules.linear.Linear from file"
-    )
-    assert resolve(f32("a.weight", (2, 2)), {}) is None
-
-
 # --- pipeline.py ------------------------------------------------------------------------------
 
 
@@ -452,116 +437,6 @@ def test_pipeline_module_rules_from_options_and_map() -> None:
 
 
 # --- modules.py -------------------------------------------------------------------------------
-
-
-def test_module_rule_errors_and_labels() -> None:
-    with pytest.raises(SelectionError) as info:
-        parse_module_rules(["fc=Linear", "noequals"])
-    assert info.value.message == "module rule #2 'noequals' is not REGEX=Type"
-    assert info.value.hint == "e.g. 'fc\\d+=Linear'"
-    with pytest.raises(SelectionError) as info:
-        parse_module_rules(["=Linear"])
-    assert info.value.message == "module rule #1 '=Linear' is not REGEX=Type"
-    (rule,) = parse_module_rules(["a=b=linear"])
-    assert (rule.pattern, rule.module_type, rule.number) == ("a=b", "Linear", 1)
-    assert rule.label == "module rule #1 'a=b=Linear'"
-    with pytest.raises(SelectionError) as info:
-        parse_module_rules(["x=Lineer"])
-    assert info.value.message == "unknown module type 'Lineer'"
-    assert info.value.hint == (
-        "valid module types: Linear, Embedding, BatchNorm, LayerNorm, GroupNorm, RmsNorm, "
-        "InstanceNorm, Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, "
-        "ConvTranspose3d, DeformConv2d, PRelu, Other, MultiheadAttention, LSTM, GRU, RNN, "
-        "TransformerEncoderLayer, TransformerDecoderLayer"
-    )
-    with pytest.raises(SelectionError) as info:
-        module_rules_from_mapping({"a": "Linear", "b": 3})
-    assert info.value.message == "module rule #2 'b': the type must be a string"
-    rules = module_rules_from_mapping({"a": "Linear", "b": "rmsnorm"})
-    assert [(r.number, r.module_type) for r in rules] == [(1, "Linear"), (2, "RmsNorm")]
-
-
-@pytest.mark.parametrize(
-    ("name", "expected"),
-    [
-        ("Struct:LayerNorm", "LayerNorm"),
-        (" torch.nn.modules.batchnorm.BatchNorm2d ", "BatchNorm"),
-        ("__torch__.torch.nn.modules.linear.Linear", "Linear"),
-        ("convtranspose2d", "ConvTranspose2d"),
-        ("InstanceNorm3d", "InstanceNorm"),
-        ("mypkg.MyBlock", "Other"),
-    ],
-)
-def test_normalize_type(name: str, expected: str) -> None:
-    assert normalize_type(name) == expected
-
-
-def decide(*entries: TensorEntry, **kw: object) -> dict[str, tuple[str | None, str, bool]]:
-    out = decide_module_types(entries, **kw)  # type: ignore[arg-type]
-    return {k: (d.module_type, d.evidence, d.flagged) for k, d in out.items()}
-
-
-def test_pattern_evidence_texts() -> None:
-    assert decide(
-        f32("bn.weight", (3,)),
-        f32("bn.running_var", (3,)),
-        f32("h.c_attn.weight", (3, 9)),
-        f32("ln_f.weight", (3,)),
-        f32("conv.weight", (2, 3, 3, 3)),
-        f32("deconv.weight", (2, 3, 3)),
-        f32("blk.weight", (5, 3)),
-        f32("blk.bias", (5,)),
-        f32("odd.weight", (5, 3)),
-        f32("odd.bias", (7,)),
-    ) == {
-        "bn.weight": ("BatchNorm", "pattern: sibling running_mean/running_var", False),
-        "bn.running_var": ("BatchNorm", "pattern: sibling running_mean/running_var", False),
-        "h.c_attn.weight": ("Conv1D", "pattern 'c_attn': GPT-2 Conv1D, already [in, out]", True),
-        "ln_f.weight": ("LayerNorm", "pattern 'ln_f'", False),
-        "conv.weight": ("Conv2d", "pattern: rank-4 weight", False),
-        "deconv.weight": ("ConvTranspose1d", "pattern: rank-3 weight", False),
-        "blk.weight": ("Linear", "pattern: rank-2 weight with a matching rank-1 bias", False),
-        "blk.bias": ("Linear", "pattern: rank-2 weight with a matching rank-1 bias", False),
-        "odd.weight": (None, "no evidence for this rank-2 weight; declare its module type", True),
-        "odd.bias": (None, "no evidence", False),
-    }
-
-
-def test_target_evidence_and_clashes() -> None:
-    target = {
-        "fc.weight": (DType.F32, (4, 3)),
-        "keep.weight": (DType.F32, (3, 4)),
-        "n.gamma": (DType.F32, (3,)),
-        "same.weight": (DType.F32, (3,)),
-    }
-    got = decide(
-        f32("fc.weight", (3, 4)),
-        f32("fc.bias", (3,)),
-        f32("keep.weight", (3, 4)),
-        f32("n.weight", (3,)),
-        f32("same.weight", (3,), "LayerNorm"),
-        target=target,
-    )
-    assert got == {
-        "fc.weight": ("Linear", "target shape [4, 3] is the transpose of [3, 4]", False),
-        "fc.bias": ("Linear", "target shape [4, 3] is the transpose of [3, 4]", False),
-        "keep.weight": (None, "target shape [3, 4] equals the source shape", False),
-        "n.weight": ("LayerNorm", "target has 'n.gamma': a norm", False),
-        "same.weight": (
-            "LayerNorm",
-            "class LayerNorm from file; the target has this exact name",
-            False,
-        ),
-    }
-    with pytest.raises(SelectionError) as info:
-        decide(f32("keep.weight", (3, 4), "Linear"), target=target)
-    assert info.value.message == (
-        "tensor 'keep.weight': class Linear from file says Linear, "
-        "but target shape [3, 4] equals the source shape"
-    )
-    assert info.value.hint == (
-        "fix or remove the rule, or check that the target is the right model"
-    )
 
 
 def test_cast_entry_forgets_file_offset_and_source_dtype() -> None:

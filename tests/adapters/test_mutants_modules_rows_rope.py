@@ -24,112 +24,13 @@ import pytest
 from ckptctl.adapters import Action, ActionKind
 from ckptctl.adapters._rows import row_slice
 from ckptctl.adapters.families import Layer, Slot, slots_of
-from ckptctl.adapters.modules import Decision, ModuleRule, parse_type_call
+from ckptctl.adapters.modules import Decision
 from ckptctl.adapters.rope import RopePermute, needs_interleaving
 from ckptctl.errors import SelectionError
 from ckptctl.model import TensorData
 from tests.strategies import array_entry
 
-WHERE = "module rule #1"
-
 # --- modules.py: parse_type_call / _option_value -----------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        # Burn's family names: the last dotted segment, after an optional Struct: prefix
-        ("burn.nn.BiGru(num_layers=3)", ("GRU", {"bidirectional": True, "num_layers": 3})),
-        ("Struct:BiRnn", ("RNN", {"bidirectional": True})),
-        ("Struct:burn.BiLstm()", ("LSTM", {"bidirectional": True})),
-        ("burn.nn.Lstm", ("LSTM", {})),
-        # options split at commas, each at its first '='; bools in any case
-        (
-            "LSTM(bidirectional=false, num_layers=2)",
-            ("LSTM", {"bidirectional": False, "num_layers": 2}),
-        ),
-        (
-            "LSTM(bidirectional=FALSE,num_layers=10)",
-            ("LSTM", {"bidirectional": False, "num_layers": 10}),
-        ),
-        ("GRU(bidirectional=No)", ("GRU", {"bidirectional": False})),
-        ("GRU(bidirectional=0)", ("GRU", {"bidirectional": False})),
-        ("GRU(bidirectional=Yes)", ("GRU", {"bidirectional": True})),
-        ("GRU(bidirectional = true ,)", ("GRU", {"bidirectional": True})),
-        # a variant is an identifier: lower-case first letters too
-        ("Linear(variant=layer)", ("Linear", {"variant": "layer"})),
-        ("LayerNorm(variant=Layer_2)", ("LayerNorm", {"variant": "Layer_2"})),
-        ("Linear(variant=_x)", ("Linear", {"variant": "_x"})),
-    ],
-)
-def test_parse_type_call_values(text: str, expected: tuple[str, dict[str, object]]) -> None:
-    assert parse_type_call(text, WHERE) == expected
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        # a value of the wrong type names the option and the expected type
-        ("GRU(bidirectional=maybe)", "module rule #1: option bidirectional: 'maybe' is not a bool"),
-        ("LSTM(num_layers=two)", "module rule #1: option num_layers: 'two' is not a int"),
-        ("LSTM(num_layers=-1)", "module rule #1: option num_layers: '-1' is not a int"),
-        ("Linear(variant=12)", "module rule #1: option variant: '12' is not a str"),
-        ("Linear(variant=2a)", "module rule #1: option variant: '2a' is not a str"),
-        # the option is split at its first '=': the value 'a=b' is not an identifier
-        ("Linear(variant=a=b)", "module rule #1: option variant: 'a=b' is not a str"),
-        # not a call at all
-        (
-            "Linear(variant=a",
-            "module rule #1: 'Linear(variant=a' is not Type or Type(option=value, ...)",
-        ),
-    ],
-)
-def test_parse_type_call_refusals_without_hint(text: str, message: str) -> None:
-    with pytest.raises(SelectionError) as info:
-        parse_type_call(text, WHERE)
-    assert str(info.value) == message
-    assert info.value.hint is None
-
-
-@pytest.mark.parametrize(
-    ("text", "message", "hint"),
-    [
-        (
-            "LSTM(dropout=0.1)",
-            "module rule #1: LSTM takes no option 'dropout=0.1'",
-            "options of LSTM: bidirectional=, num_layers=, proj_size=",
-        ),
-        (
-            "GRU(bidirectional=true, proj_size=4)",
-            "module rule #1: GRU takes no option 'proj_size=4'",
-            "options of GRU: bidirectional=, num_layers=",
-        ),
-        (
-            "MultiheadAttention(heads=8)",
-            "module rule #1: MultiheadAttention takes no option 'heads=8'",
-            "options of MultiheadAttention: none",
-        ),
-        (
-            "Linear( bias )",
-            "module rule #1: Linear takes no option 'bias'",
-            "options of Linear: variant=",
-        ),
-    ],
-)
-def test_parse_type_call_unknown_options(text: str, message: str, hint: str) -> None:
-    with pytest.raises(SelectionError) as info:
-        parse_type_call(text, WHERE)
-    assert str(info.value) == message
-    assert info.value.hint == hint
-
-
-def test_module_rule_names_its_number_in_type_errors() -> None:
-    with pytest.raises(SelectionError) as info:
-        ModuleRule("fc", "Linear[2]", 3)
-    assert str(info.value) == "module rule #3: 'Linear[2]' is not Type or Type(option=value, ...)"
-    with pytest.raises(SelectionError) as info:
-        ModuleRule("rnn", "GRU(num_layers=x)", 4)
-    assert str(info.value) == "module rule #4: option num_layers: 'x' is not a int"
 
 
 # --- _rows.py: RowsData.read_range -------------------------------------------------------------
