@@ -12,11 +12,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from ckptctl.adapters import Action, ActionKind, PlanItem
+from ckptctl.adapters import Action, ActionKind
 from ckptctl.adapters.layout import PyTorchToBurn, transposed
 from ckptctl.adapters.modules import Decision
 from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
-from ckptctl.fix import Note, Option
 from ckptctl.model import TensorEntry
 from tests.strategies import array_entry
 
@@ -68,31 +67,6 @@ def test_layout_rename_carries_the_decided_type() -> None:
 
 
 # --- pipeline.py -------------------------------------------------------------------------------
-
-
-def test_pipeline_keeps_rule_warnings_beside_layout_warnings() -> None:
-    entries = [entry("q.weight", (4, 4))]
-    options = PipelineOptions(remap=("zz=y",), adapters=("pytorch-to-burn",))
-    _, warnings = run_pipeline(entries, options)
-    assert warnings == [
-        "remap rule #1 'zz' matches no tensor name",
-        Note(
-            "1 square weight typed by name only (q): confirm with {fix0}",
-            (Option("module_types", takes_value=True),),
-        ),
-    ]
-
-
-def test_pipeline_plans_every_entry_after_a_dropped_one() -> None:
-    first, second, third = entry("a.x", (2,)), entry("b.x", (2,)), entry("c.x", (2,))
-    items, warnings = run_pipeline([first, second, third], PipelineOptions(exclude=("^a",)))
-    drop = Action(ActionKind.DROP, "a.x", "matches exclude pattern '^a'", "select exclude ^a")
-    assert items == [
-        PlanItem("a.x", None, (drop,)),
-        PlanItem("b.x", second, ()),
-        PlanItem("c.x", third, ()),
-    ]
-    assert warnings == []
 
 
 @pytest.mark.parametrize(

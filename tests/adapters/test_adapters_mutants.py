@@ -17,12 +17,6 @@ import pytest
 from ckptctl.adapters import (
     Action,
     ActionKind,
-    AdapterContext,
-    BaseAdapter,
-    FunctionAdapter,
-    chain,
-    parse_adapter,
-    plan,
 )
 from ckptctl.adapters.cast import Cast, HalfPrecision, cast_entry, convert_float
 from ckptctl.adapters.layout import (
@@ -35,11 +29,8 @@ from ckptctl.adapters.layout import (
 from ckptctl.adapters.modules import (
     Decision,
 )
-from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
-from ckptctl.adapters.select import Select
 from ckptctl.dtypes import DType
 from ckptctl.errors import SelectionError
-from ckptctl.fix import Note, Option
 from ckptctl.model import TensorEntry
 from tests.strategies import array_entry
 
@@ -52,137 +43,7 @@ def f32(name: str, shape: tuple[int, ...], module_type: str | None = None) -> Te
 # --- Action, FunctionAdapter, Chain, plan, parse_adapter (adapters/__init__.py) ---------------
 
 
-def test_action_describe_with_and_without_reason() -> None:
-    full = Action(ActionKind.TRANSPOSE, "[3, 4] -> [4, 3]", "Linear (pattern 'fc')", "x")
-    assert full.describe() == "transpose [3, 4] -> [4, 3]: Linear (pattern 'fc')"
-    assert Action(ActionKind.KEEP, "[2, 2]", "", "x").describe() == "keep"
-
-
-def test_base_adapter_describe_is_the_class_name_and_apply_is_abstract() -> None:
-    class Mine(BaseAdapter):
-        pass
-
-    assert Mine().describe() == "Mine"
-    with pytest.raises(NotImplementedError):
-        Mine()(f32("a", (1,)))
-
-
-def test_function_adapter_actions() -> None:
-    entry = f32("a.w", (2,))
-    renamed = FunctionAdapter(lambda e: replace(e, name="b.w"), "mine")
-    out, actions = renamed.apply(entry)
-    assert out is not None
-    assert out.name == "b.w"
-    assert actions == (Action(ActionKind.CUSTOM, "a.w -> b.w", "custom adapter", "mine"),)
-    assert actions[0].describe() == "custom a.w -> b.w: custom adapter"
-    dropped = FunctionAdapter(lambda e: None)
-    assert dropped.apply(entry) == (
-        None,
-        (Action(ActionKind.CUSTOM, "dropped", "custom adapter", "custom"),),
-    )
-    assert dropped.describe() == "custom"
-    assert FunctionAdapter(lambda e: e).apply(entry) == (entry, ())
-
-
-def test_chain_flattens_describes_and_stops_at_a_drop() -> None:
-    half, cast = parse_adapter("half"), Cast(DType.F16)
-    inner = chain(half, cast)
-    outer = chain(inner, Select(exclude=("x",)))
-    assert outer.adapters == (half, cast, Select(exclude=("x",)))
-    assert outer.describe() == "half -> cast:F16 -> select exclude x"
-    assert chain().describe() == "identity"
-    assert chain().adapters == ()
-    calls: list[str] = []
-
-    def spy(e: TensorEntry) -> TensorEntry:
-        calls.append(e.name)
-        return e
-
-    out, actions = chain(Select(exclude=("x",)), spy).apply(f32("x", (1,)))
-    assert out is None
-    assert calls == []
-    assert actions == (
-        Action(ActionKind.DROP, "x", "matches exclude pattern 'x'", "select exclude x"),
-    )
-
-
-def test_plan_refuses_two_inputs_with_one_output_name() -> None:
-    entries = [f32("a", (1,)), f32("b", (1,))]
-    with pytest.raises(SelectionError) as info:
-        plan(entries, chain(lambda e: replace(e, name="c")))
-    assert info.value.message == "tensors 'a' and 'b' would both be named 'c'"
-    assert info.value.hint == Note(
-        "change the {fix0} rules so that every tensor keeps a unique name",
-        (Option("remap", takes_value=True),),
-    )
-    # a dropped entry takes no name
-    items = plan(entries, chain(lambda e: None if e.name == "a" else replace(e, name="c")))
-    assert [(i.source, i.entry.name if i.entry else None) for i in items] == [
-        ("a", None),
-        ("b", "c"),
-    ]
-
-
-def test_parse_adapter_names_and_errors() -> None:
-    assert parse_adapter("  PyTorch-To-Burn ").describe() == "pytorch-to-burn"
-    assert parse_adapter("Burn-To-PyTorch").describe() == "burn-to-pytorch"
-    assert parse_adapter(" HALF ").describe() == "half"
-    assert parse_adapter(" Cast:bf16 ") == Cast(DType.BF16)
-    ctx = AdapterContext({"x": Decision("x", "Linear", "e")}, rename_rmsnorm=False)
-    layout = parse_adapter("burn-to-pytorch", ctx)
-    assert isinstance(layout, BurnToPyTorch)
-    assert layout.rename_rmsnorm is False
-    assert dict(layout.decisions) == {"x": Decision("x", "Linear", "e")}
-    ptb = parse_adapter("pytorch-to-burn", ctx)
-    assert isinstance(ptb, PyTorchToBurn)
-    assert ptb.rename_rmsnorm is False
-    half = parse_adapter("half", ctx)
-    assert isinstance(half, HalfPrecision)
-    assert dict(half.decisions) == {"x": Decision("x", "Linear", "e")}
-    with pytest.raises(SelectionError) as info:
-        parse_adapter("halves")
-    assert info.value.message == "unknown adapter 'halves'; did you mean 'half'?"
-    assert info.value.hint == (
-        "valid adapters: pytorch-to-burn, burn-to-pytorch, half, cast:DTYPE, "
-        "rope-interleaved:HEADS[,KV], rope-half-split:HEADS[,KV]"
-    )
-
-
-def test_parse_adapter_suggests_nothing_when_no_name_is_close() -> None:
-    with pytest.raises(SelectionError) as info:
-        parse_adapter("zzz")
-    assert info.value.message == "unknown adapter 'zzz'"
-
-
 # --- Select (select.py) -----------------------------------------------------------------------
-
-
-def test_select_reasons_and_describe() -> None:
-    sel = Select(include=("^a", "b$"), exclude=("x", "y"))
-    assert sel.reason_dropped("a.x") == "matches exclude pattern 'x'"
-    assert sel.reason_dropped("a.y") == "matches exclude pattern 'y'"
-    assert sel.reason_dropped("c") == "matches no include pattern"
-    assert sel.reason_dropped("cb") is None
-    assert sel.reason_dropped("ac") is None
-    assert sel.matches("ab") is True
-    assert sel.matches("ax") is False
-    assert sel.describe() == "select include ^a, include b$, exclude x, exclude y"
-    assert Select().describe() == "select all"
-    assert Select().matches("anything") is True
-    out, actions = sel.apply(f32("zz", (1,)))
-    assert out is None
-    assert actions == (Action(ActionKind.DROP, "zz", "matches no include pattern", sel.describe()),)
-    kept = f32("ab", (1,))
-    assert sel.apply(kept) == (kept, ())
-
-
-def test_select_names_the_bad_pattern() -> None:
-    with pytest.raises(SelectionError) as info:
-        Select(include=("a", "(b"))
-    assert info.value.message.startswith("include #2: invalid pattern '(b': ")
-    with pytest.raises(SelectionError) as info:
-        Select(exclude=("(c",))
-    assert info.value.message.startswith("exclude #1: invalid pattern '(c': ")
 
 
 # --- Cast / HalfPrecision (cast.py) -----------------------------------------------------------
@@ -347,93 +208,6 @@ def test_layout_keep_actions_and_renames() -> None:
 
 
 # --- pipeline.py ------------------------------------------------------------------------------
-
-
-def test_pipeline_warnings_name_the_first_three_modules() -> None:
-    entries = [f32(f"m{i}.weight", (3, 4)) for i in range(4)]
-    declare = (Option("module_types", takes_value=True),)
-    _, warnings = run_pipeline(entries[:3], PipelineOptions(adapters=("pytorch-to-burn",)))
-    assert warnings == [
-        Note(
-            "3 rank-2 weights with no module type left as is (m0, m1, m2): declare with {fix0}",
-            declare,
-        )
-    ]
-    _, warnings = run_pipeline(entries, PipelineOptions(adapters=("pytorch-to-burn",)))
-    assert warnings == [
-        Note(
-            "4 rank-2 weights with no module type left as is (m0, m1, m2, ...): "
-            "declare with {fix0}",
-            declare,
-        )
-    ]
-
-
-def test_pipeline_square_and_norm_warnings_singular() -> None:
-    entries = [f32("fc.weight", (4, 4)), f32("x.weight", (4,))]
-    items, warnings = run_pipeline(entries, PipelineOptions(adapters=("pytorch-to-burn",)))
-    declare = (Option("module_types", takes_value=True),)
-    assert warnings == [
-        Note("1 square weight typed by name only (fc): confirm with {fix0}", declare),
-        Note(
-            "1 1-D weight with no module type kept as weight/bias, not renamed gamma/beta (x): "
-            "declare with {fix0}",
-            declare,
-        ),
-    ]
-    assert [i.entry.shape if i.entry else None for i in items] == [(4, 4), (4,)]
-    # half needs decisions but warns about nothing (only layout adapters do)
-    _, warnings = run_pipeline(entries, PipelineOptions(adapters=("half",)))
-    assert warnings == []
-
-
-def test_pipeline_rule_warnings_and_collisions() -> None:
-    entries = [f32("a.w", (1,)), f32("b.w", (1,))]
-    items, warnings = run_pipeline(
-        entries, PipelineOptions(remap=(r"^a\.(w)=c.$1", "zz=y"), exclude=("b",))
-    )
-    assert warnings == ["remap rule #2 'zz' matches no tensor name"]
-    assert [(i.source, i.entry.name if i.entry else None) for i in items] == [
-        ("a.w", "c.w"),
-        ("b.w", None),
-    ]
-    with pytest.raises(SelectionError) as info:  # Python-style groups: refused up front
-        run_pipeline(entries, PipelineOptions(remap=(r"^\w\.(w)=\1",)))
-    assert info.value.message.startswith("rule #1 '^\\w\\.(w)=\\1': the replacement writes")
-    assert info.value.hint == "groups are written $1 or ${name} in a replacement, not \\1: '${1}'"
-    with pytest.raises(SelectionError) as info:
-        run_pipeline(entries, PipelineOptions(remap=(r"^\w\.(w)=$1",)))
-    assert info.value.message == "tensors 'a.w' and 'b.w' would both be named 'w'"
-    # a rename by the layout adapter that lands on an existing name
-    clash = [f32("n.weight", (2,), "LayerNorm"), f32("n.gamma", (2,))]
-    with pytest.raises(SelectionError) as info:
-        run_pipeline(clash, PipelineOptions(adapters=("pytorch-to-burn",)))
-    assert info.value.message == "tensors 'n.weight' and 'n.gamma' would both be named 'n.gamma'"
-    adapters_hint = Note(
-        "change the {fix0} rules or adapters so that names stay unique",
-        (Option("remap", takes_value=True),),
-    )
-    assert info.value.hint == adapters_hint
-    # remapped first, then renamed by the adapter: the message names the input tensors
-    clash = [f32("x.weight", (2,), "LayerNorm"), f32("y.gamma", (2,))]
-    with pytest.raises(SelectionError) as info:
-        run_pipeline(clash, PipelineOptions(remap=(r"^y\.=x.",), adapters=("pytorch-to-burn",)))
-    assert info.value.message == "tensors 'x.weight' and 'y.gamma' would both be named 'x.gamma'"
-    assert info.value.hint == adapters_hint
-
-
-def test_pipeline_module_rules_from_options_and_map() -> None:
-    entries = [f32("a.weight", (2, 3)), f32("b.weight", (2, 3))]
-    options = PipelineOptions(
-        adapters=("PyTorch-To-Burn",), module_types=("^a=Linear",), module_map={"^b": "Linear"}
-    )
-    items, warnings = run_pipeline(entries, options)
-    assert warnings == []
-    assert [i.entry.shape if i.entry else None for i in items] == [(3, 2), (3, 2)]
-    assert [a.describe() for i in items for a in i.actions] == [
-        "transpose [2, 3] -> [3, 2]: Linear (module rule #1 '^a=Linear')",
-        "transpose [2, 3] -> [3, 2]: Linear (module rule #1 '^b=Linear')",
-    ]
 
 
 # --- modules.py -------------------------------------------------------------------------------
