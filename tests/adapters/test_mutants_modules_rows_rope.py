@@ -16,17 +16,11 @@ Pinned here, each worked out from the code and its docstrings:
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
-from ckptctl.adapters import Action, ActionKind
 from ckptctl.adapters._rows import row_slice
 from ckptctl.adapters.families import Layer, Slot, slots_of
-from ckptctl.adapters.modules import Decision
-from ckptctl.adapters.rope import RopePermute, needs_interleaving
-from ckptctl.errors import SelectionError
 from ckptctl.model import TensorData
 from tests.strategies import array_entry
 
@@ -80,66 +74,3 @@ def test_a_recurrent_layer_without_num_layers_is_one_layer_of_linears() -> None:
 
 
 # --- rope.py: RopePermute.apply ----------------------------------------------------------------
-
-
-def test_rope_leaves_other_parameters_and_ranks_alone() -> None:
-    adapter = RopePermute(2, 2, interleave=True)
-    scale = array_entry("attn.q_proj.scale", np.zeros(4, "<f4"))
-    conv = array_entry("attn.q_proj.weight", np.zeros((4, 2, 2), "<f4"))
-    assert adapter.apply(scale) == (scale, ())
-    assert adapter.apply(conv) == (conv, ())
-
-
-def test_rope_half_split_on_burn_columns() -> None:
-    # Burn's [in, out] wq (3 inputs, 2 heads of 4 output features), read from a file
-    name = "layers.0.attention.wq.weight"
-    array = np.arange(24, dtype="<f4").reshape(3, 8)
-    entry = replace(array_entry(name, array), offset=64)
-    adapter = RopePermute(
-        2,
-        1,
-        interleave=False,
-        decisions={name: Decision(name, "Linear", "rule")},
-        columns_if_linear=True,
-    )
-    out, actions = adapter.apply(entry)
-    assert actions == (
-        Action(
-            ActionKind.CUSTOM,
-            "8 features, 2 heads -> half-split",
-            "RoPE q/k layout",
-            "rope-half-split:2,1",
-        ),
-    )
-    assert out is not None
-    assert (out.name, out.shape, out.dtype, out.nbytes, out.offset) == (
-        name,
-        (3, 8),
-        entry.dtype,
-        96,
-        None,
-    )
-    # half-split within each head of 4: even features first, then odd ones
-    assert out.load().tobytes() == array[:, [0, 2, 1, 3, 4, 6, 5, 7]].tobytes()
-
-
-def test_rope_bad_head_count_hint_names_the_adapter() -> None:
-    entry = array_entry("layers.0.self_attn.k_proj.weight", np.zeros((6, 3), "<f4"))
-    with pytest.raises(SelectionError) as info:
-        RopePermute(4, 2, interleave=False).apply(entry)
-    assert str(info.value) == (
-        "tensor 'layers.0.self_attn.k_proj.weight': 6 output features are not 2 heads of an "
-        "even size"
-    )
-    assert info.value.hint == "check the head counts of rope-half-split:4,2"
-
-
-@pytest.mark.parametrize(
-    "spec", ["rope-interleaved", " ROPE-Half-Split:4 ", "rope-interleaved:32,8"]
-)
-def test_needs_interleaving_knows_a_rope_adapter_by_its_name(spec: str) -> None:
-    # the name is what comes before the first ":", as parse_adapter reads it (a spec without
-    # head counts names the RoPE adapter too: parse_adapter refuses it for the missing count)
-    moved = [("model.layers.0.self_attn.q_proj.weight", "layers.0.attention.wq.weight")]
-    assert needs_interleaving(moved, ("pytorch-to-burn",)) == moved
-    assert needs_interleaving(moved, ("pytorch-to-burn", spec)) == []
