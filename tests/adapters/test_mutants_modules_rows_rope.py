@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 
 from ckptctl.adapters._rows import row_slice
-from ckptctl.adapters.families import Layer, Slot, slots_of
 from ckptctl.model import TensorData
 from tests.strategies import array_entry
 
@@ -58,16 +57,6 @@ def test_rows_read_range_refuses_a_range_outside_the_rows(start: int, length: in
 
 
 # --- families.py: _recurrent (through slots_of) ------------------------------------------------
-
-
-def test_a_recurrent_layer_without_num_layers_is_one_layer_of_linears() -> None:
-    layer = Layer("RNN", "rnn", "rnn", {"hidden": 2}, "names")
-    assert slots_of(layer, {}) == [
-        Slot("rnn.weight_ih_l0", (0, 2), "rnn.gate.input_transform.weight", True, "Linear"),
-        Slot("rnn.weight_hh_l0", (0, 2), "rnn.gate.hidden_transform.weight", True, "Linear"),
-        Slot("rnn.bias_ih_l0", (0, 2), "rnn.gate.input_transform.bias", False, "Linear"),
-        Slot("rnn.bias_hh_l0", (0, 2), "rnn.gate.hidden_transform.bias", False, "Linear"),
-    ]
 
 
 # --- rename.py: _groups_text (the hint of a missing group) -------------------------------------
