@@ -10,11 +10,12 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from ckptctl.adapters import ADAPTER_NAMES, Chain, chain, parse_adapter
-from ckptctl.adapters.cast import Cast, HalfPrecision
+from ckptctl.adapters import ADAPTER_NAMES, ActionKind, Chain, chain, parse_adapter
+from ckptctl.adapters.cast import Cast, HalfPrecision, cast_entry, convert_float
 from ckptctl.adapters.select import Select
 from ckptctl.dtypes import DType
 from ckptctl.errors import SelectionError
+from ckptctl.model import TensorEntry
 from tests.strategies import array_entry, make_entry
 
 
@@ -213,3 +214,95 @@ def test_chain_accepts_plain_callables_and_stops_on_drop() -> None:
     assert [a.kind for a in actions] == ["custom", "cast"]
     dropped = chain(lambda e: None, Cast(DType.F16))
     assert dropped.apply(entry)[0] is None
+
+
+# --- Cast and HalfPrecision: refusals, actions, and what they leave alone ----------------------
+
+
+def f32(name: str, shape: tuple[int, ...], module_type: str | None = None) -> TensorEntry:
+    entry = array_entry(name, np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape))
+    return replace(entry, module_type=module_type) if module_type else entry
+
+
+def test_a_cast_to_a_non_float_or_unknown_dtype_is_refused_with_the_targets() -> None:
+    with pytest.raises(SelectionError, match="cannot cast") as info:
+        Cast(DType.I32)
+    assert info.value.message.endswith("I32")
+    for target in ("f64", "f32", "f16", "bf16"):
+        assert f"cast:{target}" in str(info.value.hint)
+    with pytest.raises(SelectionError, match="unknown dtype") as info:
+        Cast.parse("f17")
+    assert "'f17'" in info.value.message
+    assert "cast:f17" in info.value.message
+    assert "cast:f32" in str(info.value.hint)
+
+
+def test_cast_actions_and_what_it_leaves_alone() -> None:
+    cast = Cast.parse("float16")
+    assert cast.describe() == "cast:F16"
+    entry = f32("w", (2, 3))
+    out, (action,) = cast.apply(entry)
+    assert (action.kind, action.detail, action.adapter) == (
+        ActionKind.CAST,
+        "F32 -> F16",
+        "cast:F16",
+    )
+    assert out is not None
+    assert (out.dtype, out.shape, out.nbytes, out.offset) == (DType.F16, (2, 3), 12, None)
+    assert out.load().tobytes() == np.arange(6, dtype=np.float16).tobytes()
+    ints = array_entry("i", np.arange(3, dtype=np.int32))
+    assert cast.apply(ints) == (ints, ())
+    same = array_entry("h", np.arange(3, dtype=np.float16))
+    assert cast.apply(same) == (same, ())
+
+
+def test_a_cast_entry_forgets_the_file_offset_and_source_dtype() -> None:
+    # an entry read from a file (offset 128, stored as F64 and decoded to F32)
+    entry = replace(f32("w", (2,)), offset=128, source_dtype=DType.F64)
+    out = cast_entry(entry, DType.F16)
+    assert (out.offset, out.source_dtype, out.nbytes) == (None, None, 4)
+
+
+def test_cast_of_a_scalar_and_of_many_read_blocks() -> None:
+    scalar = array_entry("s", np.array(1.5, dtype=np.float32))
+    out = cast_entry(scalar, DType.F64)
+    assert out.shape == ()
+    assert out.load().tobytes() == np.array(1.5, dtype=np.float64).tobytes()
+    # 2100 rows of 4 KiB: more than one 8 MiB read block
+    values = ((np.arange(2100 * 1024) % 4099).astype(np.float32) * np.float32(0.37)).reshape(
+        2100, 1024
+    )
+    big = cast_entry(array_entry("big", values), DType.F16)
+    assert big.load().tobytes() == values.astype(np.float16).tobytes()
+
+
+def test_f64_to_f16_rounds_through_f32_without_warnings_and_f64_keeps_every_bit() -> None:
+    with np.errstate(over="raise"):
+        out = convert_float(np.array([1e300, 1.0], dtype=np.float64), DType.F64, DType.F16)
+    assert out.tobytes() == np.array([np.inf, 1.0], dtype=np.float16).tobytes()
+    # 1 + 2**-11 + 2**-40 rounds up to 1 + 2**-10 directly, but to 1 + 2**-11 (a tie, to
+    # even: 1.0) through F32, as Burn does (spec §2.1)
+    x = np.array([1 + 2**-11 + 2**-40], dtype=np.float64)
+    assert convert_float(x, DType.F64, DType.F16).tobytes() == np.float16(1.0).tobytes()
+    y = np.array([1 + 2**-40], dtype=np.float64)
+    assert convert_float(y, DType.F64, DType.F64).tobytes() == y.tobytes()
+
+
+def test_half_casts_the_half_precision_set_both_ways_and_names_the_evidence() -> None:
+    lin = f32("fc.weight", (2, 2), "Linear")
+    out, (action,) = HalfPrecision().apply(lin)
+    assert out is not None
+    assert out.dtype is DType.F16
+    assert (action.kind, action.detail, action.adapter) == (ActionKind.CAST, "F32 -> F16", "half")
+    assert action.reason.startswith("Linear ")
+    assert "class Linear" in action.reason  # the evidence for the type
+    back, actions = HalfPrecision().apply(out)
+    assert back is not None
+    assert back.dtype is DType.F32
+    assert actions[0].detail == "F16 -> F32"
+    bn = f32("bn.weight", (2,), "BatchNorm")
+    assert HalfPrecision().apply(bn) == (bn, ())
+    untyped = f32("x.weight", (2,))
+    assert HalfPrecision().apply(untyped) == (untyped, ())
+    f64 = replace(array_entry("d", np.zeros(2)), module_type="Linear")
+    assert HalfPrecision().apply(f64) == (f64, ())

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckptctl.adapters import AdapterContext, chain, parse_adapter, plan
-from ckptctl.adapters.layout import BurnToPyTorch, PyTorchToBurn, transpose_2d
+from ckptctl.adapters import Action, ActionKind, AdapterContext, chain, parse_adapter, plan
+from ckptctl.adapters.layout import (
+    BurnToPyTorch,
+    PyTorchToBurn,
+    transpose_2d,
+    transpose_into,
+    transposed,
+    will_transpose,
+)
 from ckptctl.adapters.modules import (
     Decision,
     decide_module_types,
@@ -239,3 +248,129 @@ def test_normalize_type() -> None:
     assert normalize_type("Struct:LayerNorm") == "LayerNorm"
     assert normalize_type("SyncBatchNorm") == "BatchNorm"
     assert normalize_type("MyBlock") == "Other"
+
+
+# --- transposes: numpy's .T, in one copy or in strips ------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(256, 256), (257, 256), (70, 1100), (1100, 70), (33, 2100)])
+def test_transpose_2d_small_and_strip_paths(shape: tuple[int, int]) -> None:
+    # 256 * 256 = 1 << 16 elements (one numpy copy), one more row: the strips
+    array = np.arange(shape[0] * shape[1], dtype=np.int32).reshape(shape)
+    out = transpose_2d(array)
+    assert out.shape == shape[::-1]
+    assert out.flags.c_contiguous
+    assert np.array_equal(out, array.T)
+
+
+def test_transpose_into_writes_a_strided_target() -> None:
+    array = np.arange(300 * 300, dtype=np.uint16).reshape(300, 300)
+    out = np.zeros((300, 600), dtype=np.uint16)
+    transpose_into(out[:, ::2], array)
+    assert np.array_equal(out[:, ::2], array.T)
+    assert not out[:, 1::2].any()
+
+
+@pytest.mark.parametrize("shape", [(256, 256), (257, 256), (2100, 1024)])
+def test_a_transposed_entry_loads_the_transpose_and_lies_at_no_file_offset(
+    shape: tuple[int, int],
+) -> None:
+    # read from a file at offset 256: the transposed bytes are computed, not in the file
+    array = np.arange(shape[0] * shape[1], dtype=np.float32).reshape(shape)
+    out = transposed(replace(array_entry("w", array), offset=256))
+    assert (out.shape, out.offset, out.nbytes) == (shape[::-1], None, array.nbytes)
+    assert out.data.file_range() is None
+    assert out.load().tobytes() == np.ascontiguousarray(array.T).tobytes()
+
+
+# --- the layout adapters' actions ------------------------------------------------------------
+
+
+def test_a_transpose_and_a_rename_name_the_adapter_and_the_evidence() -> None:
+    decisions = {
+        "fc.weight": Decision("fc.weight", "Linear", "pattern 'fc'"),
+        "ln.weight": Decision("ln.weight", "LayerNorm", "pattern 'ln'"),
+    }
+    out, actions = PyTorchToBurn(decisions).apply(f32("fc.weight", (3, 4)))
+    assert out is not None
+    assert out.shape == (4, 3)
+    assert actions == (
+        Action(
+            ActionKind.TRANSPOSE, "[3, 4] -> [4, 3]", "Linear (pattern 'fc')", "pytorch-to-burn"
+        ),
+    )
+    source = f32("ln.weight", (4,))
+    out, _ = PyTorchToBurn(decisions).apply(source)
+    assert out == replace(source, name="ln.gamma", module_type="LayerNorm")  # the decided type
+
+
+def test_what_the_layout_adapters_keep_and_rename() -> None:
+    adapter = PyTorchToBurn()
+    unknown = f32("x.weight", (3, 4))
+    out, (action,) = adapter.apply(unknown)
+    assert out is unknown
+    assert (action.kind, action.detail, action.adapter) == (
+        ActionKind.KEEP, "[3, 4]", "pytorch-to-burn",
+    )  # fmt: skip
+    assert "unknown" in action.reason
+    undecided = {"x.weight": Decision("x.weight", None, "no evidence here")}
+    assert PyTorchToBurn(undecided).apply(unknown)[1][0].reason.startswith("no evidence here")
+    bias = f32("x.bias", (3,))
+    assert adapter.apply(bias) == (bias, ())
+    emb = f32("emb.weight", (3, 4), "Embedding")
+    out, (action,) = adapter.apply(emb)
+    assert out is emb
+    assert (action.kind, action.detail) == (ActionKind.KEEP, "[3, 4]")
+    assert action.reason.startswith("Embedding (class Embedding")
+    assert "not transposed" in action.reason
+    # a bare parameter name (no prefix) is renamed without a dot
+    out, actions = adapter.apply(f32("weight", (4,), "LayerNorm"))
+    assert out is not None
+    assert (out.name, out.module_type) == ("gamma", "LayerNorm")
+    assert actions == (
+        Action(
+            ActionKind.RENAME,
+            "weight -> gamma",
+            "LayerNorm (class LayerNorm from file)",
+            "pytorch-to-burn",
+        ),
+    )
+    rms = f32("n.gamma", (4,), "RmsNorm")
+    assert BurnToPyTorch(rename_rmsnorm=False).apply(rms) == (rms, ())
+    out, _ = BurnToPyTorch().apply(rms)
+    assert out is not None
+    assert out.name == "n.weight"
+    # a target verdict overrides the type: not renamed, and transposed though not a Linear
+    verdict = {"n.weight": Decision("n.weight", "LayerNorm", "t", rename=False)}
+    kept = f32("n.weight", (4,))
+    assert PyTorchToBurn(verdict).apply(kept) == (kept, ())
+    forced = {"e.weight": Decision("e.weight", "Embedding", "t", transpose=True)}
+    out, actions = PyTorchToBurn(forced).apply(f32("e.weight", (2, 3)))
+    assert out is not None
+    assert out.shape == (3, 2)
+    assert actions[0].describe() == "transpose [2, 3] -> [3, 2]: Embedding (t)"
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "decision", "want"),
+    [
+        ("fc.weight", (4, 3), Decision("fc.weight", "Linear", "pattern"), True),
+        ("fc.weight", (4, 3), None, False),
+        ("fc.weight", (4, 3), Decision("fc.weight", "Linear", "family", done=True), False),
+        ("fc.weight", (4, 3), Decision("fc.weight", None, "nothing"), False),
+        ("fc.weight", (4,), Decision("fc.weight", "Linear", "pattern"), False),
+        ("fc.bias", (4, 3), Decision("fc.bias", "Linear", "pattern"), False),
+        ("fc.weight", (4, 3), Decision("fc.weight", "Embedding", "pattern"), False),
+        ("fc.weight", (4, 3), Decision("fc.weight", "Embedding", "target", transpose=True), True),
+        ("fc.weight", (4, 3), Decision("fc.weight", "Linear", "target", transpose=False), False),
+    ],
+)
+def test_will_transpose_only_a_rank_2_weight_the_adapters_own(
+    name: str, shape: tuple[int, ...], decision: Decision | None, want: bool
+) -> None:
+    assert will_transpose(f32(name, shape), decision) is want
+    # what the adapter does agrees with what will_transpose says
+    decisions = {name: decision} if decision else {}
+    out, _ = PyTorchToBurn(decisions).apply(f32(name, shape))
+    assert out is not None
+    assert (out.shape != shape) is want

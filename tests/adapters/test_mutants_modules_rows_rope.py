@@ -16,121 +16,14 @@ Pinned here, each worked out from the code and its docstrings:
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
-from ckptctl.adapters import Action, ActionKind
 from ckptctl.adapters._rows import row_slice
-from ckptctl.adapters.families import Layer, Slot, slots_of
-from ckptctl.adapters.modules import Decision, ModuleRule, parse_type_call
-from ckptctl.adapters.rename import check_replacement, compile_pattern
-from ckptctl.adapters.rope import RopePermute, needs_interleaving
-from ckptctl.errors import SelectionError
 from ckptctl.model import TensorData
 from tests.strategies import array_entry
 
-WHERE = "module rule #1"
-
 # --- modules.py: parse_type_call / _option_value -----------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        # Burn's family names: the last dotted segment, after an optional Struct: prefix
-        ("burn.nn.BiGru(num_layers=3)", ("GRU", {"bidirectional": True, "num_layers": 3})),
-        ("Struct:BiRnn", ("RNN", {"bidirectional": True})),
-        ("Struct:burn.BiLstm()", ("LSTM", {"bidirectional": True})),
-        ("burn.nn.Lstm", ("LSTM", {})),
-        # options split at commas, each at its first '='; bools in any case
-        (
-            "LSTM(bidirectional=false, num_layers=2)",
-            ("LSTM", {"bidirectional": False, "num_layers": 2}),
-        ),
-        (
-            "LSTM(bidirectional=FALSE,num_layers=10)",
-            ("LSTM", {"bidirectional": False, "num_layers": 10}),
-        ),
-        ("GRU(bidirectional=No)", ("GRU", {"bidirectional": False})),
-        ("GRU(bidirectional=0)", ("GRU", {"bidirectional": False})),
-        ("GRU(bidirectional=Yes)", ("GRU", {"bidirectional": True})),
-        ("GRU(bidirectional = true ,)", ("GRU", {"bidirectional": True})),
-        # a variant is an identifier: lower-case first letters too
-        ("Linear(variant=layer)", ("Linear", {"variant": "layer"})),
-        ("LayerNorm(variant=Layer_2)", ("LayerNorm", {"variant": "Layer_2"})),
-        ("Linear(variant=_x)", ("Linear", {"variant": "_x"})),
-    ],
-)
-def test_parse_type_call_values(text: str, expected: tuple[str, dict[str, object]]) -> None:
-    assert parse_type_call(text, WHERE) == expected
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        # a value of the wrong type names the option and the expected type
-        ("GRU(bidirectional=maybe)", "module rule #1: option bidirectional: 'maybe' is not a bool"),
-        ("LSTM(num_layers=two)", "module rule #1: option num_layers: 'two' is not a int"),
-        ("LSTM(num_layers=-1)", "module rule #1: option num_layers: '-1' is not a int"),
-        ("Linear(variant=12)", "module rule #1: option variant: '12' is not a str"),
-        ("Linear(variant=2a)", "module rule #1: option variant: '2a' is not a str"),
-        # the option is split at its first '=': the value 'a=b' is not an identifier
-        ("Linear(variant=a=b)", "module rule #1: option variant: 'a=b' is not a str"),
-        # not a call at all
-        (
-            "Linear(variant=a",
-            "module rule #1: 'Linear(variant=a' is not Type or Type(option=value, ...)",
-        ),
-    ],
-)
-def test_parse_type_call_refusals_without_hint(text: str, message: str) -> None:
-    with pytest.raises(SelectionError) as info:
-        parse_type_call(text, WHERE)
-    assert str(info.value) == message
-    assert info.value.hint is None
-
-
-@pytest.mark.parametrize(
-    ("text", "message", "hint"),
-    [
-        (
-            "LSTM(dropout=0.1)",
-            "module rule #1: LSTM takes no option 'dropout=0.1'",
-            "options of LSTM: bidirectional=, num_layers=, proj_size=",
-        ),
-        (
-            "GRU(bidirectional=true, proj_size=4)",
-            "module rule #1: GRU takes no option 'proj_size=4'",
-            "options of GRU: bidirectional=, num_layers=",
-        ),
-        (
-            "MultiheadAttention(heads=8)",
-            "module rule #1: MultiheadAttention takes no option 'heads=8'",
-            "options of MultiheadAttention: none",
-        ),
-        (
-            "Linear( bias )",
-            "module rule #1: Linear takes no option 'bias'",
-            "options of Linear: variant=",
-        ),
-    ],
-)
-def test_parse_type_call_unknown_options(text: str, message: str, hint: str) -> None:
-    with pytest.raises(SelectionError) as info:
-        parse_type_call(text, WHERE)
-    assert str(info.value) == message
-    assert info.value.hint == hint
-
-
-def test_module_rule_names_its_number_in_type_errors() -> None:
-    with pytest.raises(SelectionError) as info:
-        ModuleRule("fc", "Linear[2]", 3)
-    assert str(info.value) == "module rule #3: 'Linear[2]' is not Type or Type(option=value, ...)"
-    with pytest.raises(SelectionError) as info:
-        ModuleRule("rnn", "GRU(num_layers=x)", 4)
-    assert str(info.value) == "module rule #4: option num_layers: 'x' is not a int"
 
 
 # --- _rows.py: RowsData.read_range -------------------------------------------------------------
@@ -166,102 +59,7 @@ def test_rows_read_range_refuses_a_range_outside_the_rows(start: int, length: in
 # --- families.py: _recurrent (through slots_of) ------------------------------------------------
 
 
-def test_a_recurrent_layer_without_num_layers_is_one_layer_of_linears() -> None:
-    layer = Layer("RNN", "rnn", "rnn", {"hidden": 2}, "names")
-    assert slots_of(layer, {}) == [
-        Slot("rnn.weight_ih_l0", (0, 2), "rnn.gate.input_transform.weight", True, "Linear"),
-        Slot("rnn.weight_hh_l0", (0, 2), "rnn.gate.hidden_transform.weight", True, "Linear"),
-        Slot("rnn.bias_ih_l0", (0, 2), "rnn.gate.input_transform.bias", False, "Linear"),
-        Slot("rnn.bias_hh_l0", (0, 2), "rnn.gate.hidden_transform.bias", False, "Linear"),
-    ]
-
-
 # --- rename.py: _groups_text (the hint of a missing group) -------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("pattern", "template", "ref", "groups"),
-    [
-        ("a", "$x", "x", "the pattern has no groups: put ( ) around what to keep"),
-        ("(a)", "$9", "9", "the pattern's groups are $1"),
-        ("(a)(b)", "${3}", "3", "the pattern's groups are $1 to $2"),
-        ("(?P<n>a)", "$m", "m", "the pattern's groups are $1, ${n}"),
-        ("(?P<s>a)(b)(?P<t>c)", "$u", "u", "the pattern's groups are $1 to $3, ${s}, ${t}"),
-    ],
-)
-def test_missing_group_hint_lists_the_groups(
-    pattern: str, template: str, ref: str, groups: str
-) -> None:
-    with pytest.raises(SelectionError) as info:
-        check_replacement(template, compile_pattern(pattern), "rule #2")
-    assert str(info.value) == (
-        f"rule #2: the replacement names the group '{ref}', which the pattern does not have "
-        "(it would insert nothing)"
-    )
-    assert info.value.hint == groups + "; $$ writes a literal $"
-
-
 # --- rope.py: RopePermute.apply ----------------------------------------------------------------
-
-
-def test_rope_leaves_other_parameters_and_ranks_alone() -> None:
-    adapter = RopePermute(2, 2, interleave=True)
-    scale = array_entry("attn.q_proj.scale", np.zeros(4, "<f4"))
-    conv = array_entry("attn.q_proj.weight", np.zeros((4, 2, 2), "<f4"))
-    assert adapter.apply(scale) == (scale, ())
-    assert adapter.apply(conv) == (conv, ())
-
-
-def test_rope_half_split_on_burn_columns() -> None:
-    # Burn's [in, out] wq (3 inputs, 2 heads of 4 output features), read from a file
-    name = "layers.0.attention.wq.weight"
-    array = np.arange(24, dtype="<f4").reshape(3, 8)
-    entry = replace(array_entry(name, array), offset=64)
-    adapter = RopePermute(
-        2,
-        1,
-        interleave=False,
-        decisions={name: Decision(name, "Linear", "rule")},
-        columns_if_linear=True,
-    )
-    out, actions = adapter.apply(entry)
-    assert actions == (
-        Action(
-            ActionKind.CUSTOM,
-            "8 features, 2 heads -> half-split",
-            "RoPE q/k layout",
-            "rope-half-split:2,1",
-        ),
-    )
-    assert out is not None
-    assert (out.name, out.shape, out.dtype, out.nbytes, out.offset) == (
-        name,
-        (3, 8),
-        entry.dtype,
-        96,
-        None,
-    )
-    # half-split within each head of 4: even features first, then odd ones
-    assert out.load().tobytes() == array[:, [0, 2, 1, 3, 4, 6, 5, 7]].tobytes()
-
-
-def test_rope_bad_head_count_hint_names_the_adapter() -> None:
-    entry = array_entry("layers.0.self_attn.k_proj.weight", np.zeros((6, 3), "<f4"))
-    with pytest.raises(SelectionError) as info:
-        RopePermute(4, 2, interleave=False).apply(entry)
-    assert str(info.value) == (
-        "tensor 'layers.0.self_attn.k_proj.weight': 6 output features are not 2 heads of an "
-        "even size"
-    )
-    assert info.value.hint == "check the head counts of rope-half-split:4,2"
-
-
-@pytest.mark.parametrize(
-    "spec", ["rope-interleaved", " ROPE-Half-Split:4 ", "rope-interleaved:32,8"]
-)
-def test_needs_interleaving_knows_a_rope_adapter_by_its_name(spec: str) -> None:
-    # the name is what comes before the first ":", as parse_adapter reads it (a spec without
-    # head counts names the RoPE adapter too: parse_adapter refuses it for the missing count)
-    moved = [("model.layers.0.self_attn.q_proj.weight", "layers.0.attention.wq.weight")]
-    assert needs_interleaving(moved, ("pytorch-to-burn",)) == moved
-    assert needs_interleaving(moved, ("pytorch-to-burn", spec)) == []

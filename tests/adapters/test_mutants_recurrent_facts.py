@@ -32,18 +32,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import pytest
 from safetensors.numpy import load_file, save_file
 
 from ckptctl import open_checkpoint
 from ckptctl.adapters import Action, ActionKind, PlanItem
 from ckptctl.adapters._rows import row_slice
-from ckptctl.adapters.families import TO_TORCH, Built, restructure
 from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
-from ckptctl.errors import SelectionError, UnsupportedError
 from ckptctl.fix import Note, Option
 from ckptctl.model import JSONValue, TensorEntry
-from tests.adapters._plans import RNN_PARTS, Want, assert_bytes, assert_plan
+from tests.adapters._plans import Want, assert_bytes
 from tests.strategies import array_entry
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "valid" / "burn_modules"
@@ -83,105 +80,7 @@ def outputs(
     return items
 
 
-def refusal(record: Record, modules: Modules | None = None) -> UnsupportedError:
-    """The error :func:`outputs` of ``record`` with pytorch-to-burn refuses it with."""
-    with pytest.raises(UnsupportedError) as info:
-        outputs(record, P2B, modules=modules)
-    return info.value
-
-
-def torch_lstm(prefix: str, layers: int = 1, bias: tuple[int, ...] = (4 * H,)) -> Record:
-    sd: Record = {}
-    for k in range(layers):
-        shapes = {
-            "weight_ih": (4 * H, IN if k == 0 else H),
-            "weight_hh": (4 * H, H),
-            "bias_ih": bias,
-            "bias_hh": bias,
-        }
-        for kind, shape in shapes.items():
-            sd[join(prefix, f"{kind}_l{k}")] = ramp(shape, 1000 * len(sd))
-    return sd
-
-
-def burn_lstm(sd: Record, prefix: str, layers: int, reason: str = LSTM_NAMES) -> Want:
-    """Burn name -> (torch source, expected array, action), in the order Burn writes them."""
-    out: Want = {}
-    for k in range(layers):
-        base = join(prefix, str(k) if layers > 1 else "")
-        for gate in BURN_GATES:
-            first = TORCH_ROW[gate] * H
-            for transform, kind in (("input_transform", "ih"), ("hidden_transform", "hh")):
-                for param in ("weight", "bias"):
-                    torch = join(prefix, f"{param}_{kind}_l{k}")
-                    burn = join(base, gate, transform, param)
-                    rows = sd[torch][first : first + H]
-                    how = ", transposed" if param == "weight" else ""
-                    detail = f"{torch}[{first}:{first + H}] → {burn}{how}"
-                    out[burn] = (
-                        torch,
-                        rows.T if param == "weight" else rows,
-                        Action(ActionKind.SPLIT, detail, reason, P2B),
-                    )
-    return out
-
-
 # --- _facts: declarations and class attributes against the file --------------------------------
-
-
-@pytest.mark.parametrize(
-    ("rules", "modules", "message", "hint"),
-    [
-        (
-            ("^lstm=GRU",),
-            None,
-            "tensor 'lstm.weight_ih_l0': module rule #1 '^lstm=GRU' says GRU, but its tensors "
-            "are a LSTM (names: weight_ih_l0 with 4 x 2 rows)",
-            "fix the rule's pattern or type",
-        ),
-        (
-            # the evidence a rule contradicts is the whole-model file's class, when there is one
-            ("^lstm=GRU",),
-            {"lstm": ("LSTM", {"bidirectional": False, "num_layers": 1, "proj_size": 0})},
-            "tensor 'lstm.weight_ih_l0': module rule #1 '^lstm=GRU' says GRU, but its tensors "
-            "are a LSTM (class LSTM from file)",
-            "fix the rule's pattern or type",
-        ),
-        (
-            ("^lstm=LSTM(num_layers=2)",),
-            None,
-            "tensor 'lstm.weight_ih_l0': module rule #1 '^lstm=LSTM(num_layers=2)' says "
-            "num_layers=2, but the file holds num_layers=1",
-            "fix or remove the option",
-        ),
-        (
-            (r"bias_hh=LSTM(bidirectional=false, num_layers=2)",),
-            None,
-            "tensor 'lstm.bias_hh_l0': module rule #1 'bias_hh=LSTM(bidirectional=False, "
-            "num_layers=2)' says num_layers=2, but the file holds num_layers=1",
-            "fix or remove the option",
-        ),
-    ],
-)
-def test_a_declaration_the_file_contradicts_is_refused_with_its_hint(
-    rules: tuple[str, ...],
-    modules: Modules | None,
-    message: str,
-    hint: str,
-) -> None:
-    with pytest.raises(SelectionError) as info:
-        outputs(torch_lstm("lstm"), P2B, module_types=rules, modules=modules)
-    assert info.value.message == message
-    assert info.value.hint == hint
-
-
-def test_class_attributes_the_file_lacks_are_skipped() -> None:
-    # an LSTM pickled before torch 1.8 has no proj_size: the whole-model reader keeps the
-    # attributes it finds (formats/pytorch/_structure.py), so the layer's class names what it can
-    sd = torch_lstm("lstm")
-    modules = {"lstm": ("LSTM", {"bidirectional": False, "num_layers": 1, "batch_first": True})}
-    items = outputs(sd, P2B, modules=modules)
-    assert_plan(items, burn_lstm(sd, "lstm", 1, reason="LSTM (class LSTM from file)"))
 
 
 def test_a_rule_overrides_the_norm_first_of_the_files_class() -> None:
@@ -220,107 +119,7 @@ def test_a_rule_overrides_the_norm_first_of_the_files_class() -> None:
 # --- _to_burn / _burn_key: Burn's record order, splits and their refusals ----------------------
 
 
-@pytest.mark.parametrize(
-    ("prefix", "layers", "bias"),
-    [
-        ("", 1, (4 * H,)),  # an nn.LSTM's own state_dict: the layer has no prefix
-        ("lstm", 2, (4 * H,)),  # Burn has no multi-layer Lstm: Vec index 0, then index 1
-        ("cells.²", 1, (4 * H,)),  # a ModuleDict key "²": a digit to str.isdigit, not to int
-        ("lstm", 1, (4 * H, 1)),  # rank-2 biases: split, never transposed (not Linear weights)
-    ],
-    ids=["top-level", "two-layers", "digit-like-segment", "rank-2-biases"],
-)
-def test_lstm_outputs_come_in_burns_field_order(
-    prefix: str, layers: int, bias: tuple[int, ...]
-) -> None:
-    sd = torch_lstm(prefix, layers, bias)
-    want = burn_lstm(sd, prefix, layers)
-    if layers == 2:
-        assert list(want)[15:17] == [
-            "lstm.0.cell_gate.hidden_transform.bias",
-            "lstm.1.input_gate.input_transform.weight",
-        ]
-    if len(bias) == 2:
-        assert want["lstm.forget_gate.input_transform.bias"][1].shape == (H, 1)
-    assert_plan(outputs(sd, P2B), want)
-
-
-def test_a_fused_tensor_with_too_few_rows_is_refused() -> None:
-    # weight_hh has 6 rows, not 4 x 2: the output gate (rows [6:8], written before the cell
-    # gate's [4:6]) is the first piece that does not fit
-    sd = torch_lstm("lstm")
-    sd["lstm.weight_hh_l0"] = ramp((6, H), 500)
-    error = refusal(sd)
-    assert error.message == (
-        "tensor 'lstm.weight_hh_l0' has 6 rows; LSTM (names: weight_ih_l0 with 4 x 2 rows) needs 8"
-    )
-    assert error.hint is None
-
-
 # --- _burn_recurrent: what is a Burn Rnn ---------------------------------------------------------
-
-
-def burn_rnn(prefix: str, start: int) -> Record:
-    return {
-        f"{prefix}.gate.input_transform.weight": ramp((IN, H), start),
-        f"{prefix}.gate.input_transform.bias": ramp((H,), start + 100),
-        f"{prefix}.gate.hidden_transform.weight": ramp((H, H), start + 200),
-        f"{prefix}.gate.hidden_transform.bias": ramp((H,), start + 300),
-    }
-
-
-def fused_rnn(record: Record, prefix: str) -> list[tuple[str, str, np.ndarray, Action]]:
-    """(torch name, Burn source, array, action) of the torch RNN tensors built from a Burn Rnn
-    at ``prefix``: one gate, rows [0:H], in torch's order."""
-    out = []
-    for kind, transform in RNN_PARTS:
-        param = kind.split("_")[0]
-        burn, torch = f"{prefix}.gate.{transform}.{param}", f"{prefix}.{kind}_l0"
-        if burn not in record:
-            continue
-        array = record[burn]
-        how = ", transposed" if param == "weight" and array.ndim == 2 else ""
-        detail = f"{burn} → [0:{H}] of {torch}{how}"
-        action = Action(ActionKind.FUSE, detail, "RNN (names: Burn Rnn gates)", B2P)
-        out.append((torch, burn, array.T if how else array, action))
-    return out
-
-
-def assert_fused(built: list[Built], want: list[tuple[str, str, np.ndarray, Action]]) -> None:
-    assert [b.entry.name for b in built] == [name for name, _, _, _ in want]
-    for b, (_, source, array, action) in zip(built, want, strict=True):
-        assert b.sources == (source,)
-        assert b.actions == (action,)
-        assert b.module_type == "Linear"
-        assert_bytes(b.entry, array)
-
-
-def test_a_gate_beside_an_input_gate_is_no_burn_rnn() -> None:
-    # 'a' has an Rnn's gate and an LSTM's input_gate: neither layer, so left alone; the search
-    # goes on to 'b', a Burn Rnn
-    record = burn_rnn("a", 0)
-    record["a.input_gate.input_transform.weight"] = ramp((IN, H), 400)
-    record |= burn_rnn("b", 1000)
-    result = restructure(entries(record), TO_TORCH)
-    assert result.warnings == []
-    names = list(record)
-    assert list(result.placed) == [*names[:5], "b.gate.input_transform.weight"]
-    for name in names[:5]:
-        (kept,) = result.placed[name]
-        assert kept == Built((name,), array_entry(name, record[name]))
-    assert_fused(result.placed["b.gate.input_transform.weight"], fused_rnn(record, "b"))
-
-
-def test_the_hidden_size_is_the_first_axis_of_the_hidden_transform() -> None:
-    # Burn Linear weights are [in, out]: the hidden state's size is the hidden transform's input
-    # (a rank-1 weight has only that axis; it is fused as it is, not transposed)
-    record = {
-        "b.gate.input_transform.weight": ramp((IN, H), 0),
-        "b.gate.hidden_transform.weight": ramp((H,), 200),
-    }
-    result = restructure(entries(record), TO_TORCH)
-    assert list(result.placed) == ["b.gate.input_transform.weight"]
-    assert_fused(result.placed["b.gate.input_transform.weight"], fused_rnn(record, "b"))
 
 
 # --- _burn_layers: encoder layers and plain attentions ------------------------------------------

@@ -7,11 +7,14 @@ them against torch and against the rotary embeddings themselves.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from ckptctl.adapters import AdapterContext, parse_adapter
+from ckptctl.adapters import Action, ActionKind, AdapterContext, parse_adapter
 from ckptctl.adapters.modules import Decision
+from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
 from ckptctl.adapters.rope import RopePermute, needs_interleaving, permute_rows
 from ckptctl.errors import SelectionError
 from tests.strategies import array_entry
@@ -87,38 +90,45 @@ def test_describe_and_parse() -> None:
 
 
 @pytest.mark.parametrize(
-    ("spec", "message"),
+    ("spec", "keyword", "facts"),
     [
-        ("rope-interleaved", "adapter 'rope-interleaved' needs the attention head count"),
-        ("rope-half-split:", "adapter 'rope-half-split' needs the attention head count"),
-        ("rope-interleaved:0", "adapter 'rope-interleaved:0': the head counts must be one or "
-         "two positive integers"),
-        ("rope-interleaved:4,2,1", "adapter 'rope-interleaved:4,2,1': the head counts must be "
-         "one or two positive integers"),
-        ("rope-interleaved:x", "adapter 'rope-interleaved:x': the head counts must be one or "
-         "two positive integers"),
-        ("rope-interleaved:4,3", "adapter 'rope-interleaved:4,3': 3 key/value heads do not "
-         "divide 4 heads"),
-        ("rope-interleaved:2,4", "adapter 'rope-interleaved:2,4': 4 key/value heads do not "
-         "divide 2 heads"),
+        ("rope-interleaved", "head count", []),
+        ("rope-half-split:", "head count", []),
+        ("rope-interleaved:0", "positive integers", []),
+        ("rope-interleaved:4,2,1", "positive integers", []),
+        ("rope-interleaved:x", "positive integers", []),
+        ("rope-interleaved:4,3", "do not divide", ["3 key/value heads", "4 heads"]),
+        ("rope-interleaved:2,4", "do not divide", ["4 key/value heads", "2 heads"]),
     ],
-)  # fmt: skip
-def test_refused_without_a_valid_head_count(spec: str, message: str) -> None:
-    with pytest.raises(SelectionError) as info:
+)
+def test_refused_without_a_valid_head_count(spec: str, keyword: str, facts: list[str]) -> None:
+    with pytest.raises(SelectionError, match=keyword) as info:
         parse_adapter(spec)
-    assert info.value.message == message
+    assert info.value.message.startswith(f"adapter {spec.rstrip(':')!r}")
+    for fact in facts:
+        assert fact in info.value.message
     name = spec.partition(":")[0].lower()
-    assert info.value.hint == f"write {name}:HEADS or {name}:HEADS,KV_HEADS (e.g. {name}:32,8)"
+    for form in (f"{name}:HEADS", f"{name}:HEADS,KV_HEADS", f"{name}:32,8"):
+        assert form in str(info.value.hint)
     assert info.value.exit_code == 2
 
 
-def test_features_that_are_not_whole_heads_are_refused() -> None:
-    entry = array_entry("self_attn.q_proj.weight", np.zeros((12, 4), "<f4"))
-    with pytest.raises(SelectionError) as info:
-        parse_adapter("rope-interleaved:4").apply(entry)
-    assert info.value.message == (
-        "tensor 'self_attn.q_proj.weight': 12 output features are not 4 heads of an even size"
-    )
+@pytest.mark.parametrize(
+    ("name", "shape", "spec", "features", "heads"),
+    [
+        ("self_attn.q_proj.weight", (12, 4), "rope-interleaved:4", 12, 4),
+        ("layers.0.self_attn.k_proj.weight", (6, 3), "rope-half-split:4,2", 6, 2),  # KV heads
+    ],
+)
+def test_features_that_are_not_whole_heads_are_refused(
+    name: str, shape: tuple[int, int], spec: str, features: int, heads: int
+) -> None:
+    entry = array_entry(name, np.zeros(shape, "<f4"))
+    with pytest.raises(SelectionError, match="even size") as info:
+        parse_adapter(spec).apply(entry)
+    assert info.value.message.startswith(f"tensor {name!r}: {features} output features ")
+    assert f"{heads} heads" in info.value.message
+    assert spec in str(info.value.hint)  # the head counts to check
 
 
 def test_the_cli_refuses_a_missing_head_count(run_cli, tmp_path) -> None:
@@ -128,7 +138,8 @@ def test_the_cli_refuses_a_missing_head_count(run_cli, tmp_path) -> None:
     save_checkpoint(src, [array_entry("q_proj.weight", np.zeros((4, 4), "<f4"))], {})
     result = run_cli("convert", src, tmp_path / "b.safetensors", "-a", "rope-interleaved")
     assert result.code == 2
-    assert "adapter 'rope-interleaved' needs the attention head count" in result.stderr
+    assert "'rope-interleaved'" in result.stderr
+    assert "head count" in result.stderr
     assert not (tmp_path / "b.safetensors").exists()
 
 
@@ -141,3 +152,74 @@ def test_the_rope_hint_counts_hugging_face_q_k_moved_to_meta_names() -> None:
     assert needs_interleaving(pairs, ("pytorch-to-burn",)) == pairs[:2]
     assert needs_interleaving(pairs, ("pytorch-to-burn", "rope-interleaved:2")) == []
     assert needs_interleaving(pairs, ("rope-half-split:2",)) == []
+
+
+@pytest.mark.parametrize(
+    "spec", ["rope-interleaved", " ROPE-Half-Split:4 ", "rope-interleaved:32,8"]
+)
+def test_needs_interleaving_knows_a_rope_adapter_by_its_name(spec: str) -> None:
+    # the name is what comes before the first ":", as parse_adapter reads it (a spec without
+    # head counts names the RoPE adapter too: parse_adapter refuses it for the missing count)
+    moved = [("model.layers.0.self_attn.q_proj.weight", "layers.0.attention.wq.weight")]
+    assert needs_interleaving(moved, ("pytorch-to-burn",)) == moved
+    assert needs_interleaving(moved, ("pytorch-to-burn", spec)) == []
+
+
+def test_rope_leaves_other_parameters_and_ranks_alone() -> None:
+    adapter = RopePermute(2, 2, interleave=True)
+    scale = array_entry("attn.q_proj.scale", np.zeros(4, "<f4"))
+    conv = array_entry("attn.q_proj.weight", np.zeros((4, 2, 2), "<f4"))
+    assert adapter.apply(scale) == (scale, ())
+    assert adapter.apply(conv) == (conv, ())
+
+
+def test_rope_half_split_on_burn_columns() -> None:
+    # Burn's [in, out] wq (3 inputs, 2 heads of 4 output features), read from a file
+    name = "layers.0.attention.wq.weight"
+    array = np.arange(24, dtype="<f4").reshape(3, 8)
+    entry = replace(array_entry(name, array), offset=64)
+    adapter = RopePermute(
+        2,
+        1,
+        interleave=False,
+        decisions={name: Decision(name, "Linear", "rule")},
+        columns_if_linear=True,
+    )
+    out, actions = adapter.apply(entry)
+    assert actions == (
+        Action(
+            ActionKind.CUSTOM,
+            "8 features, 2 heads -> half-split",
+            "RoPE q/k layout",
+            "rope-half-split:2,1",
+        ),
+    )
+    assert out is not None
+    assert (out.name, out.shape, out.dtype, out.nbytes, out.offset) == (
+        name,
+        (3, 8),
+        entry.dtype,
+        96,
+        None,
+    )
+    # half-split within each head of 4: even features first, then odd ones
+    assert out.load().tobytes() == array[:, [0, 2, 1, 3, 4, 6, 5, 7]].tobytes()
+
+
+@pytest.mark.parametrize(
+    "adapters",
+    [("rope-interleaved:2", "burn-to-pytorch"), ("burn-to-pytorch", "rope-interleaved:2")],
+)
+def test_the_pipeline_tells_rope_the_layout_at_its_place(adapters: tuple[str, ...]) -> None:
+    # Burn's [in, out] wq: 6 inputs, 2 heads of 4 output features. Before burn-to-pytorch the
+    # features are its columns, after it the rows: either order gives torch's [out, in] weight
+    # with each head's half-split pairs (i, i + 2) interleaved: features 0, 2, 1, 3 per head.
+    burn = array_entry(
+        "layers.0.attention.wq.weight", np.arange(48, dtype=np.float32).reshape(6, 8)
+    )
+    options = PipelineOptions(adapters=adapters, module_types=("wq=Linear",))
+    (item,), _ = run_pipeline([burn], options)
+    assert item.entry is not None
+    assert item.entry.shape == (8, 6)
+    want = np.arange(48, dtype=np.float32).reshape(6, 8).T[[0, 2, 1, 3, 4, 6, 5, 7]]
+    assert item.entry.load().tobytes() == np.ascontiguousarray(want).tobytes()
