@@ -114,10 +114,7 @@ def test_unknown_check_names_the_first_in_sorted_order():
         verify([MIN_ZIP], checks=["zeta", "alpha"])
     assert info.value.message == "unknown check 'alpha'"
     assert info.value.hint == "checks: " + ", ".join(CHECKS)
-    assert info.value.hint == (
-        "checks: readable, lfs-pointer, safe-pickle, sharded-index, flat-reader, quant-layout, "
-        "min-tensors, expect, no-nan, optimizer, hashes"
-    )
+    assert {"readable", "lfs-pointer", "safe-pickle", "gguf-layout"} <= set(CHECKS)
     assert info.value.exit_code == ExitCode.USAGE
 
 

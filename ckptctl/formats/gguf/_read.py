@@ -147,7 +147,7 @@ def open_gguf(source: ByteSource) -> Checkpoint:
                 part.close()
         raise
     sharding = Sharding(split[0], tuple(os.path.basename(n) for n in split))
-    return _checkpoint(split[0], sources, parts, everything, sharding)
+    return _checkpoint(source.path, sources, parts, everything, sharding)
 
 
 def _one_checked(part: ByteSource) -> tuple[ParsedGGUF, list[TensorEntry]]:
