@@ -212,8 +212,19 @@ def convert(
                              module_types=decided)  # fmt: skip
         warnings: list[str | Note] = [*notes, *(note for _, _, note in declared)]
         rope = needs_interleaving(
-            [(i.source, i.entry.name) for i in items if i.entry is not None], opts.adapters
+            [(i.source, i.entry.name) for i in items if i.entry is not None], pipeline.adapters
         )
+        heads = _config_heads(src) if rope else None
+        if heads is not None:  # the model's config.json says the head counts: no need to ask
+            adapter, where = heads
+            pipeline = replace(pipeline, adapters=(*pipeline.adapters, adapter))
+            items, notes = run_pipeline(entries, pipeline, target_specs, modules)
+            warnings.append(
+                f"{len(rope)} q/k projections go from Hugging Face's q_proj/k_proj to wq/wk: "
+                f"added --adapter {adapter} (the RoPE layout Meta's Llama and llama-burn use; "
+                f"head counts from {where})"
+            )
+            rope = []
         if rope and target_specs is None:
             warnings.append(_rope_note(len(rope)))
         elif target_specs is not None:  # unproven: the check refuses them
@@ -399,6 +410,38 @@ def _fits(items: list[PlanItem], target: Specs) -> bool:
 
 def _rule_text(pattern: str, replacement: str) -> str:
     return pattern.replace("=", "\\=") + "=" + replacement
+
+
+#: Largest config.json read for head counts (a model's is a few KiB).
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def _config_heads(src: str | os.PathLike[str]) -> tuple[str, str] | None:
+    """``("rope-interleaved:H,KV", where)`` from the ``config.json`` of a Hugging Face model
+    directory ``src`` or beside the file ``src`` (``num_attention_heads``, and
+    ``num_key_value_heads``, which defaults to it as in transformers' ``LlamaConfig``); None
+    when there is none, or it does not say."""
+    import json
+
+    path = os.fspath(src)
+    if "://" in path:
+        return None
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    config = os.path.join(folder, "config.json")
+    try:
+        if os.path.getsize(config) > MAX_CONFIG_BYTES:
+            return None
+        with open(config, encoding="utf-8") as f:
+            values = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(values, dict):
+        return None
+    heads = values.get("num_attention_heads")
+    kv = values.get("num_key_value_heads", heads)
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (heads, kv)):
+        return None
+    return f"rope-interleaved:{heads},{kv}", config
 
 
 def _rope_note(count: int) -> Note:

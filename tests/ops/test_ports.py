@@ -127,6 +127,50 @@ def test_llama_without_the_rope_adapter_is_the_port_but_for_the_permutation(
     np.testing.assert_array_equal(got["tok_embeddings.weight"], sd["model.embed_tokens.weight"])
 
 
+@pytest.mark.parametrize("in_folder", [True, False], ids=["model-dir", "file-beside"])
+def test_llama_head_counts_come_from_config_json(tmp_path: Path, run_cli, in_folder: bool) -> None:
+    """The config.json beside the weights says the head counts (issue 48): the RoPE adapter is
+    added with them, and the record is llama-burn's port, as with the adapter given."""
+    import json
+    import shutil
+
+    model = tmp_path / "llama"
+    model.mkdir()
+    shutil.copy(FIXTURES / "llama.safetensors", model / "model.safetensors")
+    config = {"model_type": "llama", "num_attention_heads": 2, "num_key_value_heads": 1}
+    (model / "config.json").write_text(json.dumps(config))
+    src = model if in_folder else model / "model.safetensors"
+    target = FIXTURES / "llama_target.bpk"
+    result = run_cli("convert", src, tmp_path / "o.bpk", "-a", "pytorch-to-burn",
+                     "--target", target)  # fmt: skip
+    assert result.code == 0, result.stderr
+    assert "rope-interleaved:2,1" in result.stderr
+    assert str(model / "config.json") in result.stderr
+    assert_port_record(read(tmp_path / "o.bpk"),
+                       load_file(str(FIXTURES / "llama_expected.safetensors")))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{"model_type": "llama"}, {"num_attention_heads": "2"}, [2, 1], {"num_attention_heads": 0}],
+    ids=["no-heads", "text", "not-an-object", "zero"],
+)
+def test_a_config_json_that_does_not_say_leaves_the_refusal(
+    tmp_path: Path, run_cli, config: object
+) -> None:
+    import json
+    import shutil
+
+    shutil.copy(FIXTURES / "llama.safetensors", tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    target = FIXTURES / "llama_target.bpk"
+    result = run_cli("convert", tmp_path / "model.safetensors", tmp_path / "o.bpk",
+                     "-a", "pytorch-to-burn", "--target", target)  # fmt: skip
+    assert result.code == 1
+    assert "rope-interleaved:HEADS,KV_HEADS" in result.stderr
+    assert not (tmp_path / "o.bpk").exists()
+
+
 def test_without_a_target_the_rope_adapter_is_a_warning(tmp_path: Path) -> None:
     rules = tmp_path / "rules.txt"
     to_burn("llama", tmp_path / "a.bpk", write_rules=str(rules), dry_run=True)
