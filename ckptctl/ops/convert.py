@@ -22,6 +22,7 @@ from ckptctl.fix import Note, Option
 from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint
 from ckptctl.formats.sharded import write_sharded
 from ckptctl.model import STORED_TYPE, CheckpointKind, TensorData, describe_groups
+from ckptctl.ops._infer import fits, infer_from_reference, rule_text, same_values
 from ckptctl.ops._migrate import migration_plan
 from ckptctl.ops._select import (
     add_ties,
@@ -189,12 +190,12 @@ def convert(
             opts.target
             and target_specs is not None
             and opts.infer
-            and not _fits(items, target_specs)
+            and not fits(items, target_specs)
         ):
-            inferred, ambiguous = _infer(entries, pipeline, target_specs, opts.target)
+            inferred, ambiguous = infer_from_reference(entries, pipeline, target_specs, opts.target)
             if inferred:
                 pipeline = replace(pipeline, remap=pipeline.remap + tuple(
-                    _rule_text(p, r) for p, r, _ in inferred))  # fmt: skip
+                    rule_text(p, r) for p, r, _ in inferred))  # fmt: skip
                 items, notes = run_pipeline(entries, pipeline, target_specs, modules)
         declared: list[tuple[str, str, Note]] = []
         if target_specs is not None and opts.target is not None:
@@ -206,7 +207,7 @@ def convert(
                 items, notes = run_pipeline(entries, pipeline, target_specs, modules)
         if opts.write_rules:
             given = [(r, "given") for r in pipeline.remap[: len(pipeline.remap) - len(inferred)]]
-            made = [(_rule_text(p, r), e) for p, r, e in inferred]
+            made = [(rule_text(p, r), e) for p, r, e in inferred]
             decided = [(rule, evidence) for rule, evidence, _ in declared]
             write_rules_file(opts.write_rules, [*given, *made], force=opts.force,
                              module_types=decided)  # fmt: skip
@@ -403,15 +404,6 @@ def _sharded_format(opts: ConvertOptions, written: list[str]) -> str:
     return f"safetensors, {len(written) - 1} shards"
 
 
-def _fits(items: list[PlanItem], target: Specs) -> bool:
-    names = {i.entry.name: i.entry.shape for i in items if i.entry is not None}
-    return all(names.get(n) == shape for n, (_, shape) in target.items())
-
-
-def _rule_text(pattern: str, replacement: str) -> str:
-    return pattern.replace("=", "\\=") + "=" + replacement
-
-
 #: Largest config.json read for head counts (a model's is a few KiB).
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -497,25 +489,6 @@ def _kind(name: str) -> str:
     return {"gamma": "weight", "beta": "bias"}.get(last, last)
 
 
-def _same_values(source: TensorEntry, ref: TensorEntry) -> str | None:
-    """``equal`` or ``transposed`` when ``ref`` holds ``source``'s values (bytes, or the bytes
-    of the rank-2 transpose), else None; different dtypes or sizes are never equal."""
-    import numpy as np
-
-    if source.dtype is not ref.dtype or source.numel != ref.numel:
-        return None
-    a, b = source.load(), ref.load()
-    if a.shape == b.shape and a.tobytes() == b.tobytes():
-        return "equal"
-    if (
-        a.ndim == 2
-        and a.shape[::-1] == b.shape
-        and np.ascontiguousarray(a.T).tobytes() == b.tobytes()
-    ):
-        return "transposed"
-    return None
-
-
 def _layouts_by_values(
     unproven: list[AmbiguousTensor], items: list[PlanItem], target: str
 ) -> list[tuple[str, str, Note]]:
@@ -527,7 +500,7 @@ def _layouts_by_values(
     out = []
     with open_checkpoint(target) as ref:
         for amb in unproven:
-            found = _same_values(by_name[amb.name], ref[amb.name])
+            found = same_values(by_name[amb.name], ref[amb.name])
             if found is None:
                 continue
             module_type = "Linear" if found == "transposed" else "Other"
@@ -575,48 +548,6 @@ def _refuse_ambiguous(ambiguous: tuple[AmbiguousTensor, ...]) -> Note:
         (Option("remap", takes_value=True), Option("module_types", takes_value=True),
          Option("allow_partial")),
     )  # fmt: skip
-
-
-def _infer(
-    entries: list[TensorEntry], pipeline: PipelineOptions, target: Specs, path: str
-) -> tuple[tuple[tuple[str, str, str], ...], list[AmbiguousTensor]]:
-    """Rules from the structure of the renamed source (before adapters) and of the target;
-    where that leaves a choice open, from the target's values (``path``)."""
-    from ckptctl.ops._structure import infer_rules
-    from ckptctl.report.summary import AmbiguityKind, AmbiguousTensor
-
-    renamed, _ = run_pipeline(entries, replace(pipeline, adapters=(), module_types=()))
-    kept = [i.entry for i in renamed if i.entry is not None]
-    owned = _family_owned(kept)
-    source = {e.name: e.shape for e in kept if e.name not in owned}
-    shapes = {n: s for n, (_, s) in target.items()}
-    found = infer_rules(source, shapes)
-    if found.ambiguous:
-        by_name = {e.name: e for e in kept}
-        with open_checkpoint(path) as ref:
-            found = infer_rules(
-                source, shapes, lambda s, t: _same_values(by_name[s], ref[t]) is not None
-            )
-    ambiguous = [
-        AmbiguousTensor(name, AmbiguityKind.SOURCE, sources)
-        for amb in found.ambiguous
-        for name, sources in zip(amb.names, amb.sources, strict=True)
-    ]
-    return found.rules, ambiguous
-
-
-def _family_owned(entries: list[TensorEntry]) -> set[str]:
-    """Names the layer-family stage splits, fuses or renames (MHA, LSTM, Transformer layers):
-    the adapter, not a remap rule, maps those."""
-    from ckptctl.adapters.families import TO_BURN, restructure
-    from ckptctl.errors import CkptError
-
-    try:
-        placed = restructure(entries, TO_BURN).placed
-    except CkptError:
-        return set()
-    owned = {e.name for e in entries if e.name not in placed}
-    return owned | {n for n, built in placed.items() if any(b.module_type for b in built)}
 
 
 def read_rules_file(path: str) -> list[tuple[str, str]]:

@@ -16,7 +16,8 @@ import numpy as np
 
 from ckptctl.dtypes import DType
 from ckptctl.fix import Note, Option
-from ckptctl.ops.convert import ConvertOptions, _same_values, convert
+from ckptctl.ops._infer import same_values as _same_values
+from ckptctl.ops.convert import ConvertOptions, convert
 from ckptctl.report.summary import AmbiguityKind, AmbiguousTensor
 from tests.ops.test_ports_unproven import TO_BURN, write
 from tests.strategies import array_entry
