@@ -104,7 +104,9 @@ def command(
     difference and whether all values are close (|a - b| <= atol + rtol * |b|, NaN equal to
     NaN at the same place), whatever the dtypes (F32 against BF16 compares values). Finds
     [m, n] against [n, m] tensors that hold the same values ("transposed") and prints the
-    --remap rules and adapters that would reconcile the names as a ready command line.
+    --remap rules and adapters that would reconcile the names as a ready command line: found
+    as convert --target finds them (the structure of both files, then their values), and then
+    also the convert that writes A under B's names.
 
     A goes through --state-key, --remap and --adapter as in convert; B only through
     --state-key-b. Tensors are read one at a time in fixed-size chunks: memory stays bounded.

@@ -71,10 +71,14 @@ from ckptctl.report.diff import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
-    from ckptctl.model import TensorEntry
+    from ckptctl.adapters import PlanItem
+    from ckptctl.dtypes import DType
+    from ckptctl.model import JSONValue, TensorEntry
     from ckptctl.ops._compare import ValueDiff
+
+    Specs = Mapping[str, tuple[DType, tuple[int, ...]]]
 
 #: Jaro comparisons spent on "Did you mean" per side (a name against every name of the other
 #: side); names beyond the budget get no suggestion. The first ten always get one.
@@ -180,6 +184,26 @@ def diff_checkpoints(
             # suggest_fixes so that it proposes no transposing adapter on shapes alone
             shapes_a[row.name] = shapes_b[row.name]
     fixes = _fixes(report, shapes_a, shapes_b)
+    inferred = (  # no rule of the name matcher's: what convert --target would infer
+        _names_from_structure(entries_a, pipeline, specs_b, b, modules, items)
+        if only_a and only_b and not any(f.name == "remap" for f in fixes)
+        else None
+    )
+    if inferred is not None:  # the --target engine made every name of B: its rules, verified
+        fixes, toward_b = inferred
+        report = replace(
+            report,
+            only_in_a=tuple(OnlyIn(o.name, toward_b.get(o.name)) for o in report.only_in_a),
+            only_in_b=tuple(
+                OnlyIn(o.name, _first_source(toward_b, o.name)) for o in report.only_in_b
+            ),
+        )
+        return replace(
+            report,
+            fixes=tuple(fixes),
+            suggested_command=suggest_command(report, fixes),
+            convert_command=_convert_command(report, fixes),
+        )
     command = suggest_command(report, fixes) if fixes else None
     if any(f.name == "remap" for f in fixes):  # the verified rules rank first (issue 13)
         report = replace(
@@ -261,6 +285,74 @@ def _is_square(shape: tuple[int, ...]) -> bool:
     return len(shape) == 2 and shape[0] == shape[1] and shape[0] > 1
 
 
+#: Adapters the structure engine tries when none is given: A in PyTorch's layout, B in Burn's,
+#: or the other way round.
+_LAYOUT_ADAPTERS = (("pytorch-to-burn",), ("burn-to-pytorch",))
+
+
+def _names_from_structure(
+    entries_a: list[TensorEntry],
+    given: PipelineOptions,
+    specs_b: Specs,
+    path_b: str | os.PathLike[str],
+    modules: Mapping[str, tuple[str, Mapping[str, JSONValue]]] | None,
+    items: list[PlanItem],
+) -> tuple[list[Option], dict[str, str]] | None:
+    """What ``convert --target B`` infers for A's names (the same engine: structure, then the
+    reference's values), kept only when the result has every tensor of B with its shape: the
+    fixes (the rules, and a layout adapter when none was given and one was needed) and, for each
+    A-side name the fixes move, the name of B it becomes. None when nothing makes B's names."""
+    from ckptctl.errors import CkptError
+    from ckptctl.ops._infer import fits, infer_from_reference, rule_text
+
+    after_given = {i.source: i.entry.name for i in items if i.entry is not None}
+    tries = [()] if given.adapters else [(), *_LAYOUT_ADAPTERS]
+    for extra in tries:
+        pipeline = replace(given, adapters=given.adapters + extra)
+        try:
+            rules, ambiguous = infer_from_reference(entries_a, pipeline, specs_b, os.fspath(path_b))
+            remap = tuple(rule_text(p, r) for p, r, _ in rules)
+            trial, _ = run_pipeline(entries_a, replace(pipeline, remap=pipeline.remap + remap),
+                                    specs_b, modules)  # fmt: skip
+        except CkptError:  # an adapter that does not apply to these tensors
+            continue
+        if ambiguous or not fits(trial, specs_b):
+            continue
+        toward_b = {
+            after_given[i.source]: i.entry.name
+            for i in trial
+            if i.entry is not None and i.source in after_given
+            and after_given[i.source] != i.entry.name
+        }  # fmt: skip
+        fixes = [Option("remap", rule) for rule in remap]
+        return fixes + [Option("adapters", name) for name in extra], toward_b
+    return None
+
+
+def _convert_command(report: DiffReport, fixes: Sequence[Option]) -> Command:
+    """``convert A OUT`` with A's options and ``fixes``: A written as B names and lays it out
+    (OUT takes B's extension)."""
+    opts = report.options
+    ext = os.path.splitext(report.b)[1]
+    out = "OUT" + (
+        ext if ext in (".safetensors", ".bpk", ".pt", ".pth", ".bin") else ".safetensors"
+    )
+    parts: list[Option] = []
+    if opts.state_key is not None:
+        parts.append(Option("state_key", opts.state_key))
+    parts += [Option("remap", rule) for rule in opts.remap]
+    parts += [f for f in fixes if f.name == "remap"]
+    parts += [Option("module_types", rule) for rule in opts.module_types]
+    parts += [Option("adapters", name) for name in opts.adapters]
+    parts += [f for f in fixes if f.name != "remap"]
+    return Command("convert", (report.a, out), tuple(parts))
+
+
+def _first_source(toward_b: Mapping[str, str], name: str) -> str | None:
+    """The A-side name that becomes ``name`` of B (the first, when several do)."""
+    return next((a for a, b in toward_b.items() if b == name), None)
+
+
 def _with_suggestions(
     names: Sequence[str],
     others: Sequence[str],
@@ -271,7 +363,27 @@ def _with_suggestions(
     if not others:
         return tuple(OnlyIn(n) for n in names)
     limit = max(SUGGEST_AT_LEAST, SUGGESTION_BUDGET // len(others))
-    return tuple(OnlyIn(n, suggest(n, others) if i < limit else None) for i, n in enumerate(names))
+    out = []
+    for i, name in enumerate(names):
+        found = suggest(name, others) if i < limit else None
+        out.append(OnlyIn(name, found if found is None or _same_role(name, found) else None))
+    return tuple(out)
+
+
+#: Parameter names that play the same role under another name (a norm's ``gamma``/``beta`` in
+#: Burn are PyTorch's ``weight``/``bias``).
+_ROLES = {"gamma": "weight", "beta": "bias"}
+
+
+def _same_role(a: str, b: str) -> bool:
+    """Whether two tensor names end in the same parameter role: "Did you mean" never suggests a
+    bias for a weight, or a running mean for a variance."""
+
+    def role(name: str) -> str:
+        last = name.rpartition(".")[2]
+        return _ROLES.get(last, last)
+
+    return role(a) == role(b)
 
 
 def _fixes(

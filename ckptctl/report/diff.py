@@ -116,6 +116,8 @@ class DiffReport:
     fixes: tuple[Option, ...] = ()
     suggested_command: Command | None = None
     warnings: tuple[str | Note, ...] = ()
+    #: The ``convert`` that writes A under B's names and layout (when the fixes make B's names).
+    convert_command: Command | None = None
 
     def passes(self, row: TensorDiff) -> bool:
         """True when ``row`` does not make the checkpoints differ."""

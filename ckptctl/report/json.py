@@ -268,6 +268,9 @@ def _diff(report: DiffReport) -> dict[str, JSONValue]:
         "suggested_command": None
         if report.suggested_command is None
         else spell(report.suggested_command),
+        "convert_command": None
+        if report.convert_command is None
+        else spell(report.convert_command),
         "warnings": [str(w) for w in report.warnings],
     }
 

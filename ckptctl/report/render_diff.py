@@ -153,5 +153,8 @@ def render_diff(report: DiffReport, console: Console, *, show_all: bool = False)
         console.print(Text("to reconcile the names and layouts, try:"))
         # never wrapped: the line is meant to be copied and pasted
         console.print(Text(f"  {sanitize(spell(report.suggested_command))}"), soft_wrap=True)
+    if report.convert_command is not None:
+        console.print(Text("to write A under B's names and layout:"))
+        console.print(Text(f"  {sanitize(spell(report.convert_command))}"), soft_wrap=True)
     console.print()
     console.print(Text(verdict(report)))

@@ -382,8 +382,56 @@ def test_json_keys_are_in_a_fixed_order_and_infinity_is_a_string(tmp_path):
         "tensors",
         "fixes",
         "suggested_command",
+        "convert_command",
         "warnings",
     ]
     assert out["schema_version"] == 1
     assert out["tensors"][0]["max_abs"] == "inf"
     assert out["counts"]["different"] == 1
+
+
+PORTS = Path(__file__).parents[2] / "fixtures" / "valid" / "ports"
+
+
+def test_names_a_port_gives_are_found_as_convert_target_finds_them(tmp_path, run_cli):
+    """A Hugging Face BERT against its Burn port (same values, bert-burn's names): diff uses the
+    --target engine: every suggestion is the tensor the port holds it under, and both printed
+    commands work (issue 48)."""
+    import json
+    import shlex
+
+    port = tmp_path / "port.bpk"
+    made = run_cli("convert", PORTS / "bert.safetensors", port, "-a", "pytorch-to-burn",
+                   "--target", PORTS / "bert_target.bpk", "-q")  # fmt: skip
+    assert made.code == 0, made.stderr
+    result = run_cli("diff", PORTS / "bert.safetensors", port, "--json")
+    report = json.loads(result.stdout)
+    assert result.code == 1
+    toward = {o["name"]: o["suggestion"] for o in report["only_in_b"]}
+    assert toward["embeddings.layer_norm.gamma"] == "embeddings.LayerNorm.weight"
+    assert toward["embeddings.layer_norm.beta"] == "embeddings.LayerNorm.bias"
+    assert toward["encoder.layers.0.mha.key.bias"] == "encoder.layer.0.attention.self.key.bias"
+    assert all(toward.values())
+    diff_again = shlex.split(report["suggested_command"])[1:]
+    assert run_cli(*diff_again).code == 0
+    convert = shlex.split(report["convert_command"])[1:]
+    assert convert[:3] == ["convert", str(PORTS / "bert.safetensors"), "OUT.bpk"]
+    out = tmp_path / "OUT.bpk"
+    convert[2] = str(out)
+    assert run_cli(*convert).code == 0
+    assert run_cli("diff", out, port).code == 0
+
+
+def test_did_you_mean_never_names_another_role(tmp_path):
+    """With no rule that makes B's names, the name matcher still suggests, but never a bias for
+    a weight (gamma/beta count as weight/bias)."""
+    w = np.ones(3, dtype="<f4")
+    a = _save(tmp_path / "a.safetensors",
+              [array_entry("norm.weight", w), array_entry("norm.bias", w * 2)])  # fmt: skip
+    b = _save(tmp_path / "b.safetensors",
+              [array_entry("nrm.gamma", w * 5), array_entry("other.running_var", w)])  # fmt: skip
+    report = diff_checkpoints(a, b)
+    suggestions = {o.name: o.suggestion for o in (*report.only_in_a, *report.only_in_b)}
+    assert suggestions["nrm.gamma"] in (None, "norm.weight")
+    assert suggestions["other.running_var"] is None
+    assert suggestions["norm.bias"] is None
