@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from ckptctl.adapters.families import is_enum_variant_segment
 from ckptctl.adapters.rename import parse_rules, remap_name
+from ckptctl.ops._generalize import generalize
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -464,6 +465,7 @@ def infer_rules(
     rules = [r for r in _rules(matches, source) if _exact([r], source, expected)]
     if not _exact(rules, source, expected):
         rules = []  # not exact together (one renames what another made): propose none
+    rules = generalize(rules, lambda trial: _exact(trial, source, expected))
     return Inference(tuple(matches), tuple(ambiguous), tuple(rules))
 
 

@@ -470,3 +470,16 @@ def test_agreement_counts_enclosing_modules_from_the_parent_up_to_the_first_diff
     same = _modules({"r.s.a.weight": (2, 2, 1, 1), "r.s.b.gamma": (3,), "r.t.weight": (7,)},
                     target=True)  # fmt: skip
     assert _agreement(src["p.q.a"], same["r.s.a"]) == 3  # p.q, p and the root
+
+
+def test_rules_that_differ_only_in_a_number_are_one_rule(tmp_path: Path) -> None:
+    """ResNet's four stages and two convolutions per block: one rule per part of a block, not
+    one per stage and part (issue 48, #49), and the rules still make the port's record."""
+    rules = tmp_path / "rules.txt"
+    report = to_burn("resnet", tmp_path / "a.bpk", write_rules=str(rules))
+    assert report.ok  # type: ignore[attr-defined]
+    patterns = [rule for rule, _ in read_rules_file(str(rules))]
+    assert len(patterns) == 4, patterns
+    assert all(p.startswith(r"^layer([0-9]+)\.([0-9]+)\.") for p in patterns), patterns
+    assert_port_record(read(tmp_path / "a.bpk"),
+                       load_file(str(FIXTURES / "resnet_expected.safetensors")))  # fmt: skip
