@@ -144,7 +144,7 @@ def _text(rule: _Parsed) -> Rule:
 def _number_signature(rule: _Parsed) -> list[tuple[object, int, int, object]]:
     """For each source literal ending in digits that a target literal ends in too (the same
     number): the rule with both numbers masked."""
-    out = []
+    out: list[tuple[object, int, int, object]] = []
     for i, seg in enumerate(rule.source):
         found = _TRAILING_DIGITS.match(seg.prefix) if seg.group is None else None
         if found is None:
