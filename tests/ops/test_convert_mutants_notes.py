@@ -23,7 +23,6 @@ import pytest
 
 from ckptctl.ops.convert import ConvertOptions, convert
 from tests.conftest import VALID
-from tests.ops.test_convert_mutants import _sharded_source, warnings_of
 from tests.ops.test_convert_mutants_matching import ties_of
 from tests.ops.test_ports_unproven import write
 
@@ -31,49 +30,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 BURN_MODULES = VALID / "burn_modules"
-
-
-# --- the RoPE note ------------------------------------------------------------------------------
-
-#: Hugging Face's Llama names and the rules that move them onto Meta's (llama-burn's) names.
-HF_QK = {
-    "model.layers.0.self_attn.q_proj.weight": np.zeros((4, 4), "<f4"),
-    "model.layers.0.self_attn.k_proj.weight": np.ones((4, 4), "<f4"),
-}
-TO_META = (
-    r"^model\.layers\.(\d+)\.self_attn\.q_proj\.=layers.$1.attention.wq.",
-    r"^model\.layers\.(\d+)\.self_attn\.k_proj\.=layers.$1.attention.wk.",
-)
-
-
-def rope_warning(count: int) -> str:
-    """The warning of ``count`` q/k projections moved onto wq/wk without a RoPE adapter."""
-    return (
-        f"{count} q/k projections go from Hugging Face's q_proj/k_proj to wq/wk: Hugging Face "
-        "stores them in the half-split RoPE layout, Meta's Llama and llama-burn in the "
-        "interleaved one; add adapters='rope-interleaved:HEADS,KV_HEADS' with the model's "
-        "num_attention_heads and num_key_value_heads (its config.json)"
-    )
-
-
-def test_without_a_target_q_and_k_onto_wq_wk_warn_naming_the_rope_adapter(tmp_path: Path) -> None:
-    src = write(tmp_path / "s.safetensors", HF_QK)
-    report = convert(src, tmp_path / "o.safetensors", ConvertOptions(remap=TO_META))
-    assert report.written
-    assert warnings_of(report) == [rope_warning(2)]
-
-
-def test_the_cli_spells_the_rope_adapter_as_its_flag(run_cli, tmp_path: Path) -> None:
-    src = write(tmp_path / "s.safetensors", HF_QK)
-    rules = [arg for rule in TO_META for arg in ("--remap", rule)]
-    result = run_cli("convert", src, tmp_path / "o.safetensors", *rules)
-    assert result.code == 0, result.stderr
-    assert (
-        "warning: 2 q/k projections go from Hugging Face's q_proj/k_proj to wq/wk: "
-        "Hugging Face stores them in the half-split RoPE layout, Meta's Llama and llama-burn "
-        "in the interleaved one; add --adapter rope-interleaved:HEADS,KV_HEADS with the "
-        "model's num_attention_heads and num_key_value_heads (its config.json)"
-    ) in " ".join(result.stderr.split())
 
 
 # --- ties a target suggests ---------------------------------------------------------------------
@@ -218,26 +174,3 @@ def test_a_tie_is_checked_with_the_files_module_classes(tmp_path: Path) -> None:
     assert [m.name for m in report.summary.missing] == ["head.weight"]
     assert report.summary.errors == ()
     assert ties_of(report) == ["head.weight=embed.weight"]
-
-
-# --- the format a sharded output reports --------------------------------------------------------
-
-
-def test_the_index_only_run_reports_a_safetensors_index(run_cli, tmp_path: Path) -> None:
-    """Shares 1/2 and 2/2 write the shards, then the index is written alone (README)."""
-    src = _sharded_source(tmp_path)
-    (tmp_path / "out").mkdir()
-    dst = tmp_path / "out" / "model.safetensors"
-    for share in ((1, 2), (2, 2)):
-        convert(src, dst, ConvertOptions(max_shard_bytes=16, shards=share, fsync=False))
-    index = tmp_path / "out" / "model.safetensors.index.json"
-    assert not index.exists()
-    report = convert(src, dst, ConvertOptions(max_shard_bytes=16, index_only=True, fsync=False))
-    assert report.written is True
-    assert report.destination == str(index)
-    assert report.destination_format == "safetensors index"
-    assert report.bytes_written == index.stat().st_size
-    index.unlink()
-    result = run_cli("convert", src, dst, "--max-shard-size", "16", "--index-only")
-    assert result.code == 0, result.stderr
-    assert f"wrote {index} (safetensors index): 3 tensors" in " ".join(result.stderr.split())
