@@ -67,7 +67,13 @@ DECODER = evidence("TransformerDecoderLayer", "self_attn", "pwff", "norm_1", "no
 MHA = evidence("MultiheadAttention", "query", "key", "value", "output")
 
 
-def to_torch(record: Record, rules: tuple[str, ...] = ()) -> tuple[dict[str, tuple], list]:
+#: output name -> (the reason of its first action, or None when untouched, and its shape)
+Outputs = dict[str, tuple[str | None, tuple[int, ...]]]
+#: torch prefix -> (reason, layers, directions, hidden size) of a recurrent layer
+Recurrent = dict[str, tuple[str | None, int, int, int]]
+
+
+def to_torch(record: Record, rules: tuple[str, ...] = ()) -> tuple[Outputs, list[str | Note]]:
     """Output name -> (reason or None, shape) of ``record`` through burn-to-pytorch's family
     stage, and its warnings."""
     result = restructure(entries(record), TO_TORCH, rules=parse_module_rules(rules))
@@ -79,7 +85,7 @@ def to_torch(record: Record, rules: tuple[str, ...] = ()) -> tuple[dict[str, tup
     return got, result.warnings
 
 
-def post_norm_layers(warnings: list) -> list[str]:
+def post_norm_layers(warnings: list[str | Note]) -> list[str]:
     """The layers the post-norm warning names (none: no warning)."""
     if not warnings:
         return []
@@ -311,6 +317,7 @@ def test_transformer_layer_to_torch(
         assert warnings == []  # declared: nothing assumed
     else:
         assert post_norm_layers(warnings) == ["layer"]
+        assert isinstance(warnings[0], Note)
         assert warnings[0].fixes == (
             Option("module_types", r"layer\.=TransformerDecoderLayer(norm_first=True)"),
         )
@@ -319,10 +326,10 @@ def test_transformer_layer_to_torch(
 # --- Layer records: Burn Lstm/Gru/Rnn, pairs and Vec stacks -------------------------------------
 
 
-def recurrent_layers(got: dict[str, tuple]) -> dict[str, tuple]:
+def recurrent_layers(got: Outputs) -> Recurrent:
     """torch prefix -> (reason, layers, directions, hidden size) of each recurrent layer in
     ``got`` (:func:`to_torch`), by its torch tensors ``{prefix}.weight_hh_l{k}[_reverse]``."""
-    out: dict[str, tuple] = {}
+    out: Recurrent = {}
     for name, (reason, shape) in got.items():
         found = re.fullmatch(r"(.*)\.weight_hh_l(\d+)(_reverse)?", name)
         if found is None:
