@@ -1,13 +1,14 @@
-"""Rules files of ``convert``: what ``--remap-file`` reads and ``--write-rules`` writes.
+"""Rules files of ``convert``: what ``remap_file`` (``--remap-file``) reads and ``write_rules``
+(``--write-rules``) writes.
 
-Mutation testing of ``ckptctl.ops.convert`` found these untested. A rules file is read as UTF-8
-whatever the locale; a file that cannot be read, is not UTF-8 or holds a bad rule is refused
-with the file named (and the line); only the first ``"  # "`` starts a rule's comment. What
-``--write-rules`` writes is pinned whole, as text and as Rust (``//`` comments, raw strings
-with enough ``#`` to hold a ``"#`` of the rule), and an inferred rule for a tensor name holding
-``=`` escapes it, so it applies and reads back. Expected values come from the format described
-in README.md and man/ckptctl-convert.1 (``--remap-file``, ``--write-rules``), the Rust
-reference's raw string literals (``r#"..."#`` ends at the first ``"#``), the OS's own
+A rules file is read as UTF-8 whatever the locale; a file that cannot be read, is not UTF-8 or
+holds a bad rule is refused with the file named (and the line); only the first ``"  # "``
+starts a rule's comment. What ``write_rules`` writes reads back as the same rules: as text
+(``#`` comments) and as Rust (``//`` comments, raw strings with enough ``#`` to hold a ``"#``
+of the rule), the module types the target's values decided as comments after them; an
+inferred rule for a tensor name holding ``=`` escapes it, so it applies and reads back.
+Expected values come from the format described in README.md and man/ckptctl-convert.1, the
+Rust reference's raw string literals (``r#"..."#`` ends at the first ``"#``), the OS's own
 ``strerror`` text and files built in each test.
 """
 
@@ -24,29 +25,36 @@ import pytest
 
 from ckptctl import open_checkpoint
 from ckptctl.adapters.rename import parse_rules
-from ckptctl.errors import SelectionError
+from ckptctl.errors import ExitCode, OutputError, SelectionError
 from ckptctl.ops.convert import ConvertOptions, convert, read_rules_file, write_rules_file
-from tests.ops.test_convert_mutants import st
+from tests.ops.test_convert import st
 from tests.strategies import array_entry
 
 # --- reading ------------------------------------------------------------------------------------
 
 
-def test_a_missing_rules_file_is_refused_with_the_os_reason(tmp_path):
-    path = str(tmp_path / "nope.txt")
-    with pytest.raises(SelectionError) as info:
-        read_rules_file(path)
-    assert info.value.message == f"cannot read rules file: {os.strerror(errno.ENOENT)}"
-    assert info.value.path == path
-
-
-def test_a_rules_file_that_is_not_utf8_is_refused(tmp_path):
+@pytest.mark.parametrize(
+    ("content", "keyword", "fact"),
+    [
+        (None, "cannot read", os.strerror(errno.ENOENT)),  # in the OS's own words
+        (b"^a=b  # caf\xe9\n", "UTF-8", "rules file"),  # Latin-1
+    ],
+    ids=["missing", "not-utf8"],
+)
+def test_an_unreadable_rules_file_is_refused_naming_it(tmp_path, content, keyword, fact):
     path = tmp_path / "rules.txt"
-    path.write_bytes(b"^a=b  # caf\xe9\n")  # Latin-1
-    with pytest.raises(SelectionError) as info:
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(SelectionError, match=keyword) as info:
         read_rules_file(str(path))
-    assert info.value.message == "rules file is not UTF-8 text"
     assert info.value.path == str(path)
+    assert info.value.exit_code == ExitCode.USAGE
+    assert fact in info.value.message
+    # convert reads it the same way, before it writes anything
+    src = st(tmp_path / "s.safetensors", [array_entry("a", np.zeros(1, "<f4"))])
+    with pytest.raises(SelectionError, match=keyword):
+        convert(src, tmp_path / "o.safetensors", ConvertOptions(remap_file=str(path)))
+    assert not (tmp_path / "o.safetensors").exists()
 
 
 def test_a_bad_rule_is_refused_naming_the_file_and_the_line(tmp_path):
@@ -94,40 +102,51 @@ def test_a_rules_file_is_read_as_utf8_whatever_the_locale(tmp_path):
 
 RULES = [("^a\\.(weight)$=b.$1", "why"), ("^c$=d", "given")]
 DECIDED = [("^x$=Linear", "value check one"), ("^y$=Other", "value check two")]
-NOT_RULES = (
-    "not remap rules: the layouts the target's values decided; without the target, pass them "
-    "to convert:"
-)
+
+
+def assert_module_types_follow_as_comments(lines: list[str], comment: str) -> None:
+    """The decided module types, each as its ``--module-type`` option and its evidence, in
+    order, on comment lines after a comment saying what they are."""
+    assert all(line.startswith(comment) for line in lines)
+    assert len(lines) == 1 + len(DECIDED)  # a line that says what they are, then one each
+    for line, (rule, evidence) in zip(lines[1:], DECIDED, strict=True):
+        assert f"--module-type '{rule}'" in line
+        assert f"({evidence})" in line
 
 
 def test_write_rules_text_file_is_one_rule_per_line_then_commented_module_types(tmp_path):
     path = tmp_path / "rules.txt"
     write_rules_file(str(path), RULES, force=False, module_types=DECIDED)
-    assert path.read_text(encoding="utf-8") == (
-        "# remap rules (ckptctl --remap-file), applied in order\n"
-        "^a\\.(weight)$=b.$1  # why\n"
-        "^c$=d  # given\n"
-        f"# {NOT_RULES}\n"
-        "# --module-type '^x$=Linear'  (value check one)\n"
-        "# --module-type '^y$=Other'  (value check two)\n"
-    )
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[0].startswith("# ")
+    assert lines[1:3] == ["^a\\.(weight)$=b.$1  # why", "^c$=d  # given"]
+    assert_module_types_follow_as_comments(lines[3:], "# ")
     assert read_rules_file(str(path)) == RULES  # the module types are comments
 
 
 def test_write_rules_rust_file_is_a_key_remapper_with_slash_comments(tmp_path):
     path = tmp_path / "rules.rs"
     write_rules_file(str(path), RULES, force=False, module_types=DECIDED)
-    assert path.read_text(encoding="utf-8") == (
-        "KeyRemapper::from_patterns(vec![\n"
-        "    // why\n"
-        '    (r#"^a\\.(weight)$"#, r#"b.$1"#),\n'
-        "    // given\n"
-        '    (r#"^c$"#, r#"d"#),\n'
-        "])\n"
-        f"// {NOT_RULES}\n"
-        "// --module-type '^x$=Linear'  (value check one)\n"
-        "// --module-type '^y$=Other'  (value check two)\n"
-    )
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[:6] == [
+        "KeyRemapper::from_patterns(vec![",
+        "    // why",
+        '    (r#"^a\\.(weight)$"#, r#"b.$1"#),',
+        "    // given",
+        '    (r#"^c$"#, r#"d"#),',
+        "])",
+    ]
+    assert_module_types_follow_as_comments(lines[6:], "// ")
+
+
+def test_write_rules_refuses_an_existing_file_without_force(tmp_path):
+    path = tmp_path / "rules.txt"
+    path.write_text("old", encoding="utf-8")
+    with pytest.raises(OutputError, match="exists"):
+        write_rules_file(str(path), RULES, force=False)
+    assert path.read_text(encoding="utf-8") == "old"
+    write_rules_file(str(path), RULES, force=True)
+    assert read_rules_file(str(path)) == RULES
 
 
 def test_rust_raw_strings_take_one_hash_more_than_the_rule_holds_after_a_quote(tmp_path):
