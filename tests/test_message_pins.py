@@ -15,8 +15,10 @@ if TYPE_CHECKING:
 #: an area's tests are rewritten to check the error class and the facts instead of the
 #: sentence; issue 47 is done at 0.10. Measured: 26.8 % (517 of 1930 test functions) when it
 #: was set; 24.7 % (471 of 1908) after the adapters' mutant files were folded into their areas;
-#: 21.2 % (434 of 2045) after those of convert, matching and the structural match were.
-CEILING = 0.22
+#: 21.2 % (434 of 2045) after those of convert, matching and the structural match were;
+#: 16.3 % (335 of 2053) after six of the formats' and io's mutant files were (each measured
+#: alone); 14.3 % (291 of 2038) with both.
+CEILING = 0.15
 
 
 def test_the_share_of_tests_that_pin_messages_only_goes_down() -> None:

@@ -683,7 +683,7 @@ def test_parsed_items_leave_no_rank_file_pages_mapped(case: str, tmp_path: Path)
     items on a 6.18 kernel, against a 64 MiB + largest-tensor bound), although the tensor
     bytes themselves are copied with reads. Without the release, these small files stay
     mapped (whole, by the kernel's fault-around)."""
-    from tests.test_io_mutants import mapped_kib
+    from tests.test_io import mapped_kib
 
     target = copy_case(case, tmp_path)
     rank_files = sorted(target.glob("*.distcp"))

@@ -1,11 +1,11 @@
-"""Edge cases of ``ckptctl.formats.pytorch._zipdir`` that mutation testing found (issue 17).
+"""The zip directory of a ``.pt`` file: end records, the central directory, local headers.
 
-The parser reads the zip end records, the central directory and the local headers of a ``.pt``
-file (spec section 2, APPNOTE 6.3.10). Archives here are built with the stdlib ``zipfile`` or
-packed by hand with ``zipfile``'s own record layouts (``structCentralDir``,
+``read_directory`` and ``local_header`` are the zip stage every reader of a ``.pt`` goes
+through (spec section 2, APPNOTE 6.3.10). Archives here are built with the stdlib ``zipfile``
+or packed by hand with ``zipfile``'s own record layouts (``structCentralDir``,
 ``structEndArchive`` ...), and where ``zipfile`` can read them its ``ZipInfo`` values are the
-expected ones. Error texts are what ``ckptctl`` prints (``ckptctl: error: PATH: MESSAGE`` and a
-``hint:`` line), so they are compared in full; limits are probed at the limit and one past it.
+expected ones. Refusals are checked by class, exit code, hint and a keyword plus the facts
+(record counts, byte positions, record names); limits are probed at the limit and one past it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from ckptctl.formats.pytorch._zipdir import ZipDirectory, ZipRecord, local_heade
 from ckptctl.sources import ByteSource
 
 VALID = Path(__file__).resolve().parents[2] / "fixtures" / "valid" / "pytorch"
-HINT = "the file looks truncated or damaged"
 U32 = 0xFFFFFFFF
 U16 = 0xFFFF
 
@@ -138,9 +137,15 @@ def parse_error(tmp_path: Path, data: bytes) -> CorruptCheckpointError:
     with pytest.raises(CorruptCheckpointError) as info:
         parse(tmp_path, data)
     assert type(info.value) is CorruptCheckpointError
-    assert info.value.hint == HINT
+    assert "truncated" in str(info.value.hint)
     assert info.value.exit_code == ExitCode.INPUT
     return info.value
+
+
+def assert_says(err: CorruptCheckpointError, fact: str) -> None:
+    """``err`` is about the zip archive and says ``fact``."""
+    assert err.message.startswith("corrupt zip archive: "), err.message
+    assert fact in err.message, err.message
 
 
 def expected_records(data: bytes) -> list[ZipRecord]:
@@ -296,23 +301,28 @@ def test_name_length_limit_is_inclusive(tmp_path: Path) -> None:
     got = parse(tmp_path, archive([central(b"n" * limit)]))
     assert got.records[0].name == "n" * limit
     err = parse_error(tmp_path, archive([central(b"n" * (limit + 1))]))
-    assert err.message == "corrupt zip archive: central directory entry runs past the directory"
+    assert_says(err, "entry runs past")
 
 
 # --- the end-of-central-directory record ---------------------------------------------------
 
 
-def test_no_end_record(tmp_path: Path) -> None:
-    for data in (b"", b"PK\x05\x06", b"PK\x03\x04" + bytes(100), bytes(22)):
-        err = parse_error(tmp_path, data)
-        assert err.message == "corrupt zip archive: no end-of-central-directory record"
-
-
-def test_signature_in_the_last_21_bytes_is_not_an_end_record(tmp_path: Path) -> None:
-    # 21 bytes from the signature on: one short of an end record, its comment length unreadable
-    for data in (bytes(10) + EOCD_SIG + bytes(17), EOCD_SIG + bytes(17)):
-        err = parse_error(tmp_path, data)
-        assert err.message == "corrupt zip archive: no end-of-central-directory record"
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"PK\x05\x06",
+        b"PK\x03\x04" + bytes(100),
+        bytes(22),
+        # 21 bytes from the signature on: one short of an end record, its comment length unreadable
+        bytes(10) + EOCD_SIG + bytes(17),
+        EOCD_SIG + bytes(17),
+        # a record 22 + 65536 bytes before the end: its comment could not reach the end
+        end_record(0, 0, 0) + b"c" * 0x10000,
+    ],
+)
+def test_no_end_record(tmp_path: Path, data: bytes) -> None:
+    assert_says(parse_error(tmp_path, data), "end-of-central-directory")
 
 
 def test_end_record_found_before_a_comment(tmp_path: Path) -> None:
@@ -329,14 +339,6 @@ def test_end_record_with_the_longest_comment(tmp_path: Path) -> None:
     assert got.eocd == (len(data) - 22 - 0xFFFF, len(data))
     assert got.records == [ZipRecord("w", 3, 0, 0, 0, 0, 0)]
     assert got.records == expected_records(data)
-
-
-def test_end_record_farther_than_the_longest_comment_is_not_found(tmp_path: Path) -> None:
-    # a record 22 + 65536 bytes before the end: its comment could not reach the end
-    data = archive([], comment=b"") + b"c" * 0x10000
-    assert data[:4] == EOCD_SIG
-    err = parse_error(tmp_path, data)
-    assert err.message == "corrupt zip archive: no end-of-central-directory record"
 
 
 def test_end_record_at_the_start_of_a_short_file(tmp_path: Path) -> None:
@@ -417,7 +419,7 @@ def test_last_22_bytes_are_taken_as_the_end_record(tmp_path: Path) -> None:
 def test_multi_disk_archives_are_refused(tmp_path: Path, disk: int, cd_disk: int) -> None:
     data = central(b"w") + end_record(1, 46 + 1, 0, disk=disk, cd_disk=cd_disk)
     err = parse_error(tmp_path, data)
-    assert err.message == "corrupt zip archive: multi-disk archives are not supported"
+    assert_says(err, "multi-disk")
 
 
 # --- the central directory's place and size ------------------------------------------------
@@ -428,7 +430,7 @@ def test_central_directory_starting_before_the_file_is_corrupt(tmp_path: Path) -
     # cd_size one more than the bytes before the end record
     data = entry + end_record(1, len(entry) + 1, 0)
     err = parse_error(tmp_path, data)
-    assert err.message == "corrupt zip archive: central directory offset is past its end records"
+    assert_says(err, "offset is past")
 
 
 def test_central_directory_offset_past_its_start_is_corrupt(tmp_path: Path) -> None:
@@ -436,7 +438,7 @@ def test_central_directory_offset_past_its_start_is_corrupt(tmp_path: Path) -> N
     data = bytes(10) + entry + end_record(1, len(entry), 10)
     assert parse(tmp_path, data).cd_start == 10  # the offset at the limit
     err = parse_error(tmp_path, bytes(10) + entry + end_record(1, len(entry), 11))
-    assert err.message == "corrupt zip archive: central directory offset is past its end records"
+    assert_says(err, "offset is past")
 
 
 def test_central_directory_at_the_start_of_the_file(tmp_path: Path) -> None:
@@ -453,12 +455,12 @@ def test_record_count_must_fit_the_directory_size(tmp_path: Path) -> None:
     data = archive([central(b""), central(b"")])
     assert [r.name for r in parse(tmp_path, data).records] == ["", ""]
     err = parse_error(tmp_path, archive([central(b""), central(b"")], count=3))
-    assert err.message == "corrupt zip archive: central directory claims 3 records in 92 bytes"
+    assert_says(err, "3 records in 92 bytes")
     # 2 * 46 = 92 bytes needed, 91 claimed
     entry = central(b"")
     data = entry + entry[:45] + end_record(2, 91, 0)
     err = parse_error(tmp_path, data)
-    assert err.message == "corrupt zip archive: central directory claims 2 records in 91 bytes"
+    assert_says(err, "2 records in 91 bytes")
 
 
 def test_record_limit_is_inclusive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -467,25 +469,18 @@ def test_record_limit_is_inclusive(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(_zipdir, "MAX_ZIP_RECORDS", 2)
     assert len(parse(tmp_path, archive([central(b"a"), central(b"b")])).records) == 2
     err = parse_error(tmp_path, archive([central(b"a"), central(b"b"), central(b"c")]))
-    assert err.message == "corrupt zip archive: central directory claims 3 records in 141 bytes"
+    assert_says(err, "3 records in 141 bytes")
 
 
 # --- central directory entries -------------------------------------------------------------
 
 
-def test_truncated_directory(tmp_path: Path) -> None:
-    first = central(b"0123456789")  # 56 bytes, then only 36 of the next entry's 46
-    data = first + central(b"")[:36]
-    assert len(data) == 92  # room for two entries by the count check
-    err = parse_error(tmp_path, data + end_record(2, len(data), 0))
-    assert err.message == "corrupt zip archive: central directory is truncated"
-
-
-def test_truncated_by_one_byte_is_reported_not_crashed(tmp_path: Path) -> None:
-    first = central(b"0123456789")  # 56 bytes, then 45 of the 46 bytes of the next entry
-    data = first + central(b"")[:45]
-    err = parse_error(tmp_path, data + end_record(2, len(data), 0))
-    assert err.message == "corrupt zip archive: central directory is truncated"
+@pytest.mark.parametrize("kept", [36, 45])
+def test_truncated_directory(tmp_path: Path, kept: int) -> None:
+    first = central(b"0123456789")  # 56 bytes, then only part of the next entry's 46
+    data = first + central(b"")[:kept]
+    assert len(data) >= 92  # room for two entries by the count check
+    assert_says(parse_error(tmp_path, data + end_record(2, len(data), 0)), "directory is truncated")
 
 
 def test_last_entry_may_end_exactly_at_the_directory_end(tmp_path: Path) -> None:
@@ -498,9 +493,9 @@ def test_bad_entry_signature_names_its_byte_in_the_directory(tmp_path: Path) -> 
     first = central(b"abc", extra=b"\x07\x00\x01\x00z", comment=b"cc")  # 46 + 3 + 5 + 2 = 56
     data = archive([first, central(b"x", sig=LOCAL_SIG)], body=bytes(16))
     err = parse_error(tmp_path, data)
-    assert err.message == "corrupt zip archive: bad central directory entry signature at byte 56"
+    assert_says(err, "signature at byte 56")
     err = parse_error(tmp_path, archive([central(b"x", sig=b"PK\x01\x03")]))
-    assert err.message == "corrupt zip archive: bad central directory entry signature at byte 0"
+    assert_says(err, "signature at byte 0")
 
 
 @pytest.mark.parametrize("part", ["name", "extra", "comment"])
@@ -511,7 +506,7 @@ def test_entry_running_past_the_directory(tmp_path: Path, part: str) -> None:
     n = struct.unpack_from("<H", entry, field)[0]
     bad = entry[:field] + struct.pack("<H", n + 1) + entry[field + 2 :]
     err = parse_error(tmp_path, bad + end_record(1, len(bad), 0))
-    assert err.message == "corrupt zip archive: central directory entry runs past the directory"
+    assert_says(err, "entry runs past")
 
 
 def test_entries_are_walked_by_name_extra_and_comment_lengths(tmp_path: Path) -> None:
@@ -591,7 +586,6 @@ def test_zip64_field_without_values_at_the_limit_changes_nothing(tmp_path: Path)
 
 
 def test_zip64_extra_too_short(tmp_path: Path) -> None:
-    short = "corrupt zip archive: zip64 extra field is too short"
     cases = [
         extra64(1),  # two fields at the limit, one value
         struct.pack("<HH", 1, 0),  # the header alone, at the very end of the extra
@@ -600,7 +594,7 @@ def test_zip64_extra_too_short(tmp_path: Path) -> None:
     ]
     for extra in cases:
         data = archive([central(b"w", fsize=U32, csize=U32, extra=extra)])
-        assert parse_error(tmp_path, data).message == short
+        assert_says(parse_error(tmp_path, data), "field is too short")
 
 
 def test_zip64_field_with_a_partial_value_uses_the_whole_ones(tmp_path: Path) -> None:
@@ -637,9 +631,7 @@ def test_zip64_field_length_bounds_its_body(tmp_path: Path) -> None:
     # a 7-byte tag-1 body followed by another field: the next field's bytes are not a value
     extra = struct.pack("<HH", 1, 7) + bytes(7) + struct.pack("<HH", 9, 4) + b"abcd"
     data = archive([central(b"w", fsize=U32, csize=3, extra=extra)])
-    assert (
-        parse_error(tmp_path, data).message == "corrupt zip archive: zip64 extra field is too short"
-    )
+    assert_says(parse_error(tmp_path, data), "field is too short")
 
 
 # --- zip64 end records ---------------------------------------------------------------------
@@ -673,15 +665,15 @@ def test_zip64_end_record_at_the_start_of_the_file(tmp_path: Path) -> None:
 
 
 def test_locator_without_a_zip64_end_record(tmp_path: Path) -> None:
-    msg = "corrupt zip archive: zip64 locator without a zip64 end record"
+    msg = "locator without"
     # the locator at byte 0: no room for the zip64 end record before it
-    assert parse_error(tmp_path, locator(0) + end_record(0, 0, 0)).message == msg
+    assert_says(parse_error(tmp_path, locator(0) + end_record(0, 0, 0)), msg)
     # room, but no signature
     data = bytes(56) + locator(0) + end_record(0, 0, 0)
-    assert parse_error(tmp_path, data).message == msg
+    assert_says(parse_error(tmp_path, data), msg)
     # 55 bytes before the locator: one short
     data = zip64_end(0, 0, 0)[1:] + locator(0) + end_record(0, 0, 0)
-    assert parse_error(tmp_path, data).message == msg
+    assert_says(parse_error(tmp_path, data), msg)
 
 
 def test_locator_found_only_right_before_the_end_record(tmp_path: Path) -> None:
@@ -697,30 +689,28 @@ def test_locator_found_only_right_before_the_end_record(tmp_path: Path) -> None:
 def test_zip64_multi_disk_is_refused(tmp_path: Path, d1: int, d2: int) -> None:
     data = zip64_end(0, 0, 0, d1=d1, d2=d2) + locator(0) + end_record(0, 0, 0)
     err = parse_error(tmp_path, data)
-    assert err.message == "corrupt zip archive: multi-disk archives are not supported"
+    assert_says(err, "multi-disk")
 
 
 @pytest.mark.parametrize("rec_size", [45, 43, 44 + 16, 0])
 def test_zip64_extensible_data_is_refused(tmp_path: Path, rec_size: int) -> None:
     data = zip64_end(0, 0, 0, rec_size=rec_size) + locator(0) + end_record(0, 0, 0)
     err = parse_error(tmp_path, data)
-    assert (
-        err.message == "corrupt zip archive: zip64 end record with extensible data is not supported"
-    )
+    assert_says(err, "extensible data")
 
 
 def test_zip64_central_directory_before_the_file_is_corrupt(tmp_path: Path) -> None:
     entry = central(b"w")
     data = entry + zip64_end(1, len(entry) + 1, 0) + locator(0) + end_record(1, len(entry), 0)
     err = parse_error(tmp_path, data)
-    assert err.message == "corrupt zip archive: central directory offset is past its end records"
+    assert_says(err, "offset is past")
 
 
 def test_zip64_counts_are_checked(tmp_path: Path) -> None:
     entry = central(b"w")
     data = entry + zip64_end(2, len(entry), 0) + locator(0) + end_record(1, len(entry), 0)
     err = parse_error(tmp_path, data)
-    assert err.message == "corrupt zip archive: central directory claims 2 records in 47 bytes"
+    assert_says(err, "2 records in 47 bytes")
 
 
 # --- local headers -------------------------------------------------------------------------

@@ -1,16 +1,18 @@
-"""Edge cases of ``ckptctl.formats.pytorch._structure`` that mutation testing found untested
-(issue 17): naming, the walk's limits, the checkpoint kind and notes, entry checks, gathering.
+"""What the PyTorch reader makes of the unpickled object tree: names, the walk's limits, the
+checkpoint kind and its notes, entry checks, gathering strided and byte-swapped tensors.
 
 Object trees are built from the unpickler's own node types (``StorageRef``, ``TensorRef``,
-``Stub``), the shapes the unpickler hands over for the pickles of spec sections 3, 9 and 10;
-storage bytes come from ``struct`` / numpy. Notes are checked on torch-written fixtures.
-Error texts and hints are what ``ckptctl`` prints, so they are compared in full; limits are
-probed at the limit and one past it.
+``Stub``), the shapes the unpickler hands over for the pickles of spec sections 3, 9 and 10, and
+go through ``analyse`` and ``make_entries``, the structure stage's entry points; storage bytes
+come from ``struct`` / numpy, and values are compared after ``load()``. Notes are also checked
+on torch-written fixtures. Refusals are checked by class, exit code, a keyword and the facts
+(tensor name, element index, shape); limits are probed at the limit and one past it.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ckptctl.dtypes import DType
+from ckptctl.dtypes import TORCH_NAMES, DType
 from ckptctl.errors import CorruptCheckpointError, ExitCode
 from ckptctl.formats import open_checkpoint
 from ckptctl.formats.pytorch import _structure
@@ -30,9 +32,6 @@ from ckptctl.formats.pytorch._structure import (
     MAX_OBJECT_TEXT,
     MAX_OBJECTS,
     Analysis,
-    _contiguous,
-    _gather,
-    _short,
     analyse,
 )
 from ckptctl.formats.pytorch._unpickler import StorageRef, StorageType, Stub, TensorRef, _stub_type
@@ -44,11 +43,12 @@ PT = VALID / "pytorch"
 FLOAT = StorageType("torch.FloatStorage", "float32")
 BYTE = StorageType("torch.ByteStorage", "uint8")
 UNTYPED = StorageType("torch.UntypedStorage", None)
-DAMAGED = "the file is damaged or crafted"
-SHARED_NOTE = (
-    "{} tensors share a storage with another tensor (tied weights or views); "
-    "each is listed with its own shape and values"
-)
+
+
+def assert_shared_note(notes: list[str], count: int) -> None:
+    """``notes`` is the one note that ``count`` tensors share a storage."""
+    assert len(notes) == 1
+    assert re.match(rf"{count} tensors share a storage\b", notes[0]), notes
 
 
 def f32(*values: float) -> bytes:
@@ -153,6 +153,7 @@ def entry_error(build: Build, t: TensorRef, blobs: dict[str, bytes]) -> CorruptC
         build({"w": t}, blobs)
     assert type(info.value) is CorruptCheckpointError
     assert info.value.exit_code == ExitCode.INPUT
+    assert "'w'" in info.value.message
     return info.value
 
 
@@ -168,8 +169,16 @@ def entry_error(build: Build, t: TensorRef, blobs: dict[str, bytes]) -> CorruptC
         ("Net", "Net"),
     ],
 )
-def test_short_class_name_drops_torchscript_mangling(qualname: str, short: str) -> None:
-    assert _short(qualname) == short
+def test_a_module_is_named_by_its_class_without_torchscript_mangling(
+    qualname: str, short: str
+) -> None:
+    w = tensor(ref())
+    analysis = run(stub(qualname, module_state({"weight": w})))
+    assert analysis.kind == CheckpointKind.MODULE
+    assert [(f.name, f.module_type) for f in analysis.found] == [("weight", short)]
+    (note,) = analysis.notes
+    assert re.search(rf"\b{short} object\b.*state_dict", note), note
+    assert "mangle" not in note
 
 
 def test_module_state_with_a_slot_dict_is_a_module() -> None:
@@ -178,7 +187,8 @@ def test_module_state_with_a_slot_dict_is_a_module() -> None:
     state = (module_state({"weight": w}), {"cache": tensor(ref("1"))})
     analysis = run(stub("model.Net", state))
     assert analysis.kind == CheckpointKind.MODULE
-    assert analysis.notes == ["a pickled Net object, listed with its state_dict() names"]
+    (note,) = analysis.notes
+    assert re.search(r"\bNet object\b.*state_dict", note), note
     assert [(f.name, f.tensor, f.module_type) for f in analysis.found] == [("weight", w, "Net")]
 
 
@@ -282,23 +292,22 @@ def test_bare_storage_at_the_root_is_listed_as_tensor() -> None:
     analysis = run(ref("0", FLOAT, 3))
     assert [f.name for f in analysis.found] == ["tensor"]
     assert analysis.kind == CheckpointKind.TENSOR
-    assert analysis.notes == ["a single bare tensor, listed as 'tensor'"]
+    (note,) = analysis.notes
+    assert re.search(r"\bbare tensor\b.*'tensor'", note), note
 
 
 def test_walk_node_limit_is_inclusive(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_structure, "MAX_WALK_NODES", 4)
     assert run({"a": 1, "b": 2, "c": 3}).objects == {"a": 1, "b": 2, "c": 3}  # 4 nodes
-    with pytest.raises(CorruptCheckpointError) as info:
+    with pytest.raises(CorruptCheckpointError, match=r"\bmore than 4 objects\b"):
         run({"a": 1, "b": 2, "c": 3, "d": 4})  # 5 nodes
-    assert info.value.message == "the pickle describes more than 4 objects (a memo bomb?)"
 
 
 def test_tensor_limit_is_inclusive(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_structure, "MAX_TENSORS", 2)
     assert names({"a": tensor(ref("0")), "b": tensor(ref("1"))}) == ["a", "b"]
-    with pytest.raises(CorruptCheckpointError) as info:
+    with pytest.raises(CorruptCheckpointError, match=r"^more than 2 tensors$"):
         run({"a": tensor(ref("0")), "b": tensor(ref("1")), "c": tensor(ref("2"))})
-    assert info.value.message == "more than 2 tensors"
 
 
 # --- plain values ---------------------------------------------------------------------------
@@ -355,21 +364,24 @@ def test_values_are_nested_as_in_the_checkpoint() -> None:
 # --- kinds and notes ------------------------------------------------------------------------
 
 
-def test_notes_of_torch_written_fixtures() -> None:
-    expected = {
-        "bare_tensor.pt": ["a single bare tensor, listed as 'tensor'"],
-        "empty_checkpoint.pt": ["the file holds no tensors"],
-        # six tensors over one 4x4 storage (fixtures/README.md)
-        "shared_storage.pt": [SHARED_NOTE.format(6)],
-    }
-    for name, notes in expected.items():
-        with open_checkpoint(PT / name) as ckpt:
-            assert ckpt.notes == notes, name
+@pytest.mark.parametrize(
+    ("name", "note"),
+    [
+        ("bare_tensor.pt", r"\bbare tensor\b.*'tensor'"),
+        ("empty_checkpoint.pt", r"\bno tensors$"),
+        ("shared_storage.pt", r"^6 tensors share a storage\b"),  # six over one 4x4 storage
+        ("torchscript.pt", r"^a TorchScript archive of FixtureNet\b.*state_dict"),
+    ],
+)
+def test_notes_of_torch_written_fixtures(name: str, note: str) -> None:
+    with open_checkpoint(PT / name) as ckpt:
+        assert re.search(note, ckpt.notes[0]), ckpt.notes
+        assert len(ckpt.notes) == 1 or name == "torchscript.pt"
+
+
+def test_torchscript_fixture_names_its_module_class() -> None:
     with open_checkpoint(PT / "torchscript.pt") as ckpt:
         assert ckpt.structure is not None
-        assert ckpt.notes[0] == (
-            "a TorchScript archive of FixtureNet, listed with its state_dict() names"
-        )
         assert ckpt.structure.module_class == "__torch__._fixture_models.FixtureNet"
         assert ckpt.structure.top_level_tensors == 0
 
@@ -378,13 +390,13 @@ def test_torchscript_module_class_is_demangled() -> None:
     root = stub("__torch__.___torch_mangle_9.Net", {"w": tensor(ref())})
     analysis = run(root, "torchscript")
     assert analysis.structure.module_class == "__torch__.Net"
-    assert analysis.notes == ["a TorchScript archive of Net, listed with its state_dict() names"]
+    assert re.search(r"^a TorchScript archive of Net\b.*state_dict", analysis.notes[0])
 
 
 def test_torchscript_archive_whose_root_is_not_a_module() -> None:
     analysis = run({"w": tensor(ref())}, "torchscript")
     assert analysis.kind == CheckpointKind.TORCHSCRIPT
-    assert analysis.notes == ["a TorchScript archive of ?, listed with its state_dict() names"]
+    assert re.search(r"^a TorchScript archive of \?.*state_dict", analysis.notes[0])
     assert analysis.structure.top_level_tensors == 0
     assert analysis.structure.module_class is None
 
@@ -397,7 +409,7 @@ def test_tensors_over_one_storage_by_value_are_shared(build: Build) -> None:
     one = ref("7", numel=4, inline=blob)  # the memo hands both tensors the same object
     notes: list[str] = []
     entries = build({"a": tensor(one), "b": tensor(one, offset=2)}, {}, notes=notes)
-    assert notes == [SHARED_NOTE.format(2)]
+    assert_shared_note(notes, 2)
     assert [e.extra for e in entries] == [
         {"storage": "7", "storage_offset": "0", "stride": "1", "storage_nbytes": "16"},
         {"storage": "7", "storage_offset": "2", "stride": "1", "storage_nbytes": "16"},
@@ -425,7 +437,7 @@ def test_shared_note_counts_every_tensor_of_a_shared_storage(build: Build) -> No
     }
     notes: list[str] = []
     entries = build(root, {"0": f32(0, 1, 2, 3, 4, 5), "1": f32(6, 7)}, notes=notes)
-    assert notes == [SHARED_NOTE.format(3)]
+    assert_shared_note(notes, 3)
     assert [e.extra.get("storage_nbytes") for e in entries] == ["24", "24", "24", None]
     assert entries[2].extra["stride"] == "1,2"
     np.testing.assert_array_equal(entries[2].load(), [[0, 2], [1, 3]])
@@ -437,15 +449,17 @@ def test_shared_note_counts_every_tensor_of_a_shared_storage(build: Build) -> No
 @pytest.mark.parametrize(
     ("t", "message"),
     [
-        (tensor(None), "tensor 'w' has no storage"),
-        (tensor(ref(), dtype="int32"), "tensor 'w' is int32 but its storage holds float32"),
-        (tensor(ref(), (2, 2), (2,)), "tensor 'w' has 2 sizes but 1 strides"),
-        (tensor(ref("9")), "tensor 'w' uses storage '9', not in the file"),
+        (tensor(None), r"\bno storage"),
+        (tensor(ref(), dtype="int32"), r"\bint32 .*storage .*float32$"),
+        (tensor(ref(), (2, 2), (2,)), r"\b2 sizes but 1 strides$"),
+        (tensor(ref("9")), r"\bstorage '9', not in the file$"),
     ],
 )
-def test_entry_error_messages(build: Build, t: TensorRef, message: str) -> None:
+def test_entry_errors_name_the_tensor_and_the_fault(
+    build: Build, t: TensorRef, message: str
+) -> None:
     err = entry_error(build, t, {"0": f32(1, 2, 3, 4)})
-    assert err.message == message
+    assert re.search(message, err.message), err.message
     assert err.hint is None
 
 
@@ -453,10 +467,9 @@ def test_legacy_storage_view_may_end_exactly_at_its_storage(build: Build) -> Non
     blobs = {"0": f32(0, 1, 2, 3)}
     (at,) = build({"w": tensor(ref(view=("v", 1, 3)), (3,))}, blobs)
     np.testing.assert_array_equal(at.load(), [1, 2, 3])
-    err = entry_error(build, tensor(ref(view=("v", 1, 4)), (3,)), blobs)
-    assert err.message == "tensor 'w' uses a storage view past its storage"
-    err = entry_error(build, tensor(ref(view=("v", 4, 1)), (1,)), blobs)
-    assert err.message == "tensor 'w' uses a storage view past its storage"
+    for view, size in ((("v", 1, 4), 3), (("v", 4, 1), 1)):
+        err = entry_error(build, tensor(ref(view=view), (size,)), blobs)
+        assert re.search(r"\bstorage view past\b", err.message), err.message
 
 
 def test_storage_view_offset_applies_to_gathered_tensors(build: Build) -> None:
@@ -471,8 +484,8 @@ def test_last_element_read_is_checked_against_the_storage(build: Build) -> None:
     (e,) = build({"w": tensor(ref(), (2,), (3,))}, blobs)  # elements 0 and 3
     np.testing.assert_array_equal(e.load(), [0, 3])
     err = entry_error(build, tensor(ref(), (2,), (3,), offset=1), blobs)
-    assert err.message == "tensor 'w' reads element 4 of a storage with 4 elements"
-    assert err.hint == DAMAGED
+    assert re.search(r"\belement 4 .* 4 elements$", err.message), err.message
+    assert "damaged" in str(err.hint)
 
 
 @pytest.mark.parametrize(("stype", "dtype"), [(BYTE, DType.U8), (FLOAT, DType.F32)])
@@ -491,20 +504,20 @@ def test_empty_shape_size_limit_is_numpys(build: Build, stype: StorageType, dtyp
     over = (0, largest + 1)
     err = entry_error(build, tensor(ref(stype=stype, numel=0), over, (largest + 1, 1),
                                     dtype=torch_dtype), {"0": b""})  # fmt: skip
-    assert err.message == f"tensor 'w' has shape {list(over)}, too large to represent"
-    assert err.hint == DAMAGED
+    assert re.search(rf"\bshape {re.escape(str(list(over)))}, too large\b", err.message)
+    assert "damaged" in str(err.hint)
 
 
 def test_shape_size_limit_for_a_non_empty_tensor(build: Build) -> None:
     largest = 2**63 - 1  # bytes, so elements of uint8
     err = entry_error(build, tensor(ref(stype=BYTE, numel=1), (largest,), dtype="uint8"),
                       {"0": b"\1"})  # fmt: skip
-    assert err.message == f"tensor 'w' reads element {largest - 1} of a storage with 1 elements"
-    assert err.hint == DAMAGED
+    assert re.search(rf"\belement {largest - 1} .* 1 elements$", err.message), err.message
+    assert "damaged" in str(err.hint)
     err = entry_error(build, tensor(ref(stype=BYTE, numel=1), (largest + 1,), dtype="uint8"),
                       {"0": b"\1"})  # fmt: skip
-    assert err.message == f"tensor 'w' has shape [{largest + 1}], too large to represent"
-    assert err.hint == DAMAGED
+    assert re.search(rf"\bshape \[{largest + 1}\], too large\b", err.message), err.message
+    assert "damaged" in str(err.hint)
 
 
 def test_empty_tensors_have_no_file_offset() -> None:
@@ -544,37 +557,30 @@ def test_untyped_storage_with_a_partial_trailing_element(build: Build) -> None:
     (DType.F8_E5M2, [0x3C, 0x00, 0xC0], [0xBC, 0x80, 0x40]),
 ])  # fmt: skip
 def test_neg_flag_flips_the_sign_bit_of_raw_bit_formats(
-    dtype: DType, codes: list[int], negated: list[int]
+    build: Build, dtype: DType, codes: list[int], negated: list[int]
 ) -> None:
     assert struct.unpack(">H", struct.pack(">f", 1.0)[:2]) == (0x3F80,)
     raw = np.array(codes, dtype=dtype.numpy).tobytes()
-    t = tensor(ref(), (3,), (1,), flags=frozenset({"neg"}))
-    out = _gather(raw, dtype, t, 0, 3, "little")
-    assert out.dtype == dtype.numpy
+    t = tensor(ref(stype=UNTYPED, numel=len(raw)), (3,), (1,), dtype=TORCH_NAMES[dtype],
+               flags=frozenset({"neg"}))  # fmt: skip
+    (e,) = build({"w": t}, {"0": raw})
+    out = e.load()
+    assert (e.dtype, out.dtype) == (dtype, dtype.numpy)
     assert out.tolist() == negated
 
 
-def test_gathering_an_empty_tensor_keeps_its_dtype() -> None:
-    t = tensor(ref(), (0, 3), (3, 1), dtype="float16")
-    out = _gather(b"", DType.F16, t, 0, 0, "little")
+def test_an_empty_tensor_loads_with_its_dtype(build: Build) -> None:
+    half = StorageType("torch.HalfStorage", "float16")
+    t = tensor(ref(stype=half, numel=0), (0, 3), (3, 1), dtype="float16")
+    (e,) = build({"w": t}, {"0": b""}, in_file=False)
+    out = e.load()
     assert (out.shape, out.dtype) == ((0, 3), np.dtype(np.float16))
 
 
-def test_gathering_a_contiguous_tensor_does_not_copy_or_expose_the_storage() -> None:
-    storage = bytearray(f32(1, 2, 3, 4))
-    before = bytes(storage)
-    out = _gather(
-        memoryview(storage), DType.F32, tensor(ref(), (2,), (1,), offset=1), 0, 4, "little"
-    )
+def test_a_contiguous_tensor_loads_as_a_read_only_view_of_its_storage(build: Build) -> None:
+    (e,) = build({"w": tensor(ref(), (2,), (1,), offset=1)}, {"0": f32(1, 2, 3, 4)})
+    assert e.offset == 1 + 4  # one element into the storage, which starts at byte 1
+    out = e.load()
     np.testing.assert_array_equal(out, [2, 3])
-    assert np.shares_memory(out, np.frombuffer(storage, dtype=np.uint8))  # no second copy
     with pytest.raises(ValueError, match="read-only"):
         out[0] = 9.0
-    assert bytes(storage) == before
-
-
-def test_contiguous_requires_one_stride_per_dimension() -> None:
-    assert _contiguous((2, 3), (3, 1))
-    assert not _contiguous((2, 3), (1, 2))
-    with pytest.raises(ValueError, match="zip"):
-        _contiguous((2, 3), (1,))
