@@ -19,17 +19,8 @@ from ckptctl.cli._options import (
     state_key_option,
 )
 from ckptctl.errors import ExitCode
-from ckptctl.report.verify import ALWAYS_REPORTED, CHECKS
-
-#: Configuration key -> the option's parameter name.
-_PARAMS = {
-    "check": "checks",
-    "skip": "skip",
-    "allow-global": "allow_globals",
-    "min-tensors": "min_tensors",
-    "no-nan": "no_nan",
-    "state-key": "state_key",
-}
+from ckptctl.ops.config import SETTINGS
+from ckptctl.ops.verify import ALWAYS_REPORTED, CHECKS
 
 
 @click.command("verify")
@@ -207,13 +198,11 @@ def command(
 
     ctx = click.get_current_context()
     given = {
-        key: ctx.params[name]
-        for key, name in _PARAMS.items()
-        if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+        key: list(value) if isinstance(value, tuple) else value  # repeatable: as TOML's lists
+        for key, setting in SETTINGS.items()
+        if ctx.get_parameter_source(setting.param) is ParameterSource.COMMANDLINE
+        for value in (ctx.params[setting.param],)
     }
-    for key in ("check", "skip", "allow-global"):
-        if key in given:
-            given[key] = list(given[key])
     if fmt is OutputFormat.SARIF and (show_config or print_safe_globals):
         flag = "--show-config" if show_config else "--print-safe-globals"
         raise click.UsageError(f"--format sarif reports checks; {flag} prints text or --json")
