@@ -14,8 +14,9 @@ if TYPE_CHECKING:
 #: rounded up, so a new pin fails this test and the share can only go down. Lower it whenever
 #: an area's tests are rewritten to check the error class and the facts instead of the
 #: sentence; issue 47 is done at 0.10. Measured: 26.8 % (517 of 1930 test functions) when it
-#: was set; 24.7 % (471 of 1908) after the adapters' mutant files were folded into their areas.
-CEILING = 0.25
+#: was set; 24.7 % (471 of 1908) after the adapters' mutant files were folded into their areas;
+#: 20.2 % (413 of 2046) after verify's mutant file was folded into tests/ops/verify/.
+CEILING = 0.21
 
 
 def test_the_share_of_tests_that_pin_messages_only_goes_down() -> None:
