@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import click
 from click.core import ParameterSource
@@ -19,17 +20,12 @@ from ckptctl.cli._options import (
     state_key_option,
 )
 from ckptctl.errors import ExitCode
-from ckptctl.report.verify import ALWAYS_REPORTED, CHECKS
+from ckptctl.ops.config import SETTINGS
+from ckptctl.ops.verify import ALWAYS_REPORTED, CHECKS
 
-#: Configuration key -> the option's parameter name.
-_PARAMS = {
-    "check": "checks",
-    "skip": "skip",
-    "allow-global": "allow_globals",
-    "min-tensors": "min_tensors",
-    "no-nan": "no_nan",
-    "state-key": "state_key",
-}
+if TYPE_CHECKING:
+    from ckptctl.model import JSONValue
+    from ckptctl.report.verify import VerifyReport
 
 
 @click.command("verify")
@@ -203,17 +199,8 @@ def command(
       ckptctl verify model.safetensors --hashes model.manifest
     """
     from ckptctl.ops.config import VerifyConfig, load_verify_config, settings_in_force
-    from ckptctl.ops.verify import verify
 
     ctx = click.get_current_context()
-    given = {
-        key: ctx.params[name]
-        for key, name in _PARAMS.items()
-        if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
-    }
-    for key in ("check", "skip", "allow-global"):
-        if key in given:
-            given[key] = list(given[key])
     if fmt is OutputFormat.SARIF and (show_config or print_safe_globals):
         flag = "--show-config" if show_config else "--print-safe-globals"
         raise click.UsageError(f"--format sarif reports checks; {flag} prints text or --json")
@@ -226,12 +213,45 @@ def command(
         snippet = safe_globals_for(files)
         return emit_verdict(snippet, fmt, 0)
     config = VerifyConfig() if no_config else load_verify_config()
-    shown = settings_in_force(config, given, os.getcwd())
+    shown = settings_in_force(config, _given(ctx), os.getcwd())
     if show_config:
         return emit_verdict(shown, fmt, 0)
     values = {s.key: s.value for s in shown.settings}
+    report = _verify(
+        files, values, config.root, expect=expect, optimizer=optimizer, trust=trust, jobs=jobs,
+        hashes=hashes,
+    )  # fmt: skip
+    code = ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
+    return emit_verdict(report, fmt, code, quiet=quiet, verbose=verbose)
+
+
+def _given(ctx: click.Context) -> dict[str, JSONValue]:
+    """The settings given as options on the command line (repeatable ones as lists, as the
+    configuration file gives them)."""
+    return {
+        key: list(value) if isinstance(value, tuple) else value
+        for key, setting in SETTINGS.items()
+        if ctx.get_parameter_source(setting.param) is ParameterSource.COMMANDLINE
+        for value in (ctx.params[setting.param],)
+    }
+
+
+def _verify(
+    files: tuple[str, ...],
+    values: dict[str, JSONValue],
+    root: str | None,
+    *,
+    expect: str | None,
+    optimizer: str | None,
+    trust: bool,
+    jobs: int,
+    hashes: str | None,
+) -> VerifyReport:
+    """The checks, with the settings in force (``values``: key -> value)."""
+    from ckptctl.ops.verify import verify
+
     allow = values["allow-global"]
-    report = verify(
+    return verify(
         files,
         state_key=values["state-key"],
         no_nan=bool(values["no-nan"]),
@@ -242,10 +262,8 @@ def command(
         skip=values["skip"],
         allow_globals=allow if isinstance(allow, list) else (),
         allow_globals_for=allow if isinstance(allow, dict) else None,
-        globs_root=config.root,
+        globs_root=root,
         trust=trust,
         jobs=jobs,
         hashes=hashes,
     )
-    code = ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
-    return emit_verdict(report, fmt, code, quiet=quiet, verbose=verbose)

@@ -38,7 +38,7 @@ from ckptctl.fix import closest
 from ckptctl.report.config import ConfigReport, ConfigSetting
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from ckptctl.model import JSONValue
 
@@ -50,27 +50,17 @@ else:  # pragma: no cover - Python 3.10
 __all__ = [
     "CONFIG_KEYS",
     "DEFAULTS",
+    "SETTINGS",
     "ConfigError",
+    "Setting",
     "VerifyConfig",
     "find_config",
     "load_verify_config",
     "settings_in_force",
 ]
 
-#: Every key of the ``verify`` table, in the order ``--show-config`` prints them.
-CONFIG_KEYS = ("check", "skip", "allow-global", "min-tensors", "no-nan", "state-key")
 #: Largest configuration file read.
 MAX_CONFIG_BYTES = 1 << 20
-
-#: What each key is when neither the command line nor a file sets it.
-DEFAULTS: dict[str, JSONValue] = {
-    "check": [],
-    "skip": [],
-    "allow-global": [],
-    "min-tensors": None,
-    "no-nan": False,
-    "state-key": None,
-}
 
 _PYPROJECT_TABLE = ("tool", "ckptctl", "verify")
 _OWN_TABLE = ("verify",)
@@ -202,50 +192,104 @@ def _unknown(path: str, text: str, table: tuple[str, ...], key: str, known: Iter
 
 def _checked(path: str, line: int, key: str, value: object) -> JSONValue:
     """``value`` if it has the key's type, else a ConfigError naming the line."""
-    from ckptctl.report.verify import ALWAYS_REPORTED, CHECKS
+    return SETTINGS[key].check(path, line, key, value)
 
-    def fail(expected: str) -> ConfigError:
-        return ConfigError(f"line {line}: {key!r} must be {expected}", path=path)
 
-    def names(item: object, what: str) -> list[str]:
-        if not isinstance(item, list) or not all(isinstance(n, str) for n in item):
-            raise fail(what)
-        return list(item)
+def _fail(path: str, line: int, key: str, expected: str) -> ConfigError:
+    return ConfigError(f"line {line}: {key!r} must be {expected}", path=path)
 
-    if key in ("check", "skip"):
-        listed = names(value, "a list of check names")
-        allowed = [c for c in CHECKS if key == "check" or c not in ALWAYS_REPORTED]
-        for name in listed:
-            if name not in allowed:
-                guess = closest(name, allowed)
-                raise ConfigError(
-                    f"line {line}: unknown check {name!r} in {key!r}",
-                    path=path,
-                    hint=(f"did you mean {guess!r}? " if guess else "")
-                    + "checks: "
-                    + ", ".join(allowed),
-                )
-        return list(listed)
-    if key == "allow-global":
-        if isinstance(value, dict):
-            return {
-                str(glob): list(names(v, "a list of MODULE.NAME strings per glob"))
-                for glob, v in value.items()
-            }
-        return list(
-            names(value, "a list of MODULE.NAME strings, or a table of glob = [MODULE.NAME, ...]")
+
+def _names(path: str, line: int, key: str, item: object, what: str) -> list[str]:
+    if not isinstance(item, list) or not all(isinstance(n, str) for n in item):
+        raise _fail(path, line, key, what)
+    return list(item)
+
+
+def _check_names(path: str, line: int, key: str, value: object) -> JSONValue:
+    """``check``/``skip``: known check names (``skip`` never names one always reported)."""
+    from ckptctl.ops.verify._registry import ALWAYS_REPORTED, CHECKS
+
+    listed = _names(path, line, key, value, "a list of check names")
+    allowed = [c for c in CHECKS if key == "check" or c not in ALWAYS_REPORTED]
+    for name in listed:
+        if name not in allowed:
+            guess = closest(name, allowed)
+            raise ConfigError(
+                f"line {line}: unknown check {name!r} in {key!r}",
+                path=path,
+                hint=(f"did you mean {guess!r}? " if guess else "")
+                + "checks: "
+                + ", ".join(allowed),
+            )
+    return list(listed)
+
+
+def _globals(path: str, line: int, key: str, value: object) -> JSONValue:
+    """``allow-global``: a list of globals, or a table of path glob -> list."""
+    if isinstance(value, dict):
+        return {
+            str(glob): list(_names(path, line, key, v, "a list of MODULE.NAME strings per glob"))
+            for glob, v in value.items()
+        }
+    return list(
+        _names(
+            path,
+            line,
+            key,
+            value,
+            "a list of MODULE.NAME strings, or a table of glob = [MODULE.NAME, ...]",
         )
-    if key == "min-tensors":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise fail("a whole number of at least 0")
-        return value
-    if key == "no-nan":
-        if not isinstance(value, bool):
-            raise fail("true or false")
-        return value
-    if not isinstance(value, str) or not value:  # state-key
-        raise fail("a non-empty string (a dotted key such as 'model')")
+    )
+
+
+def _count(path: str, line: int, key: str, value: object) -> JSONValue:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _fail(path, line, key, "a whole number of at least 0")
     return value
+
+
+def _flag(path: str, line: int, key: str, value: object) -> JSONValue:
+    if not isinstance(value, bool):
+        raise _fail(path, line, key, "true or false")
+    return value
+
+
+def _dotted_key(path: str, line: int, key: str, value: object) -> JSONValue:
+    if not isinstance(value, str) or not value:
+        raise _fail(path, line, key, "a non-empty string (a dotted key such as 'model')")
+    return value
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One key of the ``verify`` table.
+
+    Attributes:
+        param: the parameter of ``verify``'s option for it (``cli/verify.py``), whose value
+            given on the command line replaces the file's.
+        default: its value when neither the command line nor a file sets it.
+        check: ``(path, line, key, value) -> value``, raising a ConfigError for a wrong type.
+    """
+
+    param: str
+    default: JSONValue
+    check: Callable[[str, int, str, object], JSONValue]
+
+
+#: Every key of the ``verify`` table, in the order ``--show-config`` prints them: a new
+#: setting is one entry here (and its option in ``cli/verify.py``).
+SETTINGS: dict[str, Setting] = {
+    "check": Setting("checks", [], _check_names),
+    "skip": Setting("skip", [], _check_names),
+    "allow-global": Setting("allow_globals", [], _globals),
+    "min-tensors": Setting("min_tensors", None, _count),
+    "no-nan": Setting("no_nan", False, _flag),
+    "state-key": Setting("state_key", None, _dotted_key),
+}
+#: The keys, in the order ``--show-config`` prints them.
+CONFIG_KEYS = tuple(SETTINGS)
+#: What each key is when neither the command line nor a file sets it.
+DEFAULTS: dict[str, JSONValue] = {key: s.default for key, s in SETTINGS.items()}
 
 
 def settings_in_force(

@@ -206,25 +206,14 @@ def convert(
                     rule for rule, _, _ in declared))  # fmt: skip
                 items, notes = run_pipeline(entries, pipeline, target_specs, modules)
         if opts.write_rules:
-            given = [(r, "given") for r in pipeline.remap[: len(pipeline.remap) - len(inferred)]]
-            made = [(rule_text(p, r), e) for p, r, e in inferred]
-            decided = [(rule, evidence) for rule, evidence, _ in declared]
-            write_rules_file(opts.write_rules, [*given, *made], force=opts.force,
-                             module_types=decided)  # fmt: skip
+            _write_rules(opts.write_rules, pipeline, inferred, declared, force=opts.force)
         warnings: list[str | Note] = [*notes, *(note for _, _, note in declared)]
-        rope = needs_interleaving(
-            [(i.source, i.entry.name) for i in items if i.entry is not None], pipeline.adapters
-        )
+        rope = _rope_moves(items, pipeline.adapters)
         heads = _config_heads(src) if rope else None
         if heads is not None:  # the model's config.json says the head counts: no need to ask
-            adapter, where = heads
-            pipeline = replace(pipeline, adapters=(*pipeline.adapters, adapter))
+            pipeline = replace(pipeline, adapters=(*pipeline.adapters, heads[0]))
             items, notes = run_pipeline(entries, pipeline, target_specs, modules)
-            warnings.append(
-                f"{len(rope)} q/k projections go from Hugging Face's q_proj/k_proj to wq/wk: "
-                f"added --adapter {adapter} (the RoPE layout Meta's Llama and llama-burn use; "
-                f"head counts from {where})"
-            )
+            warnings.append(_rope_added(len(rope), *heads))
             rope = []
         if rope and target_specs is None:
             warnings.append(_rope_note(len(rope)))
@@ -434,6 +423,36 @@ def _config_heads(src: str | os.PathLike[str]) -> tuple[str, str] | None:
     if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (heads, kv)):
         return None
     return f"rope-interleaved:{heads},{kv}", config
+
+
+def _write_rules(
+    path: str,
+    pipeline: PipelineOptions,
+    inferred: tuple[tuple[str, str, str], ...],
+    declared: list[tuple[str, str, Note]],
+    *,
+    force: bool,
+) -> None:
+    """``--write-rules``: the given rules, the inferred ones with their evidence, and the
+    layouts the target's values decided (as commented ``--module-type`` flags)."""
+    given = [(r, "given") for r in pipeline.remap[: len(pipeline.remap) - len(inferred)]]
+    made = [(rule_text(p, r), e) for p, r, e in inferred]
+    decided = [(rule, evidence) for rule, evidence, _ in declared]
+    write_rules_file(path, [*given, *made], force=force, module_types=decided)
+
+
+def _rope_moves(items: list[PlanItem], adapters: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The (source, output) q/k projections that need a RoPE adapter ``adapters`` lacks."""
+    return needs_interleaving([(i.source, i.entry.name) for i in items if i.entry], adapters)
+
+
+def _rope_added(count: int, adapter: str, where: str) -> str:
+    """The note that says the RoPE adapter was added with the config's head counts."""
+    return (
+        f"{count} q/k projections go from Hugging Face's q_proj/k_proj to wq/wk: added "
+        f"--adapter {adapter} (the RoPE layout Meta's Llama and llama-burn use; head counts "
+        f"from {where})"
+    )
 
 
 def _rope_note(count: int) -> Note:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
@@ -176,16 +176,38 @@ def diff_checkpoints(
         options=opts,
         warnings=tuple(warnings),
     )
+    engine = _Engine(entries_a, pipeline, specs_b, b, modules, items)
+    return _with_fixes(report, outputs, entries_b, engine)
+
+
+@dataclass(frozen=True)
+class _Engine:
+    """What the structure engine needs to infer A's names from B's (as ``convert --target``)."""
+
+    entries_a: list[TensorEntry]
+    pipeline: PipelineOptions
+    specs_b: Specs
+    path_b: str | os.PathLike[str]
+    modules: Mapping[str, tuple[str, Mapping[str, JSONValue]]] | None
+    items: list[PlanItem]
+
+
+def _with_fixes(
+    report: DiffReport, outputs: list[TensorEntry], entries_b: list[TensorEntry], engine: _Engine
+) -> DiffReport:
+    """``report`` with the fixes that reconcile A with B, its suggestions and commands."""
+    only_a = [o.name for o in report.only_in_a]
+    only_b = [o.name for o in report.only_in_b]
     shapes_a = {e.name: e.shape for e in outputs}
     shapes_b = {e.name: e.shape for e in entries_b}
-    for row in rows:
+    for row in report.tensors:
         if row.status is DiffStatus.SHAPE:
             # values were compared and do not match transposed: hide the swapped shape from
             # suggest_fixes so that it proposes no transposing adapter on shapes alone
             shapes_a[row.name] = shapes_b[row.name]
     fixes = _fixes(report, shapes_a, shapes_b)
     inferred = (  # no rule of the name matcher's: what convert --target would infer
-        _names_from_structure(entries_a, pipeline, specs_b, b, modules, items)
+        _names_from_structure(engine)
         if only_a and only_b and not any(f.name == "remap" for f in fixes)
         else None
     )
@@ -290,14 +312,7 @@ def _is_square(shape: tuple[int, ...]) -> bool:
 _LAYOUT_ADAPTERS = (("pytorch-to-burn",), ("burn-to-pytorch",))
 
 
-def _names_from_structure(
-    entries_a: list[TensorEntry],
-    given: PipelineOptions,
-    specs_b: Specs,
-    path_b: str | os.PathLike[str],
-    modules: Mapping[str, tuple[str, Mapping[str, JSONValue]]] | None,
-    items: list[PlanItem],
-) -> tuple[list[Option], dict[str, str]] | None:
+def _names_from_structure(engine: _Engine) -> tuple[list[Option], dict[str, str]] | None:
     """What ``convert --target B`` infers for A's names (the same engine: structure, then the
     reference's values), kept only when the result has every tensor of B with its shape: the
     fixes (the rules, and a layout adapter when none was given and one was needed) and, for each
@@ -305,15 +320,19 @@ def _names_from_structure(
     from ckptctl.errors import CkptError
     from ckptctl.ops._infer import fits, infer_from_reference, rule_text
 
-    after_given = {i.source: i.entry.name for i in items if i.entry is not None}
+    given, entries_a, specs_b = engine.pipeline, engine.entries_a, engine.specs_b
+    after_given = {i.source: i.entry.name for i in engine.items if i.entry is not None}
     tries = [()] if given.adapters else [(), *_LAYOUT_ADAPTERS]
     for extra in tries:
         pipeline = replace(given, adapters=given.adapters + extra)
         try:
-            rules, ambiguous = infer_from_reference(entries_a, pipeline, specs_b, os.fspath(path_b))
+            rules, ambiguous = infer_from_reference(
+                entries_a, pipeline, specs_b, os.fspath(engine.path_b)
+            )
             remap = tuple(rule_text(p, r) for p, r, _ in rules)
-            trial, _ = run_pipeline(entries_a, replace(pipeline, remap=pipeline.remap + remap),
-                                    specs_b, modules)  # fmt: skip
+            trial, _ = run_pipeline(
+                entries_a, replace(pipeline, remap=pipeline.remap + remap), specs_b, engine.modules
+            )
         except CkptError:  # an adapter that does not apply to these tensors
             continue
         if ambiguous or not fits(trial, specs_b):

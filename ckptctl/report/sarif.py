@@ -1,8 +1,9 @@
 """``verify --format sarif``: a verify report as one SARIF 2.1.0 log (issue 28).
 
 SARIF (OASIS, https://docs.oasis-open.org/sarif/sarif/v2.1.0/) is what GitHub code scanning and
-other viewers read. One run; its tool's rules are the checks of :data:`report.verify.CHECKS`
-(rule id = check id); every file checked is an artifact (with its verdict); every finding that
+other viewers read. One run; its tool's rules are the checks the report describes
+(``VerifyReport.rules``: every check of ``ops/verify/``, rule id = check id, in check order);
+every file checked is an artifact (with its verdict); every finding that
 warns or fails is a result on its file:
 
 * ``level`` by verdict: for ``safe-pickle``, ``unsafe`` is ``error``, ``needs-trust`` is
@@ -35,85 +36,19 @@ from typing import TYPE_CHECKING
 
 from ckptctl._version import __version__
 from ckptctl.report.sanitize import sanitize
-from ckptctl.report.verify import CHECKS, Status, VerifyReport
+from ckptctl.report.verify import Status, VerifyReport
 from ckptctl.safety import Verdict
 
 if TYPE_CHECKING:
     from ckptctl.model import JSONValue
-    from ckptctl.report.verify import FileResult, Finding
+    from ckptctl.report.verify import FileResult, Finding, Rule
 
-__all__ = ["RULES", "SARIF_SCHEMA", "to_sarif"]
+__all__ = ["SARIF_SCHEMA", "to_sarif"]
 
 #: The schema a log names in ``$schema`` (the OASIS 2.1.0 errata 01 schema).
 SARIF_SCHEMA = (
     "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 )
-
-#: Check id -> (short description, full description).
-RULES: dict[str, tuple[str, str]] = {
-    "readable": (
-        "The file opens and passes every structural check of its reader",
-        "The file is a checkpoint ckptctl reads (PyTorch, safetensors, Burn) and is not "
-        "empty, truncated or corrupt.",
-    ),
-    "lfs-pointer": (
-        "The file is the weights, not a git-lfs pointer to them",
-        "A clone without `git lfs pull` leaves a small text pointer (oid sha256:..., size N) "
-        "where each large file should be; run `git lfs pull` to fetch the weights.",
-    ),
-    "safe-pickle": (
-        "Loading the file's pickles runs no code",
-        "Every pickle stream is judged from its opcodes: safe (torch.load(weights_only=True) "
-        "loads it, or a DCP or DeepSpeed checkpoint names only the inert classes its "
-        "producer's loader reads), needs-trust (globals outside those allowlists) or unsafe "
-        "(globals or constructs that run code when unpickled).",
-    ),
-    "chat-template": (
-        "A GGUF chat template reaches no Python internals when rendered",
-        "tokenizer.chat_template is rendered with Jinja by transformers and llama-cpp-python; a "
-        "template that reaches dunder attributes (__globals__, __subclasses__), the internals of "
-        "Jinja's globals (cycler, joiner, namespace, lipsum) or the attr filter can run code on "
-        "the machine that renders it. Real chat templates need none of these.",
-    ),
-    "sharded-index": (
-        "The sharded-checkpoint index agrees with its shards",
-        "Every tensor the *.index.json names is in the shard it names, and nothing else is.",
-    ),
-    "flat-reader": (
-        "A flat name -> tensor reader finds the tensors",
-        "Readers such as candle's from_pth or safetensors' load expect a top-level name -> "
-        "tensor map; nested checkpoints, whole pickled models and TorchScript archives fail.",
-    ),
-    "quant-layout": (
-        "The tensors of every quantized module fit together",
-        "GPTQ, AWQ, bitsandbytes, FP8 and compressed-tensors modules: the packed weight's "
-        "shape, the scales, zero points and group index agree on one weight shape, bit width "
-        "and group size.",
-    ),
-    "gguf-layout": (
-        "llama.cpp's GGUF reader accepts the file's layout",
-        "gguf.cpp requires every tensor offset to be the running padded size (tensors back to "
-        "back in header order, each padded to general.alignment), known tensor types and names "
-        "shorter than 64 bytes, where gguf-py is more lenient; a model also needs "
-        "general.architecture.",
-    ),
-    "min-tensors": ("The file holds at least the required number of tensors", ""),
-    "expect": (
-        "Tensor names and shapes match the reference checkpoint",
-        "The Tensor Loading Summary against --expect REF: missing tensors or shape mismatches.",
-    ),
-    "no-nan": ("No float tensor holds NaN or Inf", ""),
-    "optimizer": (
-        "The Burn optimizer record attaches to the model's ParamIds",
-        "Optimizer states whose ParamId is not in the model start from scratch on resume.",
-    ),
-    "hashes": (
-        "Every tensor matches the --hashes manifest",
-        "Each tensor's digest of its canonical bytes, dtype and shape equal the manifest's line "
-        "for it (ckptctl hash), with no tensor missing or extra.",
-    ),
-}
-assert set(RULES) == set(CHECKS)
 
 #: The notification listing the files a directory walk skipped (issue 44).
 SKIPPED_NOTIFICATION: dict[str, JSONValue] = {
@@ -129,24 +64,21 @@ SKIPPED_NOTIFICATION: dict[str, JSONValue] = {
 #: Skipped paths named in the notification's message before "and N more".
 _LISTED_SKIPPED = 10
 
-#: GitHub's severity for security rules (``properties.security-severity``, 0.0 to 10.0).
-_SECURITY_SEVERITY = {"safe-pickle": "9.8", "chat-template": "9.8"}
 
-
-def _rule(check: str) -> dict[str, JSONValue]:
-    short, full = RULES[check]
+def _rule(described: Rule) -> dict[str, JSONValue]:
+    check = described.check
     rule: dict[str, JSONValue] = {
         "id": check,
         "name": "".join(part.capitalize() for part in check.split("-")),
-        "shortDescription": {"text": short},
-        "fullDescription": {"text": full or short},
+        "shortDescription": {"text": described.short},
+        "fullDescription": {"text": described.full or described.short},
         "help": {"text": f"ckptctl verify --check {check}; see ckptctl-verify(1)"},
         "defaultConfiguration": {"level": "error"},
     }
-    if check in _SECURITY_SEVERITY:
+    if described.security_severity is not None:  # GitHub's properties.security-severity
         rule["properties"] = {
             "tags": ["security"],
-            "security-severity": _SECURITY_SEVERITY[check],
+            "security-severity": described.security_severity,
         }
     return rule
 
@@ -194,7 +126,9 @@ def _message(finding: Finding) -> str:
     return text
 
 
-def _result(index: int, result: FileResult, finding: Finding) -> dict[str, JSONValue]:
+def _result(
+    index: int, result: FileResult, finding: Finding, rule_index: dict[str, int]
+) -> dict[str, JSONValue]:
     uri = artifact_uri(result.path)
     message = _message(finding)
     digest = hashlib.sha256(f"{finding.check}\0{uri}\0{message}".encode()).hexdigest()[:32]
@@ -202,9 +136,11 @@ def _result(index: int, result: FileResult, finding: Finding) -> dict[str, JSONV
     if finding.safety is not None:
         properties["verdict"] = finding.safety.verdict.value
         properties["globals"] = list(_globals(finding))
+    located: dict[str, JSONValue] = {"ruleId": finding.check}
+    if finding.check in rule_index:  # a report made by verify describes every check
+        located["ruleIndex"] = rule_index[finding.check]
     return {
-        "ruleId": finding.check,
-        "ruleIndex": CHECKS.index(finding.check),
+        **located,
         "level": _level(finding),
         "message": {"text": message},
         "locations": [
@@ -257,6 +193,7 @@ def to_sarif(report: object) -> dict[str, JSONValue]:
         raise TypeError(f"no SARIF rendering for {type(report).__name__}")
     artifacts: list[JSONValue] = []
     results: list[JSONValue] = []
+    rule_index = {rule.check: i for i, rule in enumerate(report.rules)}
     for index, result in enumerate(report.files):
         artifacts.append(
             {
@@ -268,7 +205,11 @@ def to_sarif(report: object) -> dict[str, JSONValue]:
                 },
             }
         )
-        results += [_result(index, result, f) for f in result.findings if f.status is not Status.OK]
+        results += [
+            _result(index, result, f, rule_index)
+            for f in result.findings
+            if f.status is not Status.OK
+        ]
     return {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
@@ -279,7 +220,7 @@ def to_sarif(report: object) -> dict[str, JSONValue]:
                         "name": "ckptctl",
                         "version": __version__,
                         "semanticVersion": __version__,
-                        "rules": [_rule(c) for c in CHECKS],
+                        "rules": [_rule(r) for r in report.rules],
                         "notifications": [dict(SKIPPED_NOTIFICATION)],
                     }
                 },

@@ -20,26 +20,6 @@ if TYPE_CHECKING:
     from ckptctl.report.summary import LoadingSummary
     from ckptctl.safety import PickleSafety
 
-#: Every check id, in the order findings appear.
-CHECKS = (
-    "readable",
-    "lfs-pointer",
-    "safe-pickle",
-    "chat-template",
-    "sharded-index",
-    "flat-reader",
-    "quant-layout",
-    "gguf-layout",
-    "min-tensors",
-    "expect",
-    "no-nan",
-    "optimizer",
-    "hashes",
-)
-
-#: Checks reported whatever ``checks``/``skip`` say: what a file that cannot be read fails.
-ALWAYS_REPORTED = ("readable", "lfs-pointer")
-
 
 class FileVerdict(Enum):
     """What a file is, for the summary's counts: the pickle verdict, or unreadable.
@@ -63,11 +43,28 @@ class Status(Enum):
 
 
 @dataclass(frozen=True)
+class Rule:
+    """A check as a SARIF log describes it (a rule of the tool).
+
+    Attributes:
+        check: the check id (the rule id).
+        short: one line on what passing means.
+        full: more on it (empty: the short line).
+        security_severity: GitHub's severity, 0.0 to 10.0, of a security rule.
+    """
+
+    check: str
+    short: str
+    full: str = ""
+    security_severity: str | None = None
+
+
+@dataclass(frozen=True)
 class Finding:
     """The outcome of one check on one file.
 
     Attributes:
-        check: the check id (one of :data:`CHECKS`).
+        check: the check id (one of ``ckptctl.ops.verify.CHECKS``).
         status: ok, warn or fail.
         message: what was found (strings from files are raw; renderers escape them); a
             :class:`~ckptctl.fix.Note` when it names an option.
@@ -134,10 +131,13 @@ class VerifyReport:
         skipped_paths: the files found in directories that were not checked: no reader
             accepts them, they hold no pickle and their names do not say checkpoint (configs,
             tokenizers, READMEs), in walk order.
+        rules: every check ``verify`` has, described (SARIF's rules), in check order; the
+            checks are defined in ``ops``, which renderers do not import.
     """
 
     files: tuple[FileResult, ...]
     skipped_paths: tuple[str, ...] = ()
+    rules: tuple[Rule, ...] = ()
 
     @property
     def skipped(self) -> int:

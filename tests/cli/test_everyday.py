@@ -410,13 +410,13 @@ def test_no_rust_debug_formatting_outside_burns_own_box(run_cli, tmp_path):
 
 def test_advice_fits_the_file(run_cli, llama, tmp_path):
     from ckptctl.model import Checkpoint, CheckpointKind, Structure
-    from ckptctl.ops.verify import _flat_reader
+    from ckptctl.ops.verify.flat_reader import flat_reader
 
     empty_script = Checkpoint(
         [], path="script.pt", format="torchscript", kind=CheckpointKind.TORCHSCRIPT,
         structure=Structure(module_class="__torch__.Net"),
     )  # fmt: skip
-    finding, _ = _flat_reader(empty_script, None)
+    finding, _ = flat_reader(empty_script, None)
     assert "with no tensors" in str(finding.message)
     assert "state_dict()" not in str(finding.message)
     # remap's own option is --rule: its collision hint says so (convert's says --remap)

@@ -465,16 +465,18 @@ def test_optimizer_state_dict_gets_advice_that_fits(run_cli, tmp_path):
 
 
 def test_one_bad_file_never_stops_the_others(run_cli, monkeypatch):
-    import ckptctl.ops.verify as ops
+    # a bug met while reading one file (injected where every local read starts, so no
+    # refactoring of verify can route around it) fails that file only
+    from ckptctl.sources import ByteSource
 
-    real = ops._verify_file
+    real = ByteSource.__init__
 
-    def flaky(path, opts, walked=False):
-        if path.endswith("nested.pt"):
+    def flaky(self, path, *args, **kwargs):
+        if str(path).endswith("nested.pt"):
             raise RuntimeError("boom")
-        return real(path, opts, walked)
+        real(self, path, *args, **kwargs)
 
-    monkeypatch.setattr(ops, "_verify_file", flaky)
+    monkeypatch.setattr(ByteSource, "__init__", flaky)
     result = run_cli("verify", PT / "nested.pt", PT / "min_zip.pt", "--json")
     assert result.code == 1
     report = json.loads(result.stdout)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ckptctl._version import __version__
-from ckptctl.report.verify import CHECKS
+from ckptctl.ops.verify import CHECKS
 from tests.conftest import HOSTILE, VALID, write_unfetched_clone
 
 jsonschema = pytest.importorskip("jsonschema")

@@ -68,7 +68,7 @@ def _idless_trainable(tmp_path: Path) -> Case:
 
 CASES = {
     "expect-extra-tensors": (_extra_tensors, "expect", "3 not in the reference"),
-    "mixed-nested": (_mixed_nested, "flat-reader", "a flat reader skips those"),
+    "mixed-nested": (_mixed_nested, "flat-reader", "skips those"),
     "optimizer-without-ids": (
         _idless_trainable,
         "optimizer",
