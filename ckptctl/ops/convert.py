@@ -14,7 +14,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ckptctl.adapters import PlanItem
-from ckptctl.adapters.pipeline import NAMES_SHOWN, PipelineOptions, run_pipeline
+from ckptctl.adapters.pipeline import (
+    NAMES_SHOWN,
+    PipelineOptions,
+    leading_renames,
+    rule_inputs,
+    run_pipeline,
+)
 from ckptctl.adapters.rename import parse_rules, unmatched_rules
 from ckptctl.adapters.rope import needs_interleaving
 from ckptctl.errors import CkptError, SelectionError, UnsupportedError
@@ -22,6 +28,7 @@ from ckptctl.fix import Note, Option
 from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint
 from ckptctl.formats.sharded import write_sharded
 from ckptctl.model import STORED_TYPE, CheckpointKind, TensorData, describe_groups
+from ckptctl.ops._facts import model_facts
 from ckptctl.ops._migrate import migration_plan
 from ckptctl.ops._select import (
     add_ties,
@@ -181,7 +188,7 @@ def convert(
         everything = _dequantized(ckpt.entries(), opts.dequantize)
         entries = add_ties(select_state_key(everything, opts.state_key, ckpt), opts.ties)
         modules = ckpt.structure.modules if ckpt.structure and not opts.state_key else None
-        pipeline = opts.pipeline
+        pipeline = replace(opts.pipeline, facts=model_facts(ckpt, src, opts.adapters))
         items, notes = run_pipeline(entries, pipeline, target_specs, modules)
         inferred: tuple[tuple[str, str, str], ...] = ()
         ambiguous: list[AmbiguousTensor] = []
@@ -253,7 +260,8 @@ def convert(
                 )
         strict_failed = False
         if opts.strict and ok:
-            unused = unmatched_rules([e.name for e in entries], parse_rules(opts.remap))
+            every = rule_inputs(entries, replace(pipeline, include=(), exclude=()))
+            unused = unmatched_rules(every, parse_rules(opts.remap))
             if unused:
                 ok, strict_failed = False, True
                 numbers = ", ".join(f"#{r.number}" for r in unused)
@@ -542,7 +550,8 @@ def _infer(
     from ckptctl.ops._structure import infer_rules
     from ckptctl.report.summary import AmbiguityKind, AmbiguousTensor
 
-    renamed, _ = run_pipeline(entries, replace(pipeline, adapters=(), module_types=()))
+    names_only = replace(pipeline, adapters=leading_renames(pipeline.adapters), module_types=())
+    renamed, _ = run_pipeline(entries, names_only)
     kept = [i.entry for i in renamed if i.entry is not None]
     owned = _family_owned(kept)
     source = {e.name: e.shape for e in kept if e.name not in owned}
