@@ -164,7 +164,7 @@ class GGUFNames(BaseAdapter):
                           self.describe())]  # fmt: skip
         heads = {"attn_q": self.heads, "attn_k": self.kv_heads}.get(module)
         if heads is not None and PERMUTES_QK[self.arch] and last in ("weight", "bias"):
-            out = _permuted(out, heads, interleave=not self.to_hf)
+            out = _permuted(out, entry.name, heads, interleave=not self.to_hf)
             order = "interleaved (llama.cpp)" if not self.to_hf else "half-split (Hugging Face)"
             actions.append(Action(ActionKind.CUSTOM, f"rows of {heads} heads -> {order}",
                                   "convert_hf_to_gguf permute", self.describe()))  # fmt: skip
@@ -198,19 +198,19 @@ def _lookup(stem: str, arch: str, *, to_hf: bool) -> tuple[str, str] | None:
     return None
 
 
-def _permuted(entry: TensorEntry, heads: int, *, interleave: bool) -> TensorEntry:
-    """``entry`` with its rows (first logical axis) permuted per head; quantized blocks move
-    as byte runs of one row each."""
+def _permuted(entry: TensorEntry, source: str, heads: int, *, interleave: bool) -> TensorEntry:
+    """``entry`` (the tensor named ``source`` in the input) with its rows (first logical axis)
+    permuted per head; quantized blocks move as byte runs of one row each."""
     shape = listed_shape(entry)
     rows = shape[0] if shape else 0
     if rows % (2 * heads):
         raise SelectionError(
-            f"tensor {entry.name!r}: {rows} rows are not {heads} heads of an even size",
+            f"tensor {source!r}: {rows} rows are not {heads} heads of an even size",
             hint="check the head counts (num_attention_heads, num_key_value_heads)",
         )
     if STORED_TYPE in entry.extra and entry.nbytes % rows:
         raise UnsupportedError(
-            f"tensor {entry.name!r}: {entry.nbytes} bytes of {entry.extra[STORED_TYPE]} blocks "
+            f"tensor {source!r}: {entry.nbytes} bytes of {entry.extra[STORED_TYPE]} blocks "
             f"do not split into {rows} rows",
             hint="decode it first with --dequantize",
         )
