@@ -47,7 +47,7 @@ from ckptctl.errors import (
 from ckptctl.fix import Command, Note, Option, hint_of
 from ckptctl.formats import detect_format, open_checkpoint, read_layout, resolve_path
 from ckptctl.formats._base import ranged_step
-from ckptctl.model import CheckpointKind, StridedData, describe_groups
+from ckptctl.model import CheckpointKind, StridedData, describe_groups, listed_dtype
 from ckptctl.ops._optimizer import OptimizerRecord, check_optimizer, load_record
 from ckptctl.ops._pickle_check import safe_pickle_finding
 from ckptctl.ops._quant import check_group_index, find_quantized
@@ -826,15 +826,21 @@ def _scan_all(entries: list[TensorEntry], jobs: int) -> list[tuple[int, int]]:
 
 
 def _no_nan(entries: list[TensorEntry], jobs: int = 1) -> Finding:
+    from ckptctl.formats.gguf import can_decode, dequantized
+
     scanned = 0
     elements = 0
     bad: list[dict[str, JSONValue]] = []
-    floats = [e for e in entries if e.dtype.is_float or e.dtype in _SCANNED]
-    for entry, (nan, inf) in zip(floats, _scan_all(floats, jobs), strict=True):
+    # GGUF's block-quantized tensors are scanned through their decoded values (their scales
+    # can be NaN or Inf), one tensor decoded at a time, as convert --dequantize decodes them
+    pairs = [(e, dequantized(e) if can_decode(e) else e) for e in entries]
+    floats = [(e, v) for e, v in pairs if v.dtype.is_float or v.dtype in _SCANNED]
+    counts = _scan_all([v for _, v in floats], jobs)
+    for (entry, value), (nan, inf) in zip(floats, counts, strict=True):
         scanned += 1
-        elements += entry.numel
+        elements += value.numel
         if nan or inf:
-            bad.append({"name": entry.name, "dtype": entry.dtype.value, "nan": nan, "inf": inf})
+            bad.append({"name": entry.name, "dtype": listed_dtype(entry), "nan": nan, "inf": inf})
     details: dict[str, JSONValue] = {"scanned": scanned, "elements": elements, "tensors": bad}
     if not bad:
         return Finding(
@@ -905,6 +911,17 @@ def _gguf_layout(ckpt: Checkpoint) -> Finding:
             "gguf-layout",
             Status.WARN,
             "no general.architecture key: llama.cpp cannot load it as a model",
+            details=details,
+        )
+    from ckptctl.formats.gguf._arches import KNOWN_ARCHITECTURES
+
+    if arch not in KNOWN_ARCHITECTURES:
+        return Finding(
+            "gguf-layout",
+            Status.WARN,
+            f"architecture {arch!r} is not one llama.cpp knows (gguf-py 0.19.0's "
+            "MODEL_ARCH_NAMES): llama.cpp refuses to load it as a model",
+            "check general.architecture, or use a llama.cpp build that supports the model",
             details=details,
         )
     return Finding(
