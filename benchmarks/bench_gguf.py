@@ -4,6 +4,14 @@ Usage (from the repository root, with the dev extra installed: it has gguf)::
 
     python benchmarks/bench_gguf.py                       # 1 GiB of input, 3 runs
     python benchmarks/bench_gguf.py --size-mib 24 --runs 1  # a smoke test
+    python benchmarks/bench_gguf.py --listing             # ls against GGUFReader, 1 GiB model
+
+``--listing`` times listing instead: a llama-shaped file (``--size-mib`` of F16 tensor data in
+291 tensors: 32 blocks of 9, the embeddings, the output norm and head) with a 32,000-token
+tokenizer (``tokenizer.ggml.tokens``, ``scores``, ``token_type`` arrays, 61,000 merges) and a
+chat template, as a 7B llama GGUF has. Each child times one call after its imports: ckptctl's
+``ls`` (``cli.main``, text to ``/dev/null``), ``ls --json``, and gguf-py's ``GGUFReader(path)``
+construction (which parses every key/value and builds a numpy view per tensor).
 
 The input is a real ``.gguf`` file written by gguf-py's ``GGUFWriter`` into ``_work/``:
 ``--size-mib`` MiB of *input* (quantized bytes), a third each of Q4_K, Q6_K and Q8_0, as
@@ -70,6 +78,107 @@ def make_input(path: Path, size_mib: int, rows: int) -> None:
     writer.write_tensors_to_file()
     writer.close()
     marker.write_text("")
+
+
+#: The listing file's llama shape: blocks, and (name, rows, columns) per block.
+BLOCKS, VOCAB, MERGES = 32, 32000, 61000
+PER_BLOCK = (
+    ("attn_norm", 1, 1), ("attn_q", 4, 4), ("attn_k", 4, 4), ("attn_v", 4, 4),
+    ("attn_output", 4, 4), ("ffn_norm", 1, 1), ("ffn_gate", 11, 4), ("ffn_up", 11, 4),
+    ("ffn_down", 4, 11),
+)  # fmt: skip
+
+
+def make_listing_input(path: Path, size_mib: int) -> None:
+    """Write the listing benchmark's llama-shaped ``.gguf`` (reused when already there)."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    marker = path.with_suffix(f".{size_mib}")
+    if path.exists() and marker.exists():
+        return
+    area = BLOCKS * sum(r * c for _, r, c in PER_BLOCK if r > 1) + 2 * 8 * 4
+    side = max(1, int(((size_mib << 20) / 2 / area) ** 0.5))  # F16: 2 bytes a value
+    writer = GGUFWriter(path, arch="llama")
+    writer.add_block_count(BLOCKS)
+    writer.add_head_count(32)
+    writer.add_head_count_kv(8)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list([f"tok{i}" for i in range(VOCAB)])
+    writer.add_token_scores([float(-i) for i in range(VOCAB)])
+    writer.add_token_types([1] * VOCAB)
+    writer.add_token_merges([f"t{i} k{i}" for i in range(MERGES)])
+    writer.add_chat_template("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+
+    def zeros(rows: int, cols: int) -> np.ndarray:
+        shape = (side * rows, side * cols) if rows > 1 else (side * 4,)
+        return np.zeros(shape, dtype=np.float16)
+
+    writer.add_tensor("token_embd.weight", zeros(8, 4))
+    for b in range(BLOCKS):
+        for name, rows, cols in PER_BLOCK:
+            writer.add_tensor(f"blk.{b}.{name}.weight", zeros(rows, cols))
+    writer.add_tensor("output_norm.weight", zeros(1, 1))
+    writer.add_tensor("output.weight", zeros(8, 4))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    marker.write_text("")
+
+
+def list_child(mode: str, path: Path) -> dict[str, float]:
+    """List ``path`` one way; time the call alone (imports done first)."""
+    import contextlib
+    import os
+
+    from gguf import GGUFReader
+
+    from ckptctl.cli import main
+
+    devnull = open(os.devnull, "w")  # noqa: SIM115  # open for the whole child
+    start, cpu = time.perf_counter(), time.process_time()
+    if mode == "reader":
+        tensors = len(GGUFReader(path).tensors)
+    else:
+        args = ["ls", str(path), *(["--json"] if mode == "ls-json" else [])]
+        with contextlib.redirect_stdout(devnull), contextlib.suppress(SystemExit):
+            main(args)
+        tensors = 0
+    return {
+        "wall_s": time.perf_counter() - start,
+        "cpu_s": time.process_time() - cpu,
+        "tensors": tensors,
+        "peak_rss_MiB": _hwm_kib() / 1024,
+    }
+
+
+def listing(size_mib: int, runs: int) -> dict[str, Any]:
+    """The listing rows: each mode's median over ``runs`` children (modes alternate)."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    path = WORK / "listing.gguf"
+    for stale in WORK.glob("listing.*"):
+        if stale.suffix not in (".gguf", f".{size_mib}"):
+            stale.unlink()
+    make_listing_input(path, size_mib)
+    modes = ("ls", "ls-json", "reader")
+    got: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    for _ in range(runs):
+        for mode in modes:
+            cmd = [sys.executable, __file__, "--list-child", mode, str(path)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            got[mode].append(json.loads(out.stdout))
+    rows = [
+        {
+            "case": mode,
+            "wall_s": statistics.median(r["wall_s"] for r in got[mode]),
+            "cpu_s": statistics.median(r["cpu_s"] for r in got[mode]),
+            "peak_rss_MiB": max(r["peak_rss_MiB"] for r in got[mode]),
+        }
+        for mode in modes
+    ]
+    return {"input_bytes": path.stat().st_size, "tensors": got["reader"][0]["tensors"],
+            "rows": rows}  # fmt: skip
 
 
 def _hwm_kib() -> int:
@@ -150,12 +259,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rows", type=int, default=4096, help="rows of 4096 values a tensor")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--listing", action="store_true", help="time ls against GGUFReader")
     parser.add_argument("--child", choices=("ours", "gguf", "stream"), help=argparse.SUPPRESS)
+    parser.add_argument("--list-child", choices=("ls", "ls-json", "reader"), help=argparse.SUPPRESS)
     parser.add_argument("--type", default="all", help=argparse.SUPPRESS)
     parser.add_argument("path", nargs="?", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.child, args.type, args.path)))
+        return
+    if args.list_child:
+        print(json.dumps(list_child(args.list_child, args.path)))
+        return
+    if args.listing:
+        report = listing(args.size_mib, args.runs)
+        if args.json:
+            print(json.dumps(report, indent=2))
+            return
+        print(f"input: {report['input_bytes'] / 2**20:.0f} MiB, {report['tensors']} tensors")
+        for r in report["rows"]:
+            print(f"| {r['case']} | {r['wall_s']:.3f} s | {r['cpu_s']:.3f} s "
+                  f"| {r['peak_rss_MiB']:.0f} MiB |")  # fmt: skip
         return
     WORK.mkdir(parents=True, exist_ok=True)
     path = WORK / "bench.gguf"

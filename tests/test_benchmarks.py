@@ -194,3 +194,13 @@ def test_bench_gguf_smoke(tmp_path):
         assert row["gguf_cpu_s"] > 0
     assert report["stream"]["values"] == sum(r["values"] for r in report["types"])
     assert report["stream"]["peak_rss_MiB"] > 0
+
+
+def test_bench_gguf_listing_smoke(tmp_path):
+    script = copy_benchmarks(tmp_path) / "bench_gguf.py"
+    cmd = [sys.executable, str(script), "--listing", "--size-mib", "1", "--runs", "1", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+    report = json.loads(out.stdout)
+    assert report["tensors"] == 291
+    assert [r["case"] for r in report["rows"]] == ["ls", "ls-json", "reader"]
+    assert all(r["wall_s"] > 0 for r in report["rows"])

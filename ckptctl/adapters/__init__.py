@@ -11,8 +11,9 @@ can print a plan. :func:`plan` runs an adapter over all entries and refuses two 
 up with the same name (Burn silently keeps one of them, burn-store spec §3.5).
 
 Named adapters (CLI ``--adapter NAME``): ``pytorch-to-burn``, ``burn-to-pytorch``, ``half``,
-``cast:DTYPE`` and the Llama RoPE layouts ``rope-interleaved:HEADS[,KV]`` /
-``rope-half-split:HEADS[,KV]``; see :func:`parse_adapter`.
+``cast:DTYPE``, the Llama RoPE layouts ``rope-interleaved:HEADS[,KV]`` /
+``rope-half-split:HEADS[,KV]`` and llama.cpp's names ``gguf-to-hf[:HEADS[,KV]]`` /
+``hf-to-gguf[:HEADS[,KV]]``; see :func:`parse_adapter`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ckptctl.fix import closest
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from ckptctl.adapters.gguf import ModelFacts
     from ckptctl.adapters.modules import Decision
 
 
@@ -54,17 +56,20 @@ class AdapterContext:
         before: the adapter names earlier in the chain.
         after: the adapter names later in the chain (the RoPE adapters need both to know a
             Linear weight's layout at their place).
+        facts: the architecture and head counts read from the source (``gguf-to-hf``,
+            ``hf-to-gguf``).
     """
 
     decisions: Mapping[str, Decision] = field(default_factory=dict)
     rename_rmsnorm: bool = True
     before: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
+    facts: ModelFacts | None = None
 
 
 ADAPTER_NAMES = (
     "pytorch-to-burn", "burn-to-pytorch", "half", "cast:DTYPE", "rope-interleaved:HEADS[,KV]",
-    "rope-half-split:HEADS[,KV]",
+    "rope-half-split:HEADS[,KV]", "gguf-to-hf[:HEADS[,KV]]", "hf-to-gguf[:HEADS[,KV]]",
 )  # fmt: skip
 
 
@@ -75,14 +80,18 @@ def parse_adapter(spec: str, context: AdapterContext | None = None) -> Adapter:
         spec: ``pytorch-to-burn``, ``burn-to-pytorch``, ``half``, ``cast:DTYPE`` (``cast:f16``,
             ``cast:bf16``, ``cast:float32`` ... any ``DType.parse`` spelling of a float dtype),
             ``rope-interleaved:HEADS[,KV_HEADS]`` or ``rope-half-split:HEADS[,KV_HEADS]``
-            (``ckptctl.adapters.rope``; the head count is required).
-        context: module-type decisions for the layout and half adapters.
+            (``ckptctl.adapters.rope``; the head count is required), ``gguf-to-hf`` or
+            ``hf-to-gguf`` (``ckptctl.adapters.gguf``; ``:HEADS[,KV_HEADS]`` when the source
+            does not give the head counts).
+        context: module-type decisions for the layout and half adapters, the source's facts
+            for the GGUF name adapters.
 
     Returns:
         The adapter.
 
     Raises:
         SelectionError: unknown adapter name, bad cast target or missing head count.
+        UnsupportedError: ``gguf-to-hf``/``hf-to-gguf`` for an architecture they do not rename.
 
     Example:
         >>> parse_adapter("cast:bf16").describe()
@@ -109,6 +118,10 @@ def parse_adapter(spec: str, context: AdapterContext | None = None) -> Adapter:
         after = [a.strip().lower() for a in ctx.after]
         columns = "pytorch-to-burn" in before or "burn-to-pytorch" in after
         return RopePermute.parse(spec, decisions=dict(ctx.decisions), columns_if_linear=columns)
+    if name.partition(":")[0] in ("gguf-to-hf", "hf-to-gguf"):
+        from ckptctl.adapters.gguf import GGUFNames
+
+        return GGUFNames.parse(spec, ctx.facts)
     guess = closest(name, ADAPTER_NAMES)
     raise SelectionError(
         f"unknown adapter {spec!r}" + (f"; did you mean {guess!r}?" if guess else ""),

@@ -26,12 +26,13 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ckptctl.adapters.families import Built
+    from ckptctl.adapters.gguf import ModelFacts
     from ckptctl.dtypes import DType
     from ckptctl.model import JSONValue, TensorEntry
 
     Specs = Mapping[str, tuple[DType, tuple[int, ...]]]
 
-__all__ = ["PipelineOptions", "run_pipeline"]
+__all__ = ["PipelineOptions", "leading_renames", "rule_inputs", "run_pipeline"]
 
 
 #: Adapters that need module-type decisions.
@@ -53,6 +54,7 @@ class PipelineOptions:
         adapters: adapter names, applied in order after the remap rules.
         module_types: explicit ``REGEX=Type`` rules for the layout adapters.
         module_map: more such rules as a mapping (a ``--module-types`` JSON file's content).
+        facts: the source's architecture and head counts (``gguf-to-hf``/``hf-to-gguf``).
     """
 
     include: tuple[str, ...] = ()
@@ -61,6 +63,7 @@ class PipelineOptions:
     adapters: tuple[str, ...] = ()
     module_types: tuple[str, ...] = ()
     module_map: Mapping[str, object] = field(default_factory=dict)
+    facts: ModelFacts | None = None
 
 
 def run_pipeline(
@@ -87,12 +90,15 @@ def run_pipeline(
         UnsupportedError: a layer with no Burn counterpart.
     """
     select, rename = Select(options.include, options.exclude), Rename.parse(options.remap)
-    stage1 = plan(entries, chain(select, rename))
+    # Leading GGUF name adapters rename before the rules (which are written on their names),
+    # so module types are decided on their output.
+    lead = leading_renames(options.adapters)
+    renamers = chain(*(parse_adapter(a, AdapterContext(facts=options.facts)) for a in lead))
+    stage1 = plan(entries, chain(select, renamers, rename))
     renamed = [item.entry for item in stage1 if item.entry is not None]
-    warnings: list[str | Note] = _rule_warnings(
-        [e.name for e in entries if select.matches(e.name)], rename
-    )
-    names = [a.strip().lower() for a in options.adapters]
+    warnings: list[str | Note] = _rule_warnings(rule_inputs(entries, options, renamers), rename)
+    rest = options.adapters[len(lead) :]
+    names = [a.strip().lower() for a in rest]
     rules = parse_module_rules(options.module_types)
     if options.module_map:
         rules += module_rules_from_mapping(options.module_map)
@@ -114,18 +120,18 @@ def run_pipeline(
             if b.module_type is not None
         }
     adapters: Chain = chain()
-    if options.adapters:
-        context = AdapterContext()
+    if rest:
+        context = AdapterContext(facts=options.facts)
         if any(a in _NEEDS_DECISIONS for a in names):
             todo = [e for e in staged if e.name not in decisions]
             found = decide_module_types(todo, target=target, rules=rules)
-            context = AdapterContext(decisions={**found, **decisions})
+            context = replace(context, decisions={**found, **decisions})
             if direction is not None:
                 warnings += _uncertain(todo, found)
         adapters = chain(*(
-            parse_adapter(a, replace(context, before=options.adapters[:i],
-                                     after=options.adapters[i + 1 :]))
-            for i, a in enumerate(options.adapters)
+            parse_adapter(a, replace(context, before=options.adapters[: len(lead) + i],
+                                     after=rest[i + 1 :]))
+            for i, a in enumerate(rest)
         ))  # fmt: skip
     # Not refused here: the check below names the input tensors and blames rules or adapters.
     stage2 = {item.source: item for item in plan(staged, adapters, unique=False)}
@@ -153,6 +159,31 @@ def run_pipeline(
         (Option("remap", takes_value=True),),
     )
     return list(unique_names(merged, hint)), warnings
+
+
+def leading_renames(adapters: tuple[str, ...]) -> tuple[str, ...]:
+    """The GGUF name adapters (``gguf-to-hf``, ``hf-to-gguf``) at the head of ``adapters``:
+    they run before the remap rules."""
+    from ckptctl.adapters.gguf import GGUF_ADAPTERS
+
+    count = 0
+    for spec in adapters:
+        if spec.strip().lower().partition(":")[0] not in GGUF_ADAPTERS:
+            break
+        count += 1
+    return adapters[:count]
+
+
+def rule_inputs(
+    entries: list[TensorEntry], options: PipelineOptions, renamers: Chain | None = None
+) -> list[str]:
+    """The names the remap rules see: selected, then renamed by the leading GGUF adapters."""
+    select = Select(options.include, options.exclude)
+    if renamers is None:
+        lead = leading_renames(options.adapters)
+        renamers = chain(*(parse_adapter(a, AdapterContext(facts=options.facts)) for a in lead))
+    kept = (renamers(e) for e in entries if select.matches(e.name))
+    return [e.name for e in kept if e is not None]
 
 
 def _short_names(entries: list[TensorEntry]) -> str:

@@ -57,6 +57,34 @@ def permute_rows(array: NDArray[Any], heads: int, *, interleave: bool) -> NDArra
     return np.ascontiguousarray(moved.reshape(rows, *rest))
 
 
+def parse_head_counts(name: str, counts: str) -> tuple[int, int]:
+    """``"32,8"`` -> ``(32, 8)``, ``"32"`` -> ``(32, 32)``: the ``HEADS[,KV_HEADS]`` parameter
+    of the adapter ``name``.
+
+    Raises:
+        SelectionError: no head count, a count that is not a positive integer, or key/value
+            heads that do not divide the heads.
+    """
+    example = f"{name}:HEADS or {name}:HEADS,KV_HEADS (e.g. {name}:32,8)"
+    if not counts:
+        raise SelectionError(
+            f"adapter {name!r} needs the attention head count", hint=f"write {example}"
+        )
+    parts = counts.split(",")
+    if len(parts) > 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise SelectionError(
+            f"adapter '{name}:{counts}': the head counts must be one or two positive integers",
+            hint=f"write {example}",
+        )
+    heads, kv_heads = int(parts[0]), int(parts[-1])
+    if kv_heads > heads or heads % kv_heads:
+        raise SelectionError(
+            f"adapter '{name}:{counts}': {kv_heads} key/value heads do not divide {heads} heads",
+            hint=f"write {example}",
+        )
+    return heads, kv_heads
+
+
 def _load(entry: TensorEntry, heads: int, interleave: bool, columns: bool) -> NDArray[Any]:
     array = entry.load()
     if columns:  # Burn's [in, out]: the output features are the columns
@@ -94,23 +122,7 @@ class RopePermute(BaseAdapter):
                 key/value heads than heads.
         """
         name, _, counts = spec.strip().lower().partition(":")
-        example = f"{name}:HEADS or {name}:HEADS,KV_HEADS (e.g. {name}:32,8)"
-        if not counts:
-            raise SelectionError(
-                f"adapter {name!r} needs the attention head count", hint=f"write {example}"
-            )
-        parts = counts.split(",")
-        if len(parts) > 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
-            raise SelectionError(
-                f"adapter {spec.strip()!r}: the head counts must be one or two positive integers",
-                hint=f"write {example}",
-            )
-        heads, kv_heads = int(parts[0]), int(parts[-1])
-        if kv_heads > heads or heads % kv_heads:
-            raise SelectionError(
-                f"adapter {spec.strip()!r}: {kv_heads} key/value heads do not divide {heads} heads",
-                hint=f"write {example}",
-            )
+        heads, kv_heads = parse_head_counts(name, counts)
         return cls(heads, kv_heads, name == ROPE_ADAPTERS[0], **context)
 
     def apply(self, entry: TensorEntry) -> Adapted:
@@ -145,10 +157,14 @@ def needs_interleaving(
 ) -> list[tuple[str, str]]:
     """The ``(source, output)`` names that move a Hugging Face ``q_proj``/``k_proj``
     (half-split RoPE layout, always: ``modeling_llama.py`` ``rotate_half``) onto Meta's or
-    llama-burn's ``wq``/``wk`` (interleaved), with no RoPE adapter in ``adapters``."""
-    if any(a.strip().lower().partition(":")[0] in ROPE_ADAPTERS for a in adapters):
+    llama-burn's ``wq``/``wk`` (interleaved), with no RoPE adapter in ``adapters``. After
+    ``gguf-to-hf`` a GGUF ``attn_q``/``attn_k`` is in Hugging Face's layout too."""
+    kinds = [a.strip().lower().partition(":")[0] for a in adapters]
+    if any(kind in ROPE_ADAPTERS for kind in kinds):
         return []
     hf = {"q_proj": "wq", "k_proj": "wk"}
+    if "gguf-to-hf" in kinds:
+        hf |= {"attn_q": "wq", "attn_k": "wk"}
     return [
         (source, output)
         for source, output in renames

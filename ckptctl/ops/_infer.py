@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
+from ckptctl.adapters.pipeline import PipelineOptions, leading_renames, run_pipeline
 from ckptctl.formats import open_checkpoint
 
 if TYPE_CHECKING:
@@ -66,7 +66,9 @@ def infer_from_reference(
     from ckptctl.ops._structure import infer_rules
     from ckptctl.report.summary import AmbiguityKind, AmbiguousTensor
 
-    renamed, _ = run_pipeline(entries, replace(pipeline, adapters=(), module_types=()))
+    # the names the rules see: after the adapters that rename before them (gguf-to-hf)
+    names_only = replace(pipeline, adapters=leading_renames(pipeline.adapters), module_types=())
+    renamed, _ = run_pipeline(entries, names_only)
     kept = [i.entry for i in renamed if i.entry is not None]
     owned = _family_owned(kept)
     source = {e.name: e.shape for e in kept if e.name not in owned}

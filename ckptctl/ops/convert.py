@@ -14,7 +14,12 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ckptctl.adapters import PlanItem
-from ckptctl.adapters.pipeline import NAMES_SHOWN, PipelineOptions, run_pipeline
+from ckptctl.adapters.pipeline import (
+    NAMES_SHOWN,
+    PipelineOptions,
+    rule_inputs,
+    run_pipeline,
+)
 from ckptctl.adapters.rename import parse_rules, unmatched_rules
 from ckptctl.adapters.rope import needs_interleaving
 from ckptctl.errors import CkptError, SelectionError, UnsupportedError
@@ -22,6 +27,7 @@ from ckptctl.fix import Note, Option
 from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint
 from ckptctl.formats.sharded import write_sharded
 from ckptctl.model import STORED_TYPE, CheckpointKind, TensorData, describe_groups
+from ckptctl.ops._facts import model_facts
 from ckptctl.ops._infer import fits, infer_from_reference, rule_text, same_values
 from ckptctl.ops._migrate import migration_plan
 from ckptctl.ops._select import (
@@ -182,46 +188,10 @@ def convert(
         everything = _dequantized(ckpt.entries(), opts.dequantize)
         entries = add_ties(select_state_key(everything, opts.state_key, ckpt), opts.ties)
         modules = ckpt.structure.modules if ckpt.structure and not opts.state_key else None
-        pipeline = opts.pipeline
-        items, notes = run_pipeline(entries, pipeline, target_specs, modules)
-        inferred: tuple[tuple[str, str, str], ...] = ()
-        ambiguous: list[AmbiguousTensor] = []
-        if (
-            opts.target
-            and target_specs is not None
-            and opts.infer
-            and not fits(items, target_specs)
-        ):
-            inferred, ambiguous = infer_from_reference(entries, pipeline, target_specs, opts.target)
-            if inferred:
-                pipeline = replace(pipeline, remap=pipeline.remap + tuple(
-                    rule_text(p, r) for p, r, _ in inferred))  # fmt: skip
-                items, notes = run_pipeline(entries, pipeline, target_specs, modules)
-        declared: list[tuple[str, str, Note]] = []
-        if target_specs is not None and opts.target is not None:
-            unproven = _unproven_layouts(items, target_specs)
-            declared = _layouts_by_values(unproven, items, opts.target) if unproven else []
-            if declared:  # the target's values decide square layouts nothing else decided
-                pipeline = replace(pipeline, module_types=pipeline.module_types + tuple(
-                    rule for rule, _, _ in declared))  # fmt: skip
-                items, notes = run_pipeline(entries, pipeline, target_specs, modules)
-        if opts.write_rules:
-            _write_rules(opts.write_rules, pipeline, inferred, declared, force=opts.force)
-        warnings: list[str | Note] = [*notes, *(note for _, _, note in declared)]
-        rope = _rope_moves(items, pipeline.adapters)
-        heads = _config_heads(src) if rope else None
-        if heads is not None:  # the model's config.json says the head counts: no need to ask
-            pipeline = replace(pipeline, adapters=(*pipeline.adapters, heads[0]))
-            items, notes = run_pipeline(entries, pipeline, target_specs, modules)
-            warnings.append(_rope_added(len(rope), *heads))
-            rope = []
-        if rope and target_specs is None:
-            warnings.append(_rope_note(len(rope)))
-        elif target_specs is not None:  # unproven: the check refuses them
-            from ckptctl.report.summary import AmbiguityKind, AmbiguousTensor
-
-            ambiguous += [AmbiguousTensor(out, AmbiguityKind.ROPE, (src,))
-                          for src, out in rope if out in target_specs]  # fmt: skip
+        pipeline = replace(opts.pipeline, facts=model_facts(ckpt, src, opts.adapters))
+        plan = _plan(src, opts, entries, pipeline, target_specs, modules)
+        items, inferred = plan.items, plan.inferred
+        warnings = plan.warnings
         outside = outside_state_key(everything, opts.state_key, ckpt)
         if outside and opts.state_key is not None:
             warnings.insert(0, describe_outside(outside, len(everything), opts.state_key))
@@ -230,37 +200,9 @@ def convert(
         if opts.param_ids_from:
             outputs, note = _attach_param_ids(outputs, opts.param_ids_from)
             warnings.append(note)
-        summary = None
-        fixes: tuple[Option, ...] = ()
-        ok = True
-        refused: str | Note | None = None
-        if target_specs is not None:
-            from ckptctl.ops.summary import specs_of, summarize
-
-            ambiguous += _unproven_layouts(items, target_specs)
-            result = summarize(specs_of(outputs), target_specs, given=tuple(opts.adapters),
-                               ambiguous=ambiguous)  # fmt: skip
-            ties = _suggest_ties(result, entries, pipeline, target_specs, modules)
-            if ties:
-                result = replace(result, fixes=(*result.fixes, *ties))
-            summary, fixes = result, result.fixes
-            ok = result.ok
-            if result.ambiguous:
-                refused = _refuse_ambiguous(result.ambiguous)
-            elif not ok:
-                refused = Note(
-                    "the output does not fit {fix0}; fix the names (see above) or pass {fix1}",
-                    (Option("target", takes_value=True), Option("allow_partial")),
-                )
-        strict_failed = False
-        if opts.strict and ok:
-            unused = unmatched_rules([e.name for e in entries], parse_rules(opts.remap))
-            if unused:
-                ok, strict_failed = False, True
-                numbers = ", ".join(f"#{r.number}" for r in unused)
-                refused = Note(
-                    f"remap rule {numbers} matches no tensor name ({{fix0}})", (Option("strict"),)
-                )
+        summary, fixes, ok, refused, strict_failed = _judge(
+            opts, entries, outputs, plan, target_specs, modules
+        )
         if not outputs and not opts.dry_run:
             warnings.append("no tensors to write: the output holds none")
         metadata = dict(ckpt.metadata) if ckpt.format in _USER_METADATA_FORMATS else {}
@@ -305,53 +247,170 @@ def convert(
         )
         if opts.dry_run or (not ok and (not opts.allow_partial or strict_failed)):
             return report
-        check_size(
-            sum(e.nbytes for e in outputs),
-            ckpt.input_bytes,
-            opts.max_output_bytes,
-            path=src,
-            doing=f"converting it to {os.fspath(dst)} would write",
-            inputs="the input's",
-            wanted="output",
-            option="max_output_bytes",
-        )
-        if opts.progress is not None:
-            report_bytes, total = opts.progress, sum(e.nbytes for e in outputs)
-            report_bytes(0, total)  # the bar knows its end before the first tensor is read
-            outputs = [_with_progress(e, lambda n: report_bytes(n, total)) for e in outputs]
-        with set_copy_threads(opts.jobs):
-            if opts.max_shard_bytes is not None:
-                written = write_sharded(
-                    dst,
-                    outputs,
-                    metadata,
-                    max_shard_bytes=opts.max_shard_bytes,
-                    force=opts.force,
-                    sources=_sources(src, ckpt),
-                    fsync=opts.fsync,
-                    jobs=opts.jobs,
-                    part=opts.shards,
-                    index_only=opts.index_only,
-                )
-                return replace(
-                    report,
-                    written=bool(written),
-                    destination=written[-1] if written else report.destination,
-                    destination_format=_sharded_format(opts, written),
-                    bytes_written=sum(os.path.getsize(p) for p in written),
-                    warnings=report.warnings
-                    + (() if written else ("this share of the shards is empty: nothing written",)),
-                )
-            save_checkpoint(
+        return _write(src, dst, opts, ckpt, outputs, metadata, report)
+
+
+@dataclass
+class _Plan:
+    """What the conversion does: the pipeline as inferred, its items, and what it found."""
+
+    pipeline: PipelineOptions
+    items: list[PlanItem]
+    inferred: tuple[tuple[str, str, str], ...]
+    ambiguous: list[AmbiguousTensor]
+    warnings: list[str | Note]
+
+
+def _plan(
+    src: str | os.PathLike[str],
+    opts: ConvertOptions,
+    entries: list[TensorEntry],
+    pipeline: PipelineOptions,
+    target_specs: Specs | None,
+    modules: Mapping[str, tuple[str, Mapping[str, JSONValue]]] | None,
+) -> _Plan:
+    """Run the pipeline; with a target, infer the rules and the layouts it decides; add the
+    RoPE adapter a config.json beside the source calls for (or say it is needed)."""
+    items, notes = run_pipeline(entries, pipeline, target_specs, modules)
+    inferred: tuple[tuple[str, str, str], ...] = ()
+    ambiguous: list[AmbiguousTensor] = []
+    if opts.target and target_specs is not None and opts.infer and not fits(items, target_specs):
+        inferred, ambiguous = infer_from_reference(entries, pipeline, target_specs, opts.target)
+        if inferred:
+            pipeline = replace(pipeline, remap=pipeline.remap + tuple(
+                rule_text(p, r) for p, r, _ in inferred))  # fmt: skip
+            items, notes = run_pipeline(entries, pipeline, target_specs, modules)
+    declared: list[tuple[str, str, Note]] = []
+    if target_specs is not None and opts.target is not None:
+        unproven = _unproven_layouts(items, target_specs)
+        declared = _layouts_by_values(unproven, items, opts.target) if unproven else []
+        if declared:  # the target's values decide square layouts nothing else decided
+            pipeline = replace(pipeline, module_types=pipeline.module_types + tuple(
+                rule for rule, _, _ in declared))  # fmt: skip
+            items, notes = run_pipeline(entries, pipeline, target_specs, modules)
+    if opts.write_rules:
+        _write_rules(opts.write_rules, pipeline, inferred, declared, force=opts.force)
+    warnings: list[str | Note] = [*notes, *(note for _, _, note in declared)]
+    rope = _rope_moves(items, pipeline.adapters)
+    heads = _config_heads(src) if rope else None
+    if heads is not None:  # the model's config.json says the head counts: no need to ask
+        pipeline = replace(pipeline, adapters=(*pipeline.adapters, heads[0]))
+        items, notes = run_pipeline(entries, pipeline, target_specs, modules)
+        warnings.append(_rope_added(len(rope), *heads))
+        rope = []
+    if rope and target_specs is None:
+        warnings.append(_rope_note(len(rope)))
+    elif target_specs is not None:  # unproven: the check refuses them
+        from ckptctl.report.summary import AmbiguityKind, AmbiguousTensor
+
+        ambiguous += [AmbiguousTensor(out, AmbiguityKind.ROPE, (src,))
+                      for src, out in rope if out in target_specs]  # fmt: skip
+    return _Plan(pipeline, items, inferred, ambiguous, warnings)
+
+
+def _judge(
+    opts: ConvertOptions,
+    entries: list[TensorEntry],
+    outputs: list[TensorEntry],
+    plan: _Plan,
+    target_specs: Specs | None,
+    modules: Mapping[str, tuple[str, Mapping[str, JSONValue]]] | None,
+) -> tuple[LoadingSummary | None, tuple[Option, ...], bool, str | Note | None, bool]:
+    """The Tensor Loading Summary against the target and ``--strict``: (summary, fixes, ok,
+    why nothing is written, whether --strict refused)."""
+    pipeline, items, ambiguous = plan.pipeline, plan.items, plan.ambiguous
+    summary = None
+    fixes: tuple[Option, ...] = ()
+    ok = True
+    refused: str | Note | None = None
+    if target_specs is not None:
+        from ckptctl.ops.summary import specs_of, summarize
+
+        ambiguous += _unproven_layouts(items, target_specs)
+        result = summarize(specs_of(outputs), target_specs, given=tuple(opts.adapters),
+                           ambiguous=ambiguous)  # fmt: skip
+        ties = _suggest_ties(result, entries, pipeline, target_specs, modules)
+        if ties:
+            result = replace(result, fixes=(*result.fixes, *ties))
+        summary, fixes = result, result.fixes
+        ok = result.ok
+        if result.ambiguous:
+            refused = _refuse_ambiguous(result.ambiguous)
+        elif not ok:
+            refused = Note(
+                "the output does not fit {fix0}; fix the names (see above) or pass {fix1}",
+                (Option("target", takes_value=True), Option("allow_partial")),
+            )
+    strict_failed = False
+    if opts.strict and ok:
+        every = rule_inputs(entries, replace(pipeline, include=(), exclude=()))
+        unused = unmatched_rules(every, parse_rules(opts.remap))
+        if unused:
+            ok, strict_failed = False, True
+            numbers = ", ".join(f"#{r.number}" for r in unused)
+            refused = Note(
+                f"remap rule {numbers} matches no tensor name ({{fix0}})", (Option("strict"),)
+            )
+    return summary, fixes, ok, refused, strict_failed
+
+
+def _write(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    opts: ConvertOptions,
+    ckpt: Checkpoint,
+    outputs: list[TensorEntry],
+    metadata: dict[str, str],
+    report: ConvertReport,
+) -> ConvertReport:
+    """Write ``outputs`` (one file, or shards) and say what was written."""
+    check_size(
+        sum(e.nbytes for e in outputs),
+        ckpt.input_bytes,
+        opts.max_output_bytes,
+        path=src,
+        doing=f"converting it to {os.fspath(dst)} would write",
+        inputs="the input's",
+        wanted="output",
+        option="max_output_bytes",
+    )
+    if opts.progress is not None:
+        report_bytes, total = opts.progress, sum(e.nbytes for e in outputs)
+        report_bytes(0, total)  # the bar knows its end before the first tensor is read
+        outputs = [_with_progress(e, lambda n: report_bytes(n, total)) for e in outputs]
+    with set_copy_threads(opts.jobs):
+        if opts.max_shard_bytes is not None:
+            written = write_sharded(
                 dst,
                 outputs,
                 metadata,
-                scalars=ckpt.scalars,
+                max_shard_bytes=opts.max_shard_bytes,
                 force=opts.force,
                 sources=_sources(src, ckpt),
                 fsync=opts.fsync,
-                to=opts.to,
+                jobs=opts.jobs,
+                part=opts.shards,
+                index_only=opts.index_only,
             )
+            return replace(
+                report,
+                written=bool(written),
+                destination=written[-1] if written else report.destination,
+                destination_format=_sharded_format(opts, written),
+                bytes_written=sum(os.path.getsize(p) for p in written),
+                warnings=report.warnings
+                + (() if written else ("this share of the shards is empty: nothing written",)),
+            )
+        save_checkpoint(
+            dst,
+            outputs,
+            metadata,
+            scalars=ckpt.scalars,
+            force=opts.force,
+            sources=_sources(src, ckpt),
+            fsync=opts.fsync,
+            to=opts.to,
+        )
     return replace(report, written=True, bytes_written=os.path.getsize(dst))
 
 
@@ -393,31 +452,21 @@ def _sharded_format(opts: ConvertOptions, written: list[str]) -> str:
     return f"safetensors, {len(written) - 1} shards"
 
 
-#: Largest config.json read for head counts (a model's is a few KiB).
-MAX_CONFIG_BYTES = 1 << 20
-
-
 def _config_heads(src: str | os.PathLike[str]) -> tuple[str, str] | None:
     """``("rope-interleaved:H,KV", where)`` from the ``config.json`` of a Hugging Face model
     directory ``src`` or beside the file ``src`` (``num_attention_heads``, and
     ``num_key_value_heads``, which defaults to it as in transformers' ``LlamaConfig``); None
-    when there is none, or it does not say."""
-    import json
+    when there is none, it cannot be read, or it does not say."""
+    from ckptctl.errors import InputError
+    from ckptctl.ops._facts import read_config
 
-    path = os.fspath(src)
-    if "://" in path:
-        return None
-    folder = path if os.path.isdir(path) else os.path.dirname(path)
-    config = os.path.join(folder, "config.json")
     try:
-        if os.path.getsize(config) > MAX_CONFIG_BYTES:
-            return None
-        with open(config, encoding="utf-8") as f:
-            values = json.load(f)
-    except (OSError, ValueError):
+        found = read_config(src)
+    except InputError:
         return None
-    if not isinstance(values, dict):
+    if found is None:
         return None
+    values, config = found
     heads = values.get("num_attention_heads")
     kv = values.get("num_key_value_heads", heads)
     if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (heads, kv)):

@@ -58,6 +58,19 @@ CORRUPT: dict[str, tuple[bytes, str]] = {
         gguf_file([text("k") + struct.pack("<IIQ", ARRAY, UINT8, 2**60)], [], b""),
         "declares 1152921504606846976 items",
     ),
+    "string_item_past_end": (
+        gguf_file(
+            [
+                text("k")
+                + struct.pack("<IIQ", ARRAY, STRING, 3)
+                + text("a")
+                + struct.pack("<Q", 2**40)
+            ],
+            [],
+            b"",
+        ),
+        "item 1 of",
+    ),
     "deep_arrays": (
         gguf_file([text("k") + struct.pack("<IIQ", ARRAY, ARRAY, 1) * 40 + bytes(64)], [], b""),
         "deep",

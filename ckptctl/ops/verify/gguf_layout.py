@@ -55,6 +55,17 @@ def gguf_layout(subject: Subject) -> Finding | None:
             "no general.architecture key: llama.cpp cannot load it as a model",
             details=details,
         )
+    from ckptctl.formats.gguf._arches import KNOWN_ARCHITECTURES
+
+    if arch not in KNOWN_ARCHITECTURES:
+        return Finding(
+            "gguf-layout",
+            Status.WARN,
+            f"architecture {arch!r} is not one llama.cpp knows (gguf-py 0.19.0's "
+            "MODEL_ARCH_NAMES): llama.cpp refuses to load it as a model",
+            "check general.architecture, or use a llama.cpp build that supports the model",
+            details=details,
+        )
     return Finding(
         "gguf-layout",
         Status.OK,

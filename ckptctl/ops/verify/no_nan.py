@@ -9,7 +9,7 @@ import numpy as np
 
 from ckptctl.dtypes import DType, to_float
 from ckptctl.formats._base import ranged_step
-from ckptctl.model import StridedData
+from ckptctl.model import StridedData, listed_dtype
 from ckptctl.ops.verify._check import MESSAGE_LIMIT, Check, Phase, more, plural
 from ckptctl.report.verify import Finding, Status
 from ckptctl.sources import CHUNK_BYTES
@@ -82,16 +82,22 @@ def _scan_all(entries: list[TensorEntry], jobs: int) -> list[tuple[int, int]]:
 
 def no_nan(subject: Subject) -> Finding:
     """NaN and Inf counts of every float tensor; ``jobs`` tensors scanned at once."""
+    from ckptctl.formats.gguf import can_decode, dequantized
+
     scanned = 0
     elements = 0
     bad: list[dict[str, JSONValue]] = []
     entries = subject.tensors
-    floats = [e for e in entries if e.dtype.is_float or e.dtype in _SCANNED]
-    for entry, (nan, inf) in zip(floats, _scan_all(floats, subject.opts.jobs), strict=True):
+    # GGUF's block-quantized tensors are scanned through their decoded values (their scales
+    # can be NaN or Inf), one tensor decoded at a time, as convert --dequantize decodes them
+    pairs = [(e, dequantized(e) if can_decode(e) else e) for e in entries]
+    floats = [(e, v) for e, v in pairs if v.dtype.is_float or v.dtype in _SCANNED]
+    counts = _scan_all([v for _, v in floats], subject.opts.jobs)
+    for (entry, value), (nan, inf) in zip(floats, counts, strict=True):
         scanned += 1
-        elements += entry.numel
+        elements += value.numel
         if nan or inf:
-            bad.append({"name": entry.name, "dtype": entry.dtype.value, "nan": nan, "inf": inf})
+            bad.append({"name": entry.name, "dtype": listed_dtype(entry), "nan": nan, "inf": inf})
     details: dict[str, JSONValue] = {"scanned": scanned, "elements": elements, "tensors": bad}
     if not bad:
         return Finding(

@@ -1,0 +1,228 @@
+"""``gguf-to-hf`` and ``hf-to-gguf``: llama.cpp's tensor names and q/k row order, both ways.
+
+``convert_hf_to_gguf.py`` renames a Hugging Face llama-family model's tensors with gguf-py's
+``TensorNameMap`` (``model.layers.0.self_attn.q_proj.weight`` -> ``blk.0.attn_q.weight``) and,
+for the ``llama`` architecture only (Llama, Mistral), reorders the rows of the q and k
+projections with ``permute``: ``w.reshape(heads, 2, rows / heads / 2, ...).swapaxes(1, 2)``,
+Hugging Face's half-split RoPE layout to the interleaved one llama.cpp rotates (``heads`` is
+``n_head`` for q, ``n_head_kv`` for k; biases too). That is ``rope.permute_rows(...,
+interleave=True)``; ``gguf-to-hf`` applies its inverse. The name rows and which architecture
+permutes are data (``_gguf_names``).
+
+The head counts come from the GGUF source's ``{arch}.attention.head_count[_kv]``, from the
+``config.json`` beside a Hugging Face source (``num_attention_heads``,
+``num_key_value_heads``), or from the adapter's parameter (``hf-to-gguf:32,8``); they are only
+needed where rows move.
+
+A block-quantized GGUF entry (stored blocks as U8, ``model.STORED_TYPE``) moves without
+decoding: a row of a GGUF tensor is ``ne[0]`` elements, whole blocks, so its bytes
+(``ne[0] / block_size * type_size``) are contiguous and permuting rows permutes byte runs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from functools import cache, partial
+from typing import TYPE_CHECKING, Any
+
+from ckptctl.adapters._base import Action, ActionKind, Adapted, BaseAdapter
+from ckptctl.adapters._gguf_names import (
+    ARCH_OF_HF_CLASS,
+    ARCH_OF_MODEL_TYPE,
+    COMPUTED,
+    NAME_ROWS,
+    PERMUTES_QK,
+    REFUSED,
+)
+from ckptctl.adapters.rope import parse_head_counts
+from ckptctl.errors import SelectionError, UnsupportedError
+from ckptctl.model import STORED_TYPE, ComputedData, listed_shape
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from numpy.typing import NDArray
+
+    from ckptctl.model import JSONValue, TensorEntry
+
+#: The adapter names: to Hugging Face's names, to GGUF's.
+GGUF_ADAPTERS = ("gguf-to-hf", "hf-to-gguf")
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the name adapters know about the model, and where each fact was read.
+
+    Attributes:
+        arch: the GGUF architecture (``general.architecture``; from ``config.json``'s
+            ``architectures``/``model_type`` for a Hugging Face source).
+        heads: attention heads (query).
+        kv_heads: key/value heads.
+        origin: where the facts were read, for messages (``GGUF metadata``, a path).
+    """
+
+    arch: str | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    origin: str = ""
+
+
+def facts_from_gguf(metadata: Mapping[str, str], origin: str = "GGUF metadata") -> ModelFacts:
+    """The architecture and head counts in a GGUF file's key/values (as ``Checkpoint.metadata``
+    strings); a count that is not one positive integer (a per-layer array) is unknown."""
+    arch = metadata.get("general.architecture")
+    if not arch:
+        return ModelFacts(origin=origin)
+    heads = _count(metadata.get(f"{arch}.attention.head_count"))
+    kv_heads = _count(metadata.get(f"{arch}.attention.head_count_kv"))
+    return ModelFacts(arch, heads, kv_heads if heads else None, origin)
+
+
+def facts_from_config(config: Mapping[str, JSONValue], origin: str = "config.json") -> ModelFacts:
+    """The architecture and head counts in a Hugging Face ``config.json``."""
+    classes = config.get("architectures")
+    first = classes[0] if isinstance(classes, list) and classes else None
+    arch = ARCH_OF_HF_CLASS.get(first) if isinstance(first, str) else None
+    model_type = config.get("model_type")
+    if arch is None and isinstance(model_type, str):
+        arch = ARCH_OF_MODEL_TYPE.get(model_type)
+    heads = _count(config.get("num_attention_heads"))
+    kv_heads = _count(config.get("num_key_value_heads")) if heads else None
+    return ModelFacts(arch, heads, kv_heads, origin)
+
+
+def _count(value: object) -> int | None:
+    text = str(value).strip() if isinstance(value, (int, str)) else ""
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+@dataclass(frozen=True)
+class GGUFNames(BaseAdapter):
+    """Rename between GGUF and Hugging Face names; move q/k rows where llama.cpp does.
+
+    Attributes:
+        to_hf: GGUF names to Hugging Face's (``gguf-to-hf``), else the reverse.
+        arch: the GGUF architecture whose rows apply.
+        heads: attention heads (None: no rows move).
+        kv_heads: key/value heads.
+    """
+
+    to_hf: bool
+    arch: str
+    heads: int | None = None
+    kv_heads: int | None = None
+
+    @classmethod
+    def parse(cls, spec: str, facts: ModelFacts | None = None) -> GGUFNames:
+        """``gguf-to-hf``, ``hf-to-gguf:32,8`` ... with the source's facts.
+
+        Raises:
+            SelectionError: bad head counts, or the counts are needed and unknown (exit 2).
+            UnsupportedError: an architecture this adapter does not rename.
+        """
+        name, _, counts = spec.strip().lower().partition(":")
+        known = facts or ModelFacts()
+        heads, kv_heads = (
+            parse_head_counts(name, counts) if counts else (known.heads, known.kv_heads)
+        )
+        arch = known.arch or "llama"  # no config: the family's base, which permutes
+        if arch in REFUSED:
+            raise UnsupportedError(
+                f"adapter {name!r}: {arch} {REFUSED[arch]}, which ckptctl does not undo",
+                hint="supported architectures: " + ", ".join(PERMUTES_QK),
+            )
+        if arch not in PERMUTES_QK:
+            raise UnsupportedError(
+                f"adapter {name!r}: no name table for architecture {arch!r}",
+                hint="supported architectures: " + ", ".join(PERMUTES_QK),
+            )
+        if PERMUTES_QK[arch] and heads is None:
+            where = known.origin or "the source"
+            raise SelectionError(
+                f"adapter {name!r} needs the attention head counts to move {arch}'s q/k rows, "
+                f"and {where} does not give them",
+                hint=f"write {name}:HEADS,KV_HEADS (num_attention_heads, num_key_value_heads "
+                "of the model's config.json)",
+            )
+        return cls(name == GGUF_ADAPTERS[0], arch, heads, kv_heads or heads)
+
+    def apply(self, entry: TensorEntry) -> Adapted:
+        stem, dot, last = entry.name.rpartition(".")
+        if not dot:
+            stem, last = entry.name, ""
+        if self.to_hf and any(stem == n and self.arch in a for n, a in COMPUTED):
+            reason = "llama.cpp computes it from config.json; no Hugging Face tensor"
+            return None, (Action(ActionKind.DROP, entry.name, reason, self.describe()),)
+        found = _lookup(stem, self.arch, to_hf=self.to_hf)
+        if found is None:
+            reason = "no name for it in the llama-family table"
+            return entry, (Action(ActionKind.KEEP, entry.name, reason, self.describe()),)
+        new_name, module = found
+        out = replace(entry, name=f"{new_name}{dot}{last}")
+        actions = [Action(ActionKind.RENAME, f"{entry.name} -> {out.name}", "GGUF name table",
+                          self.describe())]  # fmt: skip
+        heads = {"attn_q": self.heads, "attn_k": self.kv_heads}.get(module)
+        if heads is not None and PERMUTES_QK[self.arch] and last in ("weight", "bias"):
+            out = _permuted(out, entry.name, heads, interleave=not self.to_hf)
+            order = "interleaved (llama.cpp)" if not self.to_hf else "half-split (Hugging Face)"
+            actions.append(Action(ActionKind.CUSTOM, f"rows of {heads} heads -> {order}",
+                                  "convert_hf_to_gguf permute", self.describe()))  # fmt: skip
+        return out, tuple(actions)
+
+    def describe(self) -> str:
+        name = GGUF_ADAPTERS[0 if self.to_hf else 1]
+        if self.heads is None:
+            return f"{name} ({self.arch})"
+        counts = f"{self.heads},{self.kv_heads}" if self.kv_heads != self.heads else f"{self.heads}"
+        return f"{name}:{counts} ({self.arch})"
+
+
+@cache
+def _templates(arch: str, *, to_hf: bool) -> tuple[tuple[re.Pattern[str], str, str], ...]:
+    """(pattern of the source name, target template, GGUF module) per row of ``arch``."""
+    rows = []
+    for gguf, hf, archs in NAME_ROWS:
+        if arch in archs:
+            source, target = (gguf, hf) if to_hf else (hf, gguf)
+            pattern = re.escape(source).replace(re.escape("{bid}"), r"(?P<bid>\d+)")
+            rows.append((re.compile(pattern), target, gguf.rpartition(".")[2]))
+    return tuple(rows)
+
+
+def _lookup(stem: str, arch: str, *, to_hf: bool) -> tuple[str, str] | None:
+    for pattern, target, module in _templates(arch, to_hf=to_hf):
+        match = pattern.fullmatch(stem)
+        if match is not None:
+            return target.replace("{bid}", match.groupdict().get("bid") or ""), module
+    return None
+
+
+def _permuted(entry: TensorEntry, source: str, heads: int, *, interleave: bool) -> TensorEntry:
+    """``entry`` (the tensor named ``source`` in the input) with its rows (first logical axis)
+    permuted per head; quantized blocks move as byte runs of one row each."""
+    shape = listed_shape(entry)
+    rows = shape[0] if shape else 0
+    if rows % (2 * heads):
+        raise SelectionError(
+            f"tensor {source!r}: {rows} rows are not {heads} heads of an even size",
+            hint="check the head counts (num_attention_heads, num_key_value_heads)",
+        )
+    if STORED_TYPE in entry.extra and entry.nbytes % rows:
+        raise UnsupportedError(
+            f"tensor {source!r}: {entry.nbytes} bytes of {entry.extra[STORED_TYPE]} blocks "
+            f"do not split into {rows} rows",
+            hint="decode it first with --dequantize",
+        )
+    load = partial(_load_permuted, entry, rows, heads, interleave)
+    return replace(entry, offset=None, data=ComputedData(load))
+
+
+def _load_permuted(entry: TensorEntry, rows: int, heads: int, interleave: bool) -> NDArray[Any]:
+    from ckptctl.adapters.rope import permute_rows
+
+    array = entry.load()
+    if STORED_TYPE in entry.extra:  # blocks: one row of whole blocks is nbytes / rows bytes
+        flat = array.reshape(rows, entry.nbytes // rows)
+        return permute_rows(flat, heads, interleave=interleave).reshape(array.shape)
+    return permute_rows(array, heads, interleave=interleave)
