@@ -341,7 +341,7 @@ def command(
       ckptctl convert checkpoint/step-1000 full.safetensors --max-shard-size 5GB --index-only
       ckptctl convert ckpt consolidated.safetensors
       ckptctl convert llama-q4_k_m.gguf llama-bf16.safetensors --dequantize=bf16
-      ckptctl convert model.safetensors model-q8_0.gguf --arch llama --quantize q8_0
+      ckptctl convert llama.safetensors llama-q8_0.gguf --arch llama --quantize q8_0
       ckptctl convert llama-q4_k_m.gguf renamed.gguf --set-meta general.name=str:my-llama \\
         --drop-meta tokenizer.chat_template
     """

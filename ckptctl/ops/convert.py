@@ -170,7 +170,7 @@ def convert(
 
     Args:
         src: any readable checkpoint (format detected from content).
-        dst: ``.safetensors``, ``.bpk`` or ``.pt``/``.pth``/``.bin``.
+        dst: ``.safetensors``, ``.bpk``, ``.pt``/``.pth``/``.bin`` or ``.gguf``.
         options: what to select, rename, adapt, match and how to write.
 
     Returns:
@@ -454,7 +454,7 @@ def _gguf_output(
         made = ", ".join(f"{n} tensor{'s' if n != 1 else ''} {t}" for t, n in counts.items())
         notes.append(
             Note(
-                "{fix0} wrote " + (made or "no float tensors")
+                "{fix0}: " + (made or "no float tensors")
                 + " (1-D tensors, norms and non-weights stay F32; rows that are not whole "
                 "blocks F16, as llama.cpp's convert_hf_to_gguf.py)",
                 (Option("quantize", opts.quantize),),

@@ -89,45 +89,46 @@ def edit_key_values(
         SelectionError: a bad ``--set-meta``, a key given twice or both dropped and set, an
             unknown key to drop, a bad alignment, no (or a non-string) architecture.
     """
-    explicit = _explicit(arch, alignment, set_meta)
+    named, given = _explicit(arch, alignment, set_meta)
     values = dict(carried)
     for key in drop_meta:
         if key not in values:
             raise _unknown_key(key, carried)
-        if key in explicit:
+        if key in named or key in given:
             raise SelectionError(f"key {key!r} is both dropped and set")
         del values[key]
     if merged_split and SPLIT_COUNT in values:
         values[SPLIT_COUNT] = TypedValue(ValueType.UINT16, 0)
+    values.update(named)  # a new key goes at the end: --arch first, as GGUFWriter writes it
     if quantize is not None:
         values[FILE_TYPE] = TypedValue(ValueType.UINT32, QUANTIZE_TYPES[quantize][1])
         values[QUANTIZATION_VERSION] = TypedValue(ValueType.UINT32, QUANT_VERSION)
-    values.update(explicit)
+    values.update(given)
     _check(values)
     return values
 
 
 def _explicit(
     arch: str | None, alignment: int | None, set_meta: Sequence[str]
-) -> dict[str, TypedValue]:
-    """The keys the options set by name, each once."""
+) -> tuple[dict[str, TypedValue], dict[str, TypedValue]]:
+    """The keys ``arch`` and ``alignment`` set, and those ``set_meta`` sets: each key once."""
     given: list[tuple[str, TypedValue, str]] = []
     if arch is not None:
         given.append((ARCHITECTURE, TypedValue(ValueType.STRING, arch), "arch"))
     if alignment is not None:
         given.append((ALIGNMENT, TypedValue(ValueType.UINT32, alignment), "alignment"))
     given.extend((*parse_set_meta(text), "set_meta") for text in set_meta)
-    out: dict[str, TypedValue] = {}
     by: dict[str, str] = {}
-    for key, value, option in given:
-        if key in out:
+    for key, _, option in given:
+        if key in by:
             raise SelectionError(
                 f"key {key!r} is set twice",
                 hint=Note("set it once, with {fix0} or {fix1}",
                           (Option(by[key], takes_value=True), Option(option, takes_value=True))),
             )  # fmt: skip
-        out[key], by[key] = value, option
-    return out
+        by[key] = option
+    named = {key: value for key, value, option in given if option != "set_meta"}
+    return named, {key: value for key, value, option in given if option == "set_meta"}
 
 
 def _unknown_key(key: str, carried: Mapping[str, object]) -> SelectionError:
