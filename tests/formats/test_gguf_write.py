@@ -463,6 +463,26 @@ def test_what_gguf_cannot_hold_exits_4(run_cli, tmp_path: Path, entry, fact) -> 
     assert not out.exists()
 
 
+def test_blocks_of_a_big_endian_file_are_refused(run_cli, tmp_path: Path) -> None:
+    """Their fields (f16 scales) are big-endian; nothing here swaps them."""
+    path = tmp_path / "big.gguf"
+    writer = gguf.GGUFWriter(path, "llama", endianess=gguf.GGUFEndian.BIG)
+    writer.add_tensor("norm", np.ones(4, dtype=np.float32))  # swapped by the writer
+    blocks = gguf.quants.quantize(np.ones((1, 32), np.float32), T.Q8_0)
+    writer.add_tensor("q.weight", blocks, raw_dtype=T.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    out = tmp_path / "out.gguf"
+    result = run_cli("convert", path, out)
+    assert result.code == 4
+    assert "'q.weight'" in result.stderr
+    assert "big-endian" in result.stderr
+    assert run_cli("convert", path, out, "--exclude", r"^q\.").code == 0
+    assert _tensors(out) == {k: v for k, v in _tensors(path).items() if k == "norm"}
+
+
 def test_writing_over_the_source_is_refused(run_cli, tmp_path: Path) -> None:
     path = tmp_path / "model.gguf"
     path.write_bytes((GGUF / "tiny_llama.gguf").read_bytes())

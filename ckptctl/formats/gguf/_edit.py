@@ -138,7 +138,7 @@ def _unknown_key(key: str, carried: Mapping[str, object]) -> SelectionError:
     return SelectionError(
         f"cannot drop key {key!r}: the source has no such key"
         + (f"; did you mean {guess!r}?" if guess else ""),
-        hint=f"the source has {len(carried)} keys; list them with ckptctl ls --json",
+        hint=f"the source's {len(carried)} keys are the names in its metadata",
     )
 
 

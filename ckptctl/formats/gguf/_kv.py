@@ -227,7 +227,7 @@ def parse_set_meta(text: str) -> tuple[str, TypedValue]:
             return key, TypedValue(kind, _scalar(raw, kind))
         try:
             items = json.loads(raw)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nesting past Python's
             raise _Invalid(f"not a JSON array ({exc})") from None
         assert item_type is not None
         return key, _array(items, type_name.strip(), 0, "the value")
