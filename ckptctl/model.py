@@ -472,6 +472,9 @@ class Checkpoint(Mapping[str, TensorEntry]):
         metadata_summary: shorter renderings of long metadata values, by key (a GGUF array: its
             length and first items), which listings show unless asked for whole values.
         scalars: burnpack typed scalars (``{"step": {"UInt": 42}}``), empty elsewhere.
+        typed_metadata: the file's key/values with their types, by key in file order, for a
+            writer of the same format to keep them as they are (GGUF:
+            ``formats.gguf.StoredValue``); empty elsewhere. ``metadata`` has them as strings.
         kind: what the file is as a whole, for formats where that is a question; None elsewhere.
         notes: human-readable facts about the structure (where tensors hide, aliasing).
         structure: where the tensors are (pickle-based formats), None elsewhere.
@@ -499,6 +502,7 @@ class Checkpoint(Mapping[str, TensorEntry]):
         metadata: Mapping[str, str] | None = None,
         metadata_summary: Mapping[str, str] | None = None,
         scalars: Mapping[str, JSONValue] | None = None,
+        typed_metadata: Mapping[str, object] | None = None,
         kind: CheckpointKind | None = None,
         notes: list[str] | None = None,
         structure: Structure | None = None,
@@ -519,6 +523,7 @@ class Checkpoint(Mapping[str, TensorEntry]):
         self.metadata: Mapping[str, str] = dict(metadata or {})
         self.metadata_summary: Mapping[str, str] = dict(metadata_summary or {})
         self.scalars: Mapping[str, JSONValue] = dict(scalars or {})
+        self.typed_metadata: Mapping[str, object] = dict(typed_metadata or {})
         self.kind = kind
         self.notes = list(notes or [])
         self.structure = structure

@@ -101,6 +101,10 @@ class FormatContract:
         """Write a file at ``path`` that is valid but for one tensor's unknown dtype."""
         raise NotImplementedError
 
+    def holds(self, entry: TensorEntry) -> bool:
+        """Whether the format can hold ``entry``: its dtype, and a name it allows."""
+        return entry.dtype in self.dtypes and entry.name not in self.reserved_names
+
     def write(self, tmp_path: Path, entries: list[TensorEntry], **kw: object) -> Path:
         path = tmp_path / f"out{self.ext}"
         save_checkpoint(path, entries, force=True, **kw)  # type: ignore[arg-type]  # test helper
@@ -188,7 +192,7 @@ class FormatContract:
     def test_property_round_trip(
         self, tmp_path: Path, data: list[TensorEntry], metadata: dict[str, str]
     ) -> None:
-        entries = [e for e in data if e.dtype in self.dtypes and e.name not in self.reserved_names]
+        entries = [e for e in data if self.holds(e)]
         path = self.write(tmp_path, entries, metadata=metadata if self.keeps_metadata else None)
         assert_same(entries, path)
         if self.keeps_metadata:

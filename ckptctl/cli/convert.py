@@ -71,7 +71,50 @@ def run_conversion(
     return ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
 
 
-@click.command("convert")
+#: The command's --help (and man page) text; its Examples are run by tests/test_docs.py.
+HELP = """Convert SRC to DST; DST's extension picks the format (.safetensors, .bpk, .pt/.pth/.bin,
+.gguf).
+
+Tensors go through: --state-key, --include/--exclude, --remap rules (in order), then
+adapters (in order). Streams one tensor at a time; tensors that need no change are copied
+as raw bytes. Writes atomically: on any failure DST is left as it was. Refuses to overwrite
+DST without --force, and never writes over SRC. SRC may be a DeepSpeed ZeRO save (a folder
+with latest and global_step*/): DST gets the fp32 weights deepspeed's zero_to_fp32 returns
+(plus frozen parameters at stage 1), read from the rank files piece by piece.
+
+A .gguf DST is GGUF v3 as gguf-py writes it: GGUF to GGUF keeps every key/value and every
+quantized block byte for byte, so --set-meta and --drop-meta edit a model's metadata
+without touching its tensors (into a new file: DST is never SRC).
+
+\b
+Examples:
+  ckptctl convert model.safetensors burn.bpk -a pytorch-to-burn
+  ckptctl convert checkpoint.pt weights.safetensors --state-key model
+  ckptctl convert whole_model.pt whole_model.bpk -a pytorch-to-burn -a cast:bf16
+  ckptctl convert encoder.pt encoder.bpk -a pytorch-to-burn \\
+    --module-type 'encoder\\.layers\\.\\d+\\.=TransformerEncoderLayer(norm_first=True)'
+  ckptctl convert model.bpk renamed.bpk --remap '^fc\\.=fc1.' --dry-run
+  ckptctl convert bert.safetensors bert.bpk -a pytorch-to-burn --target burn_bert.bpk \\
+    --write-rules bert-rules.txt
+  ckptctl convert roberta.safetensors roberta.bpk -a pytorch-to-burn \\
+    --target burn_roberta.bpk --tie lm_head.decoder.bias=lm_head.bias \\
+    --tie lm_head.decoder.weight=roberta.embeddings.word_embeddings.weight
+  ckptctl convert llama.safetensors llama.bpk -a pytorch-to-burn -a rope-interleaved:2,1 \\
+    --target burn_llama.bpk
+  ckptctl convert model-10.mpk model-10.bpk
+  ckptctl convert optim-10.mpk optim-10.bpk --paths-from model-10.mpk
+  ckptctl convert checkpoint/step-1000 full.safetensors --state-key model
+  ckptctl convert checkpoint/step-1000 full.safetensors --max-shard-size 5GB --shards 1/8
+  ckptctl convert checkpoint/step-1000 full.safetensors --max-shard-size 5GB --index-only
+  ckptctl convert ckpt consolidated.safetensors
+  ckptctl convert llama-q4_k_m.gguf llama-bf16.safetensors --dequantize=bf16
+  ckptctl convert llama.safetensors llama-q8_0.gguf --arch llama --quantize q8_0
+  ckptctl convert llama-q4_k_m.gguf renamed.gguf --set-meta general.name=str:my-llama \\
+    --drop-meta tokenizer.chat_template
+"""
+
+
+@click.command("convert", help=HELP)
 @click.argument("src", type=InputPath())
 @click.argument("dst", type=click.Path(dir_okay=False))
 @adapter_option(
@@ -221,6 +264,43 @@ def run_conversion(
     "such a tensor exits 4 unless DST is GGUF.",
 )
 @click.option(
+    "--arch",
+    metavar="NAME",
+    help="GGUF output: general.architecture (llama, qwen2, gemma3 ...), which llama.cpp reads "
+    "first to load a model; required unless SRC is a GGUF file that has it.",
+)
+@click.option(
+    "--alignment",
+    type=int,
+    metavar="N",
+    help="GGUF output: start each tensor's data at a multiple of N bytes (a power of two up to "
+    "1 MiB; written as general.alignment). Default: SRC's, else 32.",
+)
+@click.option(
+    "--quantize",
+    type=click.Choice(["q8_0", "q4_0"], case_sensitive=False),
+    help="GGUF output: quantize as llama.cpp's convert_hf_to_gguf.py does, bit for bit as "
+    "gguf-py: float weights (*.weight) of 2+ dimensions become Q8_0/Q4_0 blocks; 1-D tensors, "
+    "norms and other floats F32; weights whose rows are not whole 32-value blocks F16; "
+    "integer tensors and GGUF blocks stay as they are. Sets general.file_type and "
+    "general.quantization_version.",
+)
+@click.option(
+    "--set-meta",
+    multiple=True,
+    metavar="KEY=TYPE:VALUE",
+    help="GGUF output: set key KEY, repeatable (replaced where SRC has it, else added at the "
+    "end). TYPE: u8 i8 u16 i16 u32 i32 u64 i64 f32 f64 bool str, or arr[TYPE] with a JSON "
+    'array as VALUE: general.name=str:My Model, general.tags=arr[str]:["a","b"], '
+    "x=arr[arr[i32]]:[[1,2],[3]].",
+)
+@click.option(
+    "--drop-meta",
+    multiple=True,
+    metavar="KEY",
+    help="GGUF output: leave out SRC's key KEY, repeatable (a key SRC lacks exits 2).",
+)
+@click.option(
     "--unpack-int4",
     is_flag=True,
     help="ONNX: write INT4/UINT4 tensors (packed two to a byte) as I8/U8, one byte per "
@@ -257,6 +337,11 @@ def command(
     share: tuple[int, int] | None,
     index_only: bool,
     dequantize: str | None,
+    arch: str | None,
+    alignment: int | None,
+    quantize: str | None,
+    set_meta: tuple[str, ...],
+    drop_meta: tuple[str, ...],
     unpack_int4: bool,
     jobs: int,
     to: str | None,
@@ -266,44 +351,18 @@ def command(
     quiet: bool,
     fmt: OutputFormat,
 ) -> int:
-    """Convert SRC to DST; DST's extension picks the format (.safetensors, .bpk, .pt/.pth/.bin).
-
-    Tensors go through: --state-key, --include/--exclude, --remap rules (in order), then
-    adapters (in order). Streams one tensor at a time; tensors that need no change are copied
-    as raw bytes. Writes atomically: on any failure DST is left as it was. Refuses to overwrite
-    DST without --force, and never writes over SRC. SRC may be a DeepSpeed ZeRO save (a folder
-    with latest and global_step*/): DST gets the fp32 weights deepspeed's zero_to_fp32 returns
-    (plus frozen parameters at stage 1), read from the rank files piece by piece.
-
-    \b
-    Examples:
-      ckptctl convert model.safetensors burn.bpk -a pytorch-to-burn
-      ckptctl convert checkpoint.pt weights.safetensors --state-key model
-      ckptctl convert whole_model.pt whole_model.bpk -a pytorch-to-burn -a cast:bf16
-      ckptctl convert encoder.pt encoder.bpk -a pytorch-to-burn \\
-        --module-type 'encoder\\.layers\\.\\d+\\.=TransformerEncoderLayer(norm_first=True)'
-      ckptctl convert model.bpk renamed.bpk --remap '^fc\\.=fc1.' --dry-run
-      ckptctl convert bert.safetensors bert.bpk -a pytorch-to-burn --target burn_bert.bpk \\
-        --write-rules bert-rules.txt
-      ckptctl convert roberta.safetensors roberta.bpk -a pytorch-to-burn \\
-        --target burn_roberta.bpk --tie lm_head.decoder.bias=lm_head.bias \\
-        --tie lm_head.decoder.weight=roberta.embeddings.word_embeddings.weight
-      ckptctl convert llama.safetensors llama.bpk -a pytorch-to-burn -a rope-interleaved:2,1 \\
-        --target burn_llama.bpk
-      ckptctl convert model-10.mpk model-10.bpk
-      ckptctl convert optim-10.mpk optim-10.bpk --paths-from model-10.mpk
-      ckptctl convert checkpoint/step-1000 full.safetensors --state-key model
-      ckptctl convert checkpoint/step-1000 full.safetensors --max-shard-size 5GB --shards 1/8
-      ckptctl convert checkpoint/step-1000 full.safetensors --max-shard-size 5GB --index-only
-      ckptctl convert ckpt consolidated.safetensors
-      ckptctl convert llama-q4_k_m.gguf llama-bf16.safetensors --dequantize=bf16
-    """
+    """``ckptctl convert``: see ``HELP``."""
     from ckptctl.dtypes import DType
     from ckptctl.ops.convert import ConvertOptions
 
     options = ConvertOptions(
         state_key=state_key,
         dequantize=None if dequantize is None else DType.parse(dequantize),
+        arch=arch,
+        alignment=alignment,
+        quantize=None if quantize is None else quantize.lower(),
+        set_meta=set_meta,
+        drop_meta=drop_meta,
         include=include,
         exclude=exclude,
         remap=rules,

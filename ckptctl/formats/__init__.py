@@ -323,10 +323,12 @@ def save_checkpoint(
     left as it was.
 
     Args:
-        path: destination; ``.safetensors``, ``.bpk``, ``.pt``/``.pth``/``.bin``.
+        path: destination; ``.safetensors``, ``.bpk``, ``.pt``/``.pth``/``.bin``, ``.gguf``.
         entries: tensors in write order.
         metadata: string key/values to store where the format has room for them.
-        scalars: burnpack typed scalars.
+        scalars: typed values by key: burnpack's scalars; GGUF's key/values
+            (``formats.gguf.StoredValue``, ``TypedValue`` or ``str``, in order, before the
+            metadata strings).
         force: overwrite an existing destination.
         sources: input paths; writing over one of them is refused.
         fsync: flush the file to disk before renaming it into place.

@@ -101,6 +101,14 @@ class ConvertOptions:
         dequantize: decode GGUF's block-quantized tensors to this float dtype (F32, F16 or
             BF16; the values gguf-py's ``dequantize`` gives, rounded to nearest even for the
             16-bit ones); None: such a tensor is refused unless the output is GGUF.
+        arch: a GGUF output's ``general.architecture`` (required unless the source is a GGUF
+            file that has it).
+        alignment: a GGUF output's ``general.alignment`` (a power of two; default 32).
+        quantize: ``q8_0`` or ``q4_0``: quantize a GGUF output's weights as llama.cpp's
+            converter does (``formats.gguf._edit``), bit for bit as gguf-py.
+        set_meta: ``KEY=TYPE:VALUE`` key/values a GGUF output gets (replaced in place or
+            added at the end; ``formats.gguf.parse_set_meta``).
+        drop_meta: keys of a GGUF source the GGUF output leaves out.
         progress: called as ``progress(nbytes, total)`` when each tensor is written, with the
             tensor's size and the total bytes of all output tensors.
 
@@ -109,6 +117,11 @@ class ConvertOptions:
 
     state_key: str | None = None
     dequantize: DType | None = None
+    arch: str | None = None
+    alignment: int | None = None
+    quantize: str | None = None
+    set_meta: tuple[str, ...] = ()
+    drop_meta: tuple[str, ...] = ()
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     remap: tuple[str, ...] = ()
@@ -164,7 +177,7 @@ def convert(
 
     Args:
         src: any readable checkpoint (format detected from content).
-        dst: ``.safetensors``, ``.bpk`` or ``.pt``/``.pth``/``.bin``.
+        dst: ``.safetensors``, ``.bpk``, ``.pt``/``.pth``/``.bin`` or ``.gguf``.
         options: what to select, rename, adapt, match and how to write.
 
     Returns:
@@ -183,6 +196,7 @@ def convert(
     opts = options or ConvertOptions()
     _check_split(opts)
     out_spec = format_for_output(dst, opts.to)
+    _check_gguf_options(opts, out_spec.name)
     target_specs = _read_specs(opts.target) if opts.target else None
     with open_checkpoint(src) as ckpt:
         everything = _dequantized(ckpt.entries(), opts.dequantize)
@@ -213,23 +227,14 @@ def convert(
             outputs, items, tied_note = _tied(outputs, items, metadata, dedupe=opts.dedupe_tied)
             if tied_note is not None:
                 warnings.append(tied_note)
+        scalars: Mapping[str, JSONValue] = ckpt.scalars
+        if out_spec.name == "gguf":
+            outputs, scalars, gguf_notes = _gguf_output(ckpt, outputs, opts)
+            warnings += gguf_notes
         by_name = {e.name: e for e in entries}
         rows = tuple(_plan_row(item, by_name[item.source]) for item in items)
         warnings += _lost_in_output(out_spec.name, outputs, metadata, ckpt.scalars)
-        if ckpt.kind is CheckpointKind.NESTED and opts.state_key is None:
-            where = describe_groups(dict(list(top_level_groups(ckpt).items())[:4]))
-            warnings.append(
-                Note(
-                    "the source is a nested checkpoint: every tensor is written under its key "
-                    f"path ({where}); pass {{fix0}} to write only one part, e.g. the model weights",
-                    (Option("state_key", takes_value=True),),
-                )
-            )
-        if ckpt.safety is not None and ckpt.safety.verdict is not Verdict.SAFE:
-            warnings.append(
-                f"the source pickle is {ckpt.safety.describe()}: read without running any of it; "
-                "the output holds only tensors and needs no trust"
-            )
+        warnings += _source_notes(ckpt, opts.state_key)
         report = ConvertReport(
             source=os.fspath(src),
             destination=os.fspath(dst),
@@ -247,7 +252,28 @@ def convert(
         )
         if opts.dry_run or (not ok and (not opts.allow_partial or strict_failed)):
             return report
-        return _write(src, dst, opts, ckpt, outputs, metadata, report)
+        return _write(src, dst, opts, ckpt, outputs, (metadata, scalars), report)
+
+
+def _source_notes(ckpt: Checkpoint, state_key: str | None) -> list[str | Note]:
+    """What the output does not say of its source: a nested checkpoint written whole, a pickle
+    that needed trust (read without running it)."""
+    notes: list[str | Note] = []
+    if ckpt.kind is CheckpointKind.NESTED and state_key is None:
+        where = describe_groups(dict(list(top_level_groups(ckpt).items())[:4]))
+        notes.append(
+            Note(
+                "the source is a nested checkpoint: every tensor is written under its key "
+                f"path ({where}); pass {{fix0}} to write only one part, e.g. the model weights",
+                (Option("state_key", takes_value=True),),
+            )
+        )
+    if ckpt.safety is not None and ckpt.safety.verdict is not Verdict.SAFE:
+        notes.append(
+            f"the source pickle is {ckpt.safety.describe()}: read without running any of it; "
+            "the output holds only tensors and needs no trust"
+        )
+    return notes
 
 
 @dataclass
@@ -360,10 +386,12 @@ def _write(
     opts: ConvertOptions,
     ckpt: Checkpoint,
     outputs: list[TensorEntry],
-    metadata: dict[str, str],
+    meta: tuple[dict[str, str], Mapping[str, JSONValue]],
     report: ConvertReport,
 ) -> ConvertReport:
-    """Write ``outputs`` (one file, or shards) and say what was written."""
+    """Write ``outputs`` with ``meta`` (metadata, scalars: a GGUF output's key/values), to one
+    file or shards, and say what was written."""
+    metadata, scalars = meta
     check_size(
         sum(e.nbytes for e in outputs),
         ckpt.input_bytes,
@@ -405,7 +433,7 @@ def _write(
             dst,
             outputs,
             metadata,
-            scalars=ckpt.scalars,
+            scalars=scalars,
             force=opts.force,
             sources=_sources(src, ckpt),
             fsync=opts.fsync,
@@ -441,6 +469,68 @@ def _check_split(opts: ConvertOptions) -> None:
                 hint=f"the shares of {max(parts, 1)} runs are 1/{max(parts, 1)} .. "
                 f"{max(parts, 1)}/{max(parts, 1)}",
             )
+
+
+#: The options that shape a GGUF output, by their ``ConvertOptions`` name.
+_GGUF_OPTIONS = ("arch", "alignment", "quantize", "set_meta", "drop_meta")
+
+
+def _check_gguf_options(opts: ConvertOptions, out_format: str) -> None:
+    """The GGUF options apply to a GGUF output only.
+
+    Raises:
+        SelectionError: one is given for another format, or ``quantize`` names no type.
+    """
+    given = [n for n in _GGUF_OPTIONS if getattr(opts, n) not in (None, ())]
+    if given and out_format != "gguf":
+        raise SelectionError(
+            f"{', '.join(given)}: only a GGUF output takes {'these' if len(given) > 1 else 'it'}, "
+            f"and the output is {out_format}",
+            hint=Note("write to a .gguf file, or leave out {fix0}",
+                      (Option(given[0], takes_value=True),)),
+        )  # fmt: skip
+    from ckptctl.formats.gguf import QUANTIZE_TYPES
+
+    if opts.quantize is not None and opts.quantize not in QUANTIZE_TYPES:
+        raise SelectionError(
+            f"cannot quantize to {opts.quantize!r}",
+            hint="ckptctl quantizes to " + ", ".join(QUANTIZE_TYPES),
+        )
+
+
+def _gguf_output(
+    ckpt: Checkpoint, outputs: list[TensorEntry], opts: ConvertOptions
+) -> tuple[list[TensorEntry], dict[str, object], list[str | Note]]:
+    """A GGUF output's key/values (the source's, edited) and tensors (quantized)."""
+    from ckptctl.formats.gguf import edit_key_values, quantize_entries
+
+    is_gguf = ckpt.format == "gguf"
+    merged = is_gguf and ckpt.sharding is not None
+    values = edit_key_values(
+        ckpt.typed_metadata if is_gguf else {},
+        arch=opts.arch,
+        alignment=opts.alignment,
+        quantize=opts.quantize,
+        set_meta=opts.set_meta,
+        drop_meta=opts.drop_meta,
+        merged_split=merged,
+    )
+    notes: list[str | Note] = []
+    if merged:
+        notes.append("the split model is written as one file, with split.count 0 (as "
+                     "gguf-split --merge writes it)")  # fmt: skip
+    if opts.quantize is not None:
+        outputs, counts = quantize_entries(outputs, opts.quantize)
+        made = ", ".join(f"{n} tensor{'s' if n != 1 else ''} {t}" for t, n in counts.items())
+        notes.append(
+            Note(
+                "{fix0}: " + (made or "no float tensors")
+                + " (1-D tensors, norms and non-weights stay F32; rows that are not whole "
+                "blocks F16, as llama.cpp's convert_hf_to_gguf.py)",
+                (Option("quantize", opts.quantize),),
+            )
+        )  # fmt: skip
+    return outputs, values, notes
 
 
 def _sharded_format(opts: ConvertOptions, written: list[str]) -> str:

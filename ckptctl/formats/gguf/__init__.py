@@ -36,7 +36,12 @@ member for block formats):
 A split model's parts (``NAME-00001-of-00003.gguf`` with ``split.*`` keys) open as one
 checkpoint whatever part is named: the first part's key/values, every part's tensors.
 Key/values become ``Checkpoint.metadata`` strings (``_values``); long arrays also get a summary
-(``Checkpoint.metadata_summary``) for listings.
+(``Checkpoint.metadata_summary``) for listings; ``Checkpoint.typed_metadata`` keeps each with
+its type and bytes (``_kv.StoredValue``) for the writer.
+
+Writing (``_write``): GGUF v3, little-endian, laid out as gguf-py's ``GGUFWriter`` lays it out
+(byte for byte, given the same key/values and tensors in the same order). A quantized entry's
+blocks are copied as they are; ``convert`` edits the key/values and quantizes with ``_edit``.
 """
 
 from __future__ import annotations
@@ -49,22 +54,33 @@ from ckptctl.formats._base import FormatSpec
 from ckptctl.formats.gguf._ggml import GGML_TYPES, GGML_TYPES_BY_NAME, GGMLType, ValueType
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import IO
+
     from numpy.typing import NDArray
 
+    from ckptctl.formats.gguf._edit import QUANTIZE_TYPES, edit_key_values, quantize_entries
+    from ckptctl.formats.gguf._kv import StoredValue, TypedValue, parse_set_meta
     from ckptctl.formats.gguf._read import layout_gguf, open_gguf
-    from ckptctl.model import Checkpoint, HeaderLayout, TensorEntry
+    from ckptctl.model import Checkpoint, HeaderLayout, JSONValue, TensorEntry
     from ckptctl.sources import ByteSource
 
 __all__ = [
     "GGML_TYPES",
     "GGML_TYPES_BY_NAME",
     "MAGIC",
+    "QUANTIZE_TYPES",
     "GGMLType",
+    "StoredValue",
+    "TypedValue",
     "ValueType",
     "can_decode",
     "dequantized",
+    "edit_key_values",
     "layout_gguf",
     "open_gguf",
+    "parse_set_meta",
+    "quantize_entries",
     "sniff_gguf",
 ]
 
@@ -78,8 +94,14 @@ def sniff_gguf(head: bytes, source: ByteSource) -> bool:
 
 #: public name -> the module that defines it, imported on first use (PEP 562)
 _LAZY = {
+    "QUANTIZE_TYPES": "ckptctl.formats.gguf._edit",
+    "StoredValue": "ckptctl.formats.gguf._kv",
+    "TypedValue": "ckptctl.formats.gguf._kv",
+    "edit_key_values": "ckptctl.formats.gguf._edit",
     "layout_gguf": "ckptctl.formats.gguf._read",
     "open_gguf": "ckptctl.formats.gguf._read",
+    "parse_set_meta": "ckptctl.formats.gguf._kv",
+    "quantize_entries": "ckptctl.formats.gguf._edit",
 }
 
 __getattr__ = lazy_attributes(__name__, _LAZY, globals())
@@ -155,7 +177,25 @@ def _layout(source: ByteSource) -> HeaderLayout:
     return layout_gguf(source)
 
 
+def _write(
+    out: IO[bytes],
+    entries: Sequence[TensorEntry],
+    metadata: Mapping[str, str],
+    scalars: Mapping[str, JSONValue],
+) -> None:
+    from ckptctl.formats.gguf._write import write
+
+    write(out, entries, metadata, scalars)
+
+
 #: The formats this module adds to the registry (``ckptctl.formats``), in detection order.
 SPECS = (
-    FormatSpec(name="gguf", extensions=(".gguf",), sniff=sniff_gguf, open=_open, layout=_layout),
+    FormatSpec(
+        name="gguf",
+        extensions=(".gguf",),
+        sniff=sniff_gguf,
+        open=_open,
+        layout=_layout,
+        write=_write,
+    ),
 )

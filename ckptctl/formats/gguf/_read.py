@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptctl.dtypes import DType
 from ckptctl.errors import CkptError, CorruptCheckpointError, InputError, UnsupportedError
+from ckptctl.formats.gguf._kv import StoredValue
 from ckptctl.formats.gguf._parse import (
     FIXED_HEADER_BYTES,
     ParsedGGUF,
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
 SPLIT_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 #: Most parts a split model may have (gguf-split numbers them with five digits).
 MAX_SPLITS = 99_999
+#: ``TensorEntry.extra`` key set (to ``"big"``) on the block-quantized tensors of a big-endian
+#: file: their blocks' fields are in that byte order, which the GGUF writer does not swap.
+BYTE_ORDER = "byte_order"
 
 
 class _Undecodable(TensorData):
@@ -80,6 +84,8 @@ def _entry(source: ByteSource, parsed: ParsedGGUF, info: TensorInfo) -> TensorEn
             info.name, DType.U8, (nbytes,), nbytes, None, _Undecodable(what), extra=extra
         )
     extra["quantized"] = known.name
+    if parsed.big_endian:
+        extra[BYTE_ORDER] = "big"
     return TensorEntry(
         info.name,
         DType.U8,
@@ -190,6 +196,7 @@ def _checkpoint(
         format="gguf",
         metadata=metadata,
         metadata_summary=summary,
+        typed_metadata={kv.key: StoredValue(kv, sources[0], first.big_endian) for kv in first.kvs},
         notes=list(dict.fromkeys(notes)),
         sharding=sharding,
         sources=sources,
