@@ -217,12 +217,6 @@ def run_conversion(
     "to f32 (the default), f16 or bf16, with the values gguf-py's dequantize gives; without it "
     "such a tensor exits 4 unless DST is GGUF.",
 )
-@click.option(
-    "--unpack-int4",
-    is_flag=True,
-    help="ONNX: write INT4/UINT4 tensors (packed two to a byte) as I8/U8, one byte per "
-    "element; without it such a tensor exits 4.",
-)
 @jobs_option(
     "Copy tensor bytes with up to N threads (at most 4), and with --max-shard-size write N "
     "shards at once; the files are the same for any N."
@@ -254,7 +248,6 @@ def command(
     share: tuple[int, int] | None,
     index_only: bool,
     dequantize: str | None,
-    unpack_int4: bool,
     jobs: int,
     to: str | None,
     force: bool,
@@ -326,12 +319,4 @@ def command(
         index_only=index_only,
         dry_run=dry_run,
     )
-    if not unpack_int4:
-        return run_conversion(src, dst, options, fmt=fmt, quiet=quiet)
-    from ckptctl.formats.onnx import UNPACK_4BIT
-
-    token = UNPACK_4BIT.set(True)
-    try:
-        return run_conversion(src, dst, options, fmt=fmt, quiet=quiet)
-    finally:
-        UNPACK_4BIT.reset(token)
+    return run_conversion(src, dst, options, fmt=fmt, quiet=quiet)

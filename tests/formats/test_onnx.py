@@ -5,6 +5,7 @@ Hostile protobufs are built here from the wire format's few rules."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -164,26 +165,36 @@ def test_a_data_type_without_a_dtype_exits_4(run_cli) -> None:
 # --- INT4 / UINT4 ----------------------------------------------------------------------------
 
 
-def test_int4_is_listed_unpacked_and_refused_without_the_option(tmp_path: Path, run_cli) -> None:
+def test_int4_is_listed_unpacked(run_cli) -> None:
     listing = json.loads(run_cli("ls", "--json", ONNX / "int4.onnx").stdout)
-    shapes = {t["name"]: (t["dtype"], t["shape"]) for t in listing["tensors"]}
-    assert shapes["q.int4_raw"] == ("I8", [3, 3])
-    assert shapes["q.uint4_typed"] == ("U8", [5])
-    result = run_cli("convert", ONNX / "int4.onnx", tmp_path / "out.safetensors")
-    assert result.code == 4
-    assert "--unpack-int4" in result.stderr
-    assert "int4.onnx" in result.stderr
-    assert not (tmp_path / "out.safetensors").exists()
+    shapes = {t["name"]: (t["dtype"], t["shape"], t["nbytes"]) for t in listing["tensors"]}
+    assert shapes["q.int4_raw"] == ("I8", [3, 3], 9)
+    assert shapes["q.uint4_typed"] == ("U8", [5], 5)
 
 
-def test_unpack_int4_writes_onnx_values(tmp_path: Path, run_cli) -> None:
+def test_convert_writes_int4_as_onnx_values(tmp_path: Path, run_cli) -> None:
     out = tmp_path / "out.safetensors"
-    result = run_cli("convert", ONNX / "int4.onnx", out, "--unpack-int4")
+    result = run_cli("convert", ONNX / "int4.onnx", out)
     assert result.code == 0, result.stderr
     expected = truth(ONNX / "int4.onnx")
     with open_checkpoint(out) as ckpt:
         for name, (array, data_type) in expected.items():
             assert ckpt[name].load().tobytes() == as_bits(array, data_type), name
+
+
+def test_int4_values_in_every_reading_command(run_cli) -> None:
+    path = ONNX / "int4.onnx"
+    expected = truth(path)
+    digests = {m["name"]: m["digest"] for m in _manifest(run_cli, path)}
+    for name, (array, data_type) in expected.items():
+        assert digests[name] == "sha256:" + hashlib.sha256(as_bits(array, data_type)).hexdigest()
+    shown = run_cli("show", "--json", path, "q.int4_raw")
+    assert shown.code == 0, shown.stderr
+    stats = json.loads(shown.stdout)["tensors"][0]["stats"]
+    int4 = expected["q.int4_raw"][0].astype(np.int8)
+    assert (stats["min"], stats["max"]) == (int4.min(), int4.max())
+    assert run_cli("diff", path, path).code == 0
+    assert run_cli("verify", "--no-nan", path).code == 0
 
 
 # --- header ----------------------------------------------------------------------------------

@@ -81,7 +81,7 @@ def _data(
     return typed_data(source, info, dtype)
 
 
-def _entry(source: ByteSource, info: TensorInfo, files: ExternalFiles, unpack: bool) -> TensorEntry:
+def _entry(source: ByteSource, info: TensorInfo, files: ExternalFiles) -> TensorEntry:
     if not info.name:
         corrupt(f"an {info.kind} at byte {info.at} has no name")
     dtype = _dtype(info)
@@ -89,7 +89,7 @@ def _entry(source: ByteSource, info: TensorInfo, files: ExternalFiles, unpack: b
     extra = {"onnx_kind": info.kind, "onnx_storage": _storage(info)}
     if info.data_type in s.PACKED_4BIT:
         extra["onnx_dtype"] = s.DATA_TYPES[info.data_type][0]
-        data, nbytes = packed_4bit(info, data, unpack, source.path), info.numel
+        data, nbytes = packed_4bit(info, data), info.numel
     elif info.location_external:
         extra["location"] = dict(info.external or []).get("location", "")
     offset = info.raw[0] if info.raw is not None and not info.location_external else None
@@ -123,23 +123,22 @@ def _notes(model: ParsedModel, entries: list[TensorEntry]) -> list[str]:
     packed = [e.name for e in entries if "onnx_dtype" in e.extra]
     if packed:
         notes.append(
-            f"{len(packed)} INT4/UINT4 tensors (packed two to a byte) are listed as I8/U8, one "
-            f"byte per element, and read only with --unpack-int4: {', '.join(packed[:5])}"
+            f"{len(packed)} INT4/UINT4 tensors (packed two to a byte) are read as I8/U8, one "
+            f"byte per element: {', '.join(packed[:5])}"
         )
     return notes
 
 
-def open_onnx(source: ByteSource, *, unpack_4bit: bool = False) -> Checkpoint:
+def open_onnx(source: ByteSource) -> Checkpoint:
     """Open an ONNX model lazily: walk the protobuf, read no tensor bytes.
 
     Args:
         source: the ``.onnx`` file; the returned checkpoint owns and closes it, and the
             external data files it opens.
-        unpack_4bit: read INT4/UINT4 tensors as I8/U8 (else reading one raises
-            ``UnsupportedError``).
 
     Returns:
-        Initializers, then Constant values, each in file order.
+        Initializers, then Constant values, each in file order; INT4/UINT4 tensors read as
+        I8/U8, one byte per element.
 
     Raises:
         CorruptCheckpointError: a malformed protobuf, a limit exceeded, sizes that disagree.
@@ -150,7 +149,7 @@ def open_onnx(source: ByteSource, *, unpack_4bit: bool = False) -> Checkpoint:
     files = ExternalFiles(source)
     try:
         listed = [t for t in model.tensors if t.data_type != s.STRING]
-        entries = [_entry(source, t, files, unpack_4bit) for t in listed]
+        entries = [_entry(source, t, files) for t in listed]
         entries.sort(key=lambda e: e.extra["onnx_kind"] != "initializer")  # stable
         notes = _notes(model, entries)
         views = {
