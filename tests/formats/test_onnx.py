@@ -19,8 +19,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ckptctl import CkptError, CorruptCheckpointError, open_checkpoint
-from ckptctl.errors import UnsafePickleError
+from ckptctl.errors import TruncatedError, UnsafePickleError
 from ckptctl.formats import read_layout
+from ckptctl.model import HeaderLayout, damaged_layout
 from tests.conftest import REPO, run_measured, time_bound
 
 ONNX = Path(__file__).resolve().parents[2] / "fixtures" / "valid" / "onnx"
@@ -438,6 +439,70 @@ def test_every_truncation_is_one_ckpt_error(tmp_path: Path) -> None:
             refused += 1
     assert refused > len(data) // 2
     assert all(paths)  # every error names the file
+
+
+def _raw_regions(path: Path) -> dict[str, tuple[int, int]]:
+    """Where the whole file's layout puts each raw_data payload (checked against onnx's bytes
+    by ``test_header_regions_tile_the_file_with_raw_data_at_its_bytes``)."""
+    regions = read_layout(path).regions
+    return {r.name: (r.start, r.end) for r in regions if r.kind == "tensor" and r.name}
+
+
+def _truncated_layout(path: Path) -> HeaderLayout | None:
+    with pytest.raises(TruncatedError) as info:
+        read_layout(path)
+    assert str(path.stat().st_size) in info.value.message
+    return damaged_layout(info.value)
+
+
+@pytest.mark.parametrize("path", [ONNX / "constants.onnx", ONNX / "dtypes_raw.onnx"], ids=str)
+def test_truncated_layout_shows_every_whole_field(tmp_path: Path, path: Path) -> None:
+    data = path.read_bytes()
+    whole = _raw_regions(path)
+    model_fields = [r for r in read_layout(path).regions if r.kind == "metadata"]
+    top_level = {r.start for r in model_fields} | {r.end for r in model_fields}
+    cut_path = tmp_path / "cut.onnx"
+    for cut in range(40, len(data)):  # from inside the graph on (it starts before byte 40)
+        if cut in top_level:
+            continue  # between two of the model's own fields: a whole (smaller) model
+        cut_path.write_bytes(data[:cut])
+        layout = _truncated_layout(cut_path)
+        assert layout is not None, cut
+        ends = [r.start for r in layout.regions] + [cut]
+        assert ends[0] == 0
+        assert all(r.end == after for r, after in zip(layout.regions, ends[1:], strict=True))
+        assert any("truncated" in (r.note or "") for r in layout.regions)
+        # the graph field the file ends inside (shown as one region) or the file's end
+        last = layout.regions[-1]
+        cut_field = last.start if "truncated" in (last.note or "") else cut
+        tensors = [r for r in layout.regions if r.kind == "tensor" and r.end > r.start]
+        assert [(r.name, (r.start, r.end)) for r in tensors] == [
+            (name, (start, end)) for name, (start, end) in whole.items() if start < end <= cut_field
+        ]
+
+
+def test_truncated_model_header_exits_3_with_the_layout(tmp_path: Path, run_cli) -> None:
+    data = SILERO.read_bytes()
+    cut = len(data) // 2
+    path = tmp_path / "model.data"  # recognised by content, cut or not
+    path.write_bytes(data[:cut])
+    result = run_cli("header", "--json", path)
+    assert result.code == 3
+    assert "model.data" in result.stderr
+    assert str(cut) in result.stderr
+    header = json.loads(result.stdout)
+    assert header["format"] == "onnx"
+    assert header["regions"][-1]["end"] == cut
+    assert "truncated" in header["damage"]["hint"]
+    listed = {t["name"] for t in header["header"]["tensors"]}
+    assert "model.encoder.1.reparam_conv.weight" in listed  # ends before the cut
+    assert "model.encoder.2.reparam_conv.weight" not in listed  # the cut is inside it
+    regions = {r.get("name"): (r["start"], r["end"]) for r in header["regions"]}
+    name = "model.stft.forward_basis_buffer"
+    assert regions[name] == _raw_regions(SILERO)[name]
+    result = run_cli("ls", path)
+    assert result.code == 3
+    assert str(cut) in result.stderr
 
 
 def _deep(levels: int) -> bytes:
