@@ -431,6 +431,10 @@ def _verify_file(path: str, opts: _Options, skippable: bool = False) -> FileResu
             return FileResult(path, ckpt.format, ckpt.kind, len(ckpt), tuple(findings))
         if ckpt.format == "gguf":
             findings.extend(_gguf_findings(ckpt))
+        if ckpt.format == "onnx" and "onnx-checksum" in opts.checks:
+            checksum = _onnx_checksum(ckpt)
+            if checksum is not None:
+                findings.append(checksum)
         flat, entries = _flat_reader(ckpt, opts.state_key, path)
         findings.append(flat)
         if entries is None:  # nothing below --state-key: the other checks have nothing to see
@@ -914,6 +918,16 @@ def _gguf_layout(ckpt: Checkpoint) -> Finding:
         f"{alignment}-byte alignment, sizes matching types and shapes)",
         details=details,
     )
+
+
+def _onnx_checksum(ckpt: Checkpoint) -> Finding | None:
+    """The external data files an ONNX model declares a checksum for, hashed (None: none)."""
+    from ckptctl.ops._external_checksum import check_external_checksums
+
+    try:
+        return check_external_checksums(list(ckpt.values()))
+    except CkptError as exc:
+        return _fail_from("onnx-checksum", exc)
 
 
 def _chat_template(metadata: Mapping[str, str]) -> Finding | None:

@@ -97,6 +97,11 @@ RULES: dict[str, tuple[str, str]] = {
         "shorter than 64 bytes, where gguf-py is more lenient; a model also needs "
         "general.architecture.",
     ),
+    "onnx-checksum": (
+        "ONNX external data files match the checksum the model declares",
+        "onnx.proto's external_data key checksum is the SHA-1 digest of the data file; onnx "
+        "and ONNX Runtime never check it, so a data file swapped under the model goes unseen.",
+    ),
     "min-tensors": ("The file holds at least the required number of tensors", ""),
     "expect": (
         "Tensor names and shapes match the reference checkpoint",

@@ -30,6 +30,7 @@ CHECKS = (
     "flat-reader",
     "quant-layout",
     "gguf-layout",
+    "onnx-checksum",
     "min-tensors",
     "expect",
     "no-nan",

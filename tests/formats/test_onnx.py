@@ -11,12 +11,13 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 from ckptctl import CkptError, CorruptCheckpointError, open_checkpoint
 from ckptctl.errors import TruncatedError, UnsafePickleError
@@ -374,6 +375,88 @@ def test_external_length_past_its_file_is_corrupt(tmp_path: Path) -> None:
 def test_missing_external_file_names_it(tmp_path: Path) -> None:
     with pytest.raises(CorruptCheckpointError, match=r"w\.bin"):
         open_checkpoint(_external_model(tmp_path, "w.bin"))
+
+
+# --- verify: the external-data checksum ------------------------------------------------------
+
+
+def _checksummed(folder: Path, digest: Callable[[bytes], str] | str) -> Path:
+    """A model whose two initializers share ``weights.bin``, each declaring its checksum (the
+    digest of the whole file, as onnx.proto defines it) through onnx's own helper."""
+    arrays: dict[str, np.ndarray] = {
+        "a": np.arange(4, dtype=np.float32),
+        "b": np.arange(6, dtype=np.int64),
+    }
+    blob = b"".join(a.tobytes() for a in arrays.values())
+    (folder / "weights.bin").write_bytes(blob)
+    declared = digest if isinstance(digest, str) else digest(blob)
+    initializers, offset = [], 0
+    for name, array in arrays.items():
+        init = numpy_helper.from_array(array, name)
+        external_data_helper.set_external_data(
+            init, "weights.bin", offset, array.nbytes, checksum=declared
+        )
+        init.ClearField("raw_data")
+        initializers.append(init)
+        offset += array.nbytes
+    graph = helper.make_graph([], "g", [], [], initializer=initializers)
+    path = folder / "model.onnx"
+    path.write_bytes(helper.make_model(graph).SerializeToString())
+    return path
+
+
+def _checksum_finding(run_cli, path: Path, *args: str) -> tuple[int, dict[str, str] | None]:
+    result = run_cli("verify", "--json", path, *args)
+    findings = json.loads(result.stdout)["files"][0]["findings"]
+    found = [f for f in findings if f["check"] == "onnx-checksum"]
+    return result.code, found[0] if found else None
+
+
+def _sha1(data: bytes) -> str:
+    return hashlib.sha1(data, usedforsecurity=False).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "digest", [_sha1, lambda b: hashlib.sha256(b).hexdigest().upper()], ids=["sha1", "sha256"]
+)
+def test_verify_checks_the_declared_checksum(tmp_path: Path, run_cli, digest) -> None:
+    path = _checksummed(tmp_path, digest)
+    init = onnx.load(str(path), load_external_data=False).graph.initializer[0]
+    assert "checksum" in {entry.key for entry in init.external_data}
+    code, finding = _checksum_finding(run_cli, path)
+    assert code == 0
+    assert finding is not None
+    assert finding["status"] == "ok"
+    assert "weights.bin" in finding["message"]
+
+
+def test_verify_fails_a_data_file_that_does_not_match(tmp_path: Path, run_cli) -> None:
+    path = _checksummed(tmp_path, _sha1)
+    blob = bytearray((tmp_path / "weights.bin").read_bytes())
+    blob[-1] ^= 1  # same size: only the checksum tells
+    (tmp_path / "weights.bin").write_bytes(bytes(blob))
+    assert run_cli("ls", path).code == 0
+    code, finding = _checksum_finding(run_cli, path)
+    assert code == 1
+    assert finding is not None
+    assert finding["status"] == "fail"
+    assert "weights.bin" in finding["message"]
+    assert _sha1(bytes(blob)) in finding["message"]
+    code, finding = _checksum_finding(run_cli, path, "--skip", "onnx-checksum")
+    assert (code, finding) == (0, None)
+
+
+def test_verify_warns_on_a_checksum_it_cannot_check(tmp_path: Path, run_cli) -> None:
+    code, finding = _checksum_finding(run_cli, _checksummed(tmp_path, "crc32:1234"))
+    assert code == 0
+    assert finding is not None
+    assert finding["status"] == "warn"
+    assert "crc32:1234" in finding["message"]
+
+
+def test_no_checksum_no_finding(run_cli) -> None:
+    code, finding = _checksum_finding(run_cli, ONNX / "external_one" / "model.onnx")
+    assert (code, finding) == (0, None)
 
 
 # --- the wire format: valid variants and hostile files ---------------------------------------

@@ -89,11 +89,14 @@ def _entry(source: ByteSource, info: TensorInfo, files: ExternalFiles) -> Tensor
     dtype = _dtype(info)
     data, nbytes = _data(source, info, dtype, files)
     extra = {"onnx_kind": info.kind, "onnx_storage": _storage(info)}
+    if info.location_external:
+        keys = dict(info.external or [])
+        extra["location"] = keys.get("location", "")
+        if "checksum" in keys:  # checked by verify (onnx-checksum)
+            extra["checksum"] = keys["checksum"]
     if info.data_type in s.PACKED_4BIT:
         extra["onnx_dtype"] = s.DATA_TYPES[info.data_type][0]
         data, nbytes = packed_4bit(info, data), info.numel
-    elif info.location_external:
-        extra["location"] = dict(info.external or []).get("location", "")
     offset = info.raw[0] if info.raw is not None and not info.location_external else None
     return TensorEntry(
         name=info.name,
