@@ -204,3 +204,25 @@ def test_bench_gguf_listing_smoke(tmp_path):
     assert report["tensors"] == 291
     assert [r["case"] for r in report["rows"]] == ["ls", "ls-json", "reader"]
     assert all(r["wall_s"] > 0 for r in report["rows"])
+
+
+def test_bench_onnx_smoke(tmp_path):
+    script = copy_benchmarks(tmp_path) / "bench_onnx.py"
+    cmd = [sys.executable, str(script), "--tensors", "3", "--tensor-mib", "1", "--runs", "1"]
+    out = subprocess.run([*cmd, "--json"], capture_output=True, text=True, check=True, timeout=300)
+    report = json.loads(out.stdout)
+    assert report["tensors"] == 3
+    assert report["data_bytes"] >= 3 << 20
+    assert list(report["rows"]) == [
+        "ckptctl ls",
+        "ckptctl hash",
+        "onnx.load + to_array",
+        "ckptctl convert",
+        "ckptctl convert --no-fsync",
+        "onnx.load + to_array + save_file",
+    ]
+    for name, row in report["rows"].items():
+        assert row["wall_s"] > 0, name
+        assert row["peak_rss_MiB"] > 0, name
+        if name.startswith("ckptctl"):  # the bound: 64 MiB + the largest tensor
+            assert row["peak_rss_MiB"] <= report["target_peak_rss_MiB"], name

@@ -300,12 +300,6 @@ Examples:
     metavar="KEY",
     help="GGUF output: leave out SRC's key KEY, repeatable (a key SRC lacks exits 2).",
 )
-@click.option(
-    "--unpack-int4",
-    is_flag=True,
-    help="ONNX: write INT4/UINT4 tensors (packed two to a byte) as I8/U8, one byte per "
-    "element; without it such a tensor exits 4.",
-)
 @jobs_option(
     "Copy tensor bytes with up to N threads (at most 4), and with --max-shard-size write N "
     "shards at once; the files are the same for any N."
@@ -342,7 +336,6 @@ def command(
     quantize: str | None,
     set_meta: tuple[str, ...],
     drop_meta: tuple[str, ...],
-    unpack_int4: bool,
     jobs: int,
     to: str | None,
     force: bool,
@@ -388,12 +381,4 @@ def command(
         index_only=index_only,
         dry_run=dry_run,
     )
-    if not unpack_int4:
-        return run_conversion(src, dst, options, fmt=fmt, quiet=quiet)
-    from ckptctl.formats.onnx import UNPACK_4BIT
-
-    token = UNPACK_4BIT.set(True)
-    try:
-        return run_conversion(src, dst, options, fmt=fmt, quiet=quiet)
-    finally:
-        UNPACK_4BIT.reset(token)
+    return run_conversion(src, dst, options, fmt=fmt, quiet=quiet)

@@ -164,11 +164,12 @@ def command(
     types and names as llama.cpp's reader requires, where gguf-py is more lenient; a
     general.architecture key) and chat-template (a tokenizer.chat_template that reaches Python
     internals when rendered by Jinja, such as __globals__ or cycler's internals, is unsafe, the
-    construct named). Unreadable, corrupt or unsafe files are
-    reported as failures, not errors, and never stop the other files; a file that is no
-    checkpoint but holds pickles (a NumPy object array, a zip with a pickle under another name)
-    still gets a safe-pickle verdict. --no-nan, --expect, --min-tensors, --optimizer and
-    --hashes add checks; --check and --skip choose which are reported.
+    construct named); ONNX models whose external data declares a checksum get onnx-checksum
+    (each data file hashed whole against the SHA-1 the model declares). Unreadable, corrupt or
+    unsafe files are reported as failures, not errors, and never stop the other files; a file
+    that is no checkpoint but holds pickles (a NumPy object array, a zip with a pickle under
+    another name) still gets a safe-pickle verdict. --no-nan, --expect, --min-tensors,
+    --optimizer and --hashes add checks; --check and --skip choose which are reported.
 
     A directory is walked (sorted, hidden directories left out): every file named like a
     checkpoint (*.safetensors, *.pt, *.pth, *.bin, *.ckpt, *.bpk, *.mpk[.gz], *.pkl, *.gguf,

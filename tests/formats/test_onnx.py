@@ -5,21 +5,24 @@ Hostile protobufs are built here from the wire format's few rules."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 from ckptctl import CkptError, CorruptCheckpointError, open_checkpoint
-from ckptctl.errors import UnsafePickleError
+from ckptctl.errors import TruncatedError, UnsafePickleError
 from ckptctl.formats import read_layout
+from ckptctl.model import HeaderLayout, damaged_layout
 from tests.conftest import REPO, run_measured, time_bound
 
 ONNX = Path(__file__).resolve().parents[2] / "fixtures" / "valid" / "onnx"
@@ -164,26 +167,36 @@ def test_a_data_type_without_a_dtype_exits_4(run_cli) -> None:
 # --- INT4 / UINT4 ----------------------------------------------------------------------------
 
 
-def test_int4_is_listed_unpacked_and_refused_without_the_option(tmp_path: Path, run_cli) -> None:
+def test_int4_is_listed_unpacked(run_cli) -> None:
     listing = json.loads(run_cli("ls", "--json", ONNX / "int4.onnx").stdout)
-    shapes = {t["name"]: (t["dtype"], t["shape"]) for t in listing["tensors"]}
-    assert shapes["q.int4_raw"] == ("I8", [3, 3])
-    assert shapes["q.uint4_typed"] == ("U8", [5])
-    result = run_cli("convert", ONNX / "int4.onnx", tmp_path / "out.safetensors")
-    assert result.code == 4
-    assert "--unpack-int4" in result.stderr
-    assert "int4.onnx" in result.stderr
-    assert not (tmp_path / "out.safetensors").exists()
+    shapes = {t["name"]: (t["dtype"], t["shape"], t["nbytes"]) for t in listing["tensors"]}
+    assert shapes["q.int4_raw"] == ("I8", [3, 3], 9)
+    assert shapes["q.uint4_typed"] == ("U8", [5], 5)
 
 
-def test_unpack_int4_writes_onnx_values(tmp_path: Path, run_cli) -> None:
+def test_convert_writes_int4_as_onnx_values(tmp_path: Path, run_cli) -> None:
     out = tmp_path / "out.safetensors"
-    result = run_cli("convert", ONNX / "int4.onnx", out, "--unpack-int4")
+    result = run_cli("convert", ONNX / "int4.onnx", out)
     assert result.code == 0, result.stderr
     expected = truth(ONNX / "int4.onnx")
     with open_checkpoint(out) as ckpt:
         for name, (array, data_type) in expected.items():
             assert ckpt[name].load().tobytes() == as_bits(array, data_type), name
+
+
+def test_int4_values_in_every_reading_command(run_cli) -> None:
+    path = ONNX / "int4.onnx"
+    expected = truth(path)
+    digests = {m["name"]: m["digest"] for m in _manifest(run_cli, path)}
+    for name, (array, data_type) in expected.items():
+        assert digests[name] == "sha256:" + hashlib.sha256(as_bits(array, data_type)).hexdigest()
+    shown = run_cli("show", "--json", path, "q.int4_raw")
+    assert shown.code == 0, shown.stderr
+    stats = json.loads(shown.stdout)["tensors"][0]["stats"]
+    int4 = expected["q.int4_raw"][0].astype(np.int8)
+    assert (stats["min"], stats["max"]) == (int4.min(), int4.max())
+    assert run_cli("diff", path, path).code == 0
+    assert run_cli("verify", "--no-nan", path).code == 0
 
 
 # --- header ----------------------------------------------------------------------------------
@@ -364,6 +377,88 @@ def test_missing_external_file_names_it(tmp_path: Path) -> None:
         open_checkpoint(_external_model(tmp_path, "w.bin"))
 
 
+# --- verify: the external-data checksum ------------------------------------------------------
+
+
+def _checksummed(folder: Path, digest: Callable[[bytes], str] | str) -> Path:
+    """A model whose two initializers share ``weights.bin``, each declaring its checksum (the
+    digest of the whole file, as onnx.proto defines it) through onnx's own helper."""
+    arrays: dict[str, np.ndarray] = {
+        "a": np.arange(4, dtype=np.float32),
+        "b": np.arange(6, dtype=np.int64),
+    }
+    blob = b"".join(a.tobytes() for a in arrays.values())
+    (folder / "weights.bin").write_bytes(blob)
+    declared = digest if isinstance(digest, str) else digest(blob)
+    initializers, offset = [], 0
+    for name, array in arrays.items():
+        init = numpy_helper.from_array(array, name)
+        external_data_helper.set_external_data(
+            init, "weights.bin", offset, array.nbytes, checksum=declared
+        )
+        init.ClearField("raw_data")
+        initializers.append(init)
+        offset += array.nbytes
+    graph = helper.make_graph([], "g", [], [], initializer=initializers)
+    path = folder / "model.onnx"
+    path.write_bytes(helper.make_model(graph).SerializeToString())
+    return path
+
+
+def _checksum_finding(run_cli, path: Path, *args: str) -> tuple[int, dict[str, str] | None]:
+    result = run_cli("verify", "--json", path, *args)
+    findings = json.loads(result.stdout)["files"][0]["findings"]
+    found = [f for f in findings if f["check"] == "onnx-checksum"]
+    return result.code, found[0] if found else None
+
+
+def _sha1(data: bytes) -> str:
+    return hashlib.sha1(data, usedforsecurity=False).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "digest", [_sha1, lambda b: hashlib.sha256(b).hexdigest().upper()], ids=["sha1", "sha256"]
+)
+def test_verify_checks_the_declared_checksum(tmp_path: Path, run_cli, digest) -> None:
+    path = _checksummed(tmp_path, digest)
+    init = onnx.load(str(path), load_external_data=False).graph.initializer[0]
+    assert "checksum" in {entry.key for entry in init.external_data}
+    code, finding = _checksum_finding(run_cli, path)
+    assert code == 0
+    assert finding is not None
+    assert finding["status"] == "ok"
+    assert "weights.bin" in finding["message"]
+
+
+def test_verify_fails_a_data_file_that_does_not_match(tmp_path: Path, run_cli) -> None:
+    path = _checksummed(tmp_path, _sha1)
+    blob = bytearray((tmp_path / "weights.bin").read_bytes())
+    blob[-1] ^= 1  # same size: only the checksum tells
+    (tmp_path / "weights.bin").write_bytes(bytes(blob))
+    assert run_cli("ls", path).code == 0
+    code, finding = _checksum_finding(run_cli, path)
+    assert code == 1
+    assert finding is not None
+    assert finding["status"] == "fail"
+    assert "weights.bin" in finding["message"]
+    assert _sha1(bytes(blob)) in finding["message"]
+    code, finding = _checksum_finding(run_cli, path, "--skip", "onnx-checksum")
+    assert (code, finding) == (0, None)
+
+
+def test_verify_warns_on_a_checksum_it_cannot_check(tmp_path: Path, run_cli) -> None:
+    code, finding = _checksum_finding(run_cli, _checksummed(tmp_path, "crc32:1234"))
+    assert code == 0
+    assert finding is not None
+    assert finding["status"] == "warn"
+    assert "crc32:1234" in finding["message"]
+
+
+def test_no_checksum_no_finding(run_cli) -> None:
+    code, finding = _checksum_finding(run_cli, ONNX / "external_one" / "model.onnx")
+    assert (code, finding) == (0, None)
+
+
 # --- the wire format: valid variants and hostile files ---------------------------------------
 
 
@@ -427,6 +522,70 @@ def test_every_truncation_is_one_ckpt_error(tmp_path: Path) -> None:
             refused += 1
     assert refused > len(data) // 2
     assert all(paths)  # every error names the file
+
+
+def _raw_regions(path: Path) -> dict[str, tuple[int, int]]:
+    """Where the whole file's layout puts each raw_data payload (checked against onnx's bytes
+    by ``test_header_regions_tile_the_file_with_raw_data_at_its_bytes``)."""
+    regions = read_layout(path).regions
+    return {r.name: (r.start, r.end) for r in regions if r.kind == "tensor" and r.name}
+
+
+def _truncated_layout(path: Path) -> HeaderLayout | None:
+    with pytest.raises(TruncatedError) as info:
+        read_layout(path)
+    assert str(path.stat().st_size) in info.value.message
+    return damaged_layout(info.value)
+
+
+@pytest.mark.parametrize("path", [ONNX / "constants.onnx", ONNX / "dtypes_raw.onnx"], ids=str)
+def test_truncated_layout_shows_every_whole_field(tmp_path: Path, path: Path) -> None:
+    data = path.read_bytes()
+    whole = _raw_regions(path)
+    model_fields = [r for r in read_layout(path).regions if r.kind == "metadata"]
+    top_level = {r.start for r in model_fields} | {r.end for r in model_fields}
+    cut_path = tmp_path / "cut.onnx"
+    for cut in range(40, len(data)):  # from inside the graph on (it starts before byte 40)
+        if cut in top_level:
+            continue  # between two of the model's own fields: a whole (smaller) model
+        cut_path.write_bytes(data[:cut])
+        layout = _truncated_layout(cut_path)
+        assert layout is not None, cut
+        ends = [r.start for r in layout.regions] + [cut]
+        assert ends[0] == 0
+        assert all(r.end == after for r, after in zip(layout.regions, ends[1:], strict=True))
+        assert any("truncated" in (r.note or "") for r in layout.regions)
+        # the graph field the file ends inside (shown as one region) or the file's end
+        last = layout.regions[-1]
+        cut_field = last.start if "truncated" in (last.note or "") else cut
+        tensors = [r for r in layout.regions if r.kind == "tensor" and r.end > r.start]
+        assert [(r.name, (r.start, r.end)) for r in tensors] == [
+            (name, (start, end)) for name, (start, end) in whole.items() if start < end <= cut_field
+        ]
+
+
+def test_truncated_model_header_exits_3_with_the_layout(tmp_path: Path, run_cli) -> None:
+    data = SILERO.read_bytes()
+    cut = len(data) // 2
+    path = tmp_path / "model.data"  # recognised by content, cut or not
+    path.write_bytes(data[:cut])
+    result = run_cli("header", "--json", path)
+    assert result.code == 3
+    assert "model.data" in result.stderr
+    assert str(cut) in result.stderr
+    header = json.loads(result.stdout)
+    assert header["format"] == "onnx"
+    assert header["regions"][-1]["end"] == cut
+    assert "truncated" in header["damage"]["hint"]
+    listed = {t["name"] for t in header["header"]["tensors"]}
+    assert "model.encoder.1.reparam_conv.weight" in listed  # ends before the cut
+    assert "model.encoder.2.reparam_conv.weight" not in listed  # the cut is inside it
+    regions = {r.get("name"): (r["start"], r["end"]) for r in header["regions"]}
+    name = "model.stft.forward_basis_buffer"
+    assert regions[name] == _raw_regions(SILERO)[name]
+    result = run_cli("ls", path)
+    assert result.code == 3
+    assert str(cut) in result.stderr
 
 
 def _deep(levels: int) -> bytes:

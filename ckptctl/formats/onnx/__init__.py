@@ -16,14 +16,13 @@ only when loaded. Field numbers and limits are in ``_schema.py``; data decoding 
 
 How ONNX data types map onto :class:`~ckptctl.dtypes.DType`: FLOAT..COMPLEX128, BFLOAT16,
 FLOAT8E4M3FN, FLOAT8E5M2 and FLOAT8E8M0 to the dtype of the same meaning; INT4/UINT4 (packed
-two to a byte) to I8/U8, read only with ``unpack_4bit`` (the CLI's ``--unpack-int4``); STRING
-tensors are not listed; the FNUZ float8 types, FLOAT4E2M1, INT2/UINT2 and FLOAT6 are
-unsupported.
+two to a byte) to I8/U8, read unpacked, one byte per element (lossless: every 4-bit value is
+one of I8/U8, and no output format holds packed 4-bit elements); STRING tensors are not
+listed; the FNUZ float8 types, FLOAT4E2M1, INT2/UINT2 and FLOAT6 are unsupported.
 """
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 from ckptctl.formats._base import FormatSpec
@@ -32,14 +31,12 @@ if TYPE_CHECKING:
     from ckptctl.model import Checkpoint, HeaderLayout
     from ckptctl.sources import ByteSource
 
-__all__ = ["SPEC", "SPECS", "UNPACK_4BIT", "sniff_onnx"]
-
-#: Read INT4/UINT4 tensors as I8/U8 (the CLI sets it from ``--unpack-int4``); read when a
-#: model is opened.
-UNPACK_4BIT: ContextVar[bool] = ContextVar("ckptctl_onnx_unpack_4bit", default=False)
+__all__ = ["SPEC", "SPECS", "sniff_onnx"]
 
 #: ModelProto fields: number -> wire type (0 varint, 2 length-delimited).
 _MODEL_WIRE = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2, 26: 2}
+#: ModelProto's graph field.
+MODEL_GRAPH = 7
 #: The fields that may run past the sniffed bytes (the others are short).
 _LONG_FIELDS = frozenset({6, 7, 20, 25, 26})
 
@@ -56,31 +53,33 @@ def _varint(head: bytes, pos: int) -> tuple[int, int] | None:
 
 def sniff_onnx(head: bytes, source: ByteSource) -> bool:
     """True when the first bytes parse as ModelProto fields with an ``ir_version`` and a graph
-    (seen, or a long field that runs past ``head``). Reads nothing beyond ``head``."""
-    pos, seen = 0, set()
+    (seen, or a long field that runs past ``head``). Once the graph began, the file may end
+    inside a field (``open`` reports it truncated). Reads nothing beyond ``head``."""
+    pos, seen = 0, set[int]()
+    whole = len(head) >= source.size
     while pos < min(len(head), source.size):
         key = _varint(head, pos)
         if key is None:
-            return False
+            return whole and {1, MODEL_GRAPH} <= seen
         number, wire = key[0] >> 3, key[0] & 7
         if _MODEL_WIRE.get(number) != wire:
             return False
         value = _varint(head, key[1])
         if value is None:
-            return False
+            return whole and {1, MODEL_GRAPH} <= seen
         seen.add(number)
         pos = value[1] if wire == 0 else value[1] + value[0]
-        if pos > source.size:
-            return False
+        if pos > source.size:  # the file ends inside this field
+            return {1, MODEL_GRAPH} <= seen
         if pos > len(head) and number not in _LONG_FIELDS:
             return False
-    return 1 in seen and (7 in seen or pos > len(head))
+    return 1 in seen and (MODEL_GRAPH in seen or pos > len(head))
 
 
 def _open(source: ByteSource) -> Checkpoint:
     from ckptctl.formats.onnx.reader import open_onnx
 
-    return open_onnx(source, unpack_4bit=UNPACK_4BIT.get())
+    return open_onnx(source)
 
 
 def _layout(source: ByteSource) -> HeaderLayout:

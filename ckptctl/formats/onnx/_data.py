@@ -13,7 +13,7 @@ import os
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ckptctl.errors import CorruptCheckpointError, UnsafePickleError, UnsupportedError
+from ckptctl.errors import CorruptCheckpointError, UnsafePickleError
 from ckptctl.formats.onnx import _schema as s
 from ckptctl.formats.onnx._wire import LEN, VARINT, WireReader, corrupt
 from ckptctl.model import ComputedData, FileData, Piece, PiecesData, TensorData
@@ -32,8 +32,6 @@ OUTSIDE_HINT = (
     "ONNX external data must be a relative path inside the model's folder; do not trust this "
     "model, or move the data file next to it and fix the location"
 )
-#: The option that unpacks INT4/UINT4 tensors (spelled for the CLI).
-UNPACK_OPTION = "--unpack-int4"
 
 
 def stored_nbytes(info: TensorInfo, dtype: DType) -> int:
@@ -245,25 +243,17 @@ def _varint_array(
     return out
 
 
-def packed_4bit(info: TensorInfo, stored: TensorData, allow: bool, path: str) -> ComputedData:
-    """An INT4/UINT4 tensor's elements as I8/U8, or a refusal (exit 4) unless ``allow``.
+def packed_4bit(info: TensorInfo, stored: TensorData) -> ComputedData:
+    """An INT4/UINT4 tensor's elements as I8/U8, one byte per element.
 
     ``stored`` is the packed bytes (raw or external data) or, for ``int32_data``, the
     elements already unpacked.
     """
+    if isinstance(stored, ComputedData):
+        return stored
     signed = info.data_type == 22
 
-    def compute() -> NDArray[np.generic] | memoryview:
-        if not allow:
-            raise UnsupportedError(
-                f"tensor {info.name!r} is {s.DATA_TYPES[info.data_type][0]}, packed two to a "
-                "byte, which no output format holds",
-                hint=f"pass {UNPACK_OPTION} to convert it to one byte per element "
-                f"({'I8' if signed else 'U8'})",
-                path=path,
-            )
-        if isinstance(stored, ComputedData):
-            return stored.read()
+    def compute() -> NDArray[np.generic]:
         import numpy as np
 
         return unpack_4bit(np.frombuffer(stored.read(), dtype=np.uint8), info.numel, signed)

@@ -78,15 +78,15 @@ class ModelParser:
         self.model = ParsedModel()
         self.size = source.size
 
-    def parse(self) -> ParsedModel:
-        """Walk the whole ModelProto.
+    def parse(self, end: int | None = None) -> ParsedModel:
+        """Walk the whole ModelProto (its fields before byte ``end``: a truncated file's).
 
         Raises:
             CorruptCheckpointError: a malformed protobuf or a limit exceeded.
         """
         meta = self.model.metadata
         opsets: list[str] = []
-        for f in self.wire.fields(0, self.size):
+        for f in self.wire.fields(0, self.size if end is None else end):
             if f.number in (s.MODEL_IR_VERSION, s.MODEL_MODEL_VERSION) and f.wire == VARINT:
                 meta[s.MODEL_FIELDS[f.number]] = str(signed64(f.value))
             elif f.number in (2, 3, 4, 6) and f.wire == LEN:

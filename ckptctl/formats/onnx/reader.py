@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
-from ckptctl.errors import UnsupportedError
+from ckptctl.errors import CorruptCheckpointError, TruncatedError, UnsupportedError
 from ckptctl.formats.onnx import _schema as s
 from ckptctl.formats.onnx._data import (
     ExternalFiles,
@@ -14,7 +15,8 @@ from ckptctl.formats.onnx._data import (
     typed_data,
 )
 from ckptctl.formats.onnx._parse import ModelParser, ParsedModel, TensorInfo
-from ckptctl.formats.onnx._wire import LEN, WireReader, corrupt
+from ckptctl.formats.onnx._truncated import TRUNCATED_HINT, Cut, find_cut
+from ckptctl.formats.onnx._wire import LEN, Field, WireReader, corrupt
 from ckptctl.model import (
     Checkpoint,
     ComputedData,
@@ -81,17 +83,20 @@ def _data(
     return typed_data(source, info, dtype)
 
 
-def _entry(source: ByteSource, info: TensorInfo, files: ExternalFiles, unpack: bool) -> TensorEntry:
+def _entry(source: ByteSource, info: TensorInfo, files: ExternalFiles) -> TensorEntry:
     if not info.name:
         corrupt(f"an {info.kind} at byte {info.at} has no name")
     dtype = _dtype(info)
     data, nbytes = _data(source, info, dtype, files)
     extra = {"onnx_kind": info.kind, "onnx_storage": _storage(info)}
+    if info.location_external:
+        keys = dict(info.external or [])
+        extra["location"] = keys.get("location", "")
+        if "checksum" in keys:  # checked by verify (onnx-checksum)
+            extra["checksum"] = keys["checksum"]
     if info.data_type in s.PACKED_4BIT:
         extra["onnx_dtype"] = s.DATA_TYPES[info.data_type][0]
-        data, nbytes = packed_4bit(info, data, unpack, source.path), info.numel
-    elif info.location_external:
-        extra["location"] = dict(info.external or []).get("location", "")
+        data, nbytes = packed_4bit(info, data), info.numel
     offset = info.raw[0] if info.raw is not None and not info.location_external else None
     return TensorEntry(
         name=info.name,
@@ -123,34 +128,40 @@ def _notes(model: ParsedModel, entries: list[TensorEntry]) -> list[str]:
     packed = [e.name for e in entries if "onnx_dtype" in e.extra]
     if packed:
         notes.append(
-            f"{len(packed)} INT4/UINT4 tensors (packed two to a byte) are listed as I8/U8, one "
-            f"byte per element, and read only with --unpack-int4: {', '.join(packed[:5])}"
+            f"{len(packed)} INT4/UINT4 tensors (packed two to a byte) are read as I8/U8, one "
+            f"byte per element: {', '.join(packed[:5])}"
         )
     return notes
 
 
-def open_onnx(source: ByteSource, *, unpack_4bit: bool = False) -> Checkpoint:
+def open_onnx(source: ByteSource) -> Checkpoint:
     """Open an ONNX model lazily: walk the protobuf, read no tensor bytes.
 
     Args:
         source: the ``.onnx`` file; the returned checkpoint owns and closes it, and the
             external data files it opens.
-        unpack_4bit: read INT4/UINT4 tensors as I8/U8 (else reading one raises
-            ``UnsupportedError``).
 
     Returns:
-        Initializers, then Constant values, each in file order.
+        Initializers, then Constant values, each in file order; INT4/UINT4 tensors read as
+        I8/U8, one byte per element.
 
     Raises:
-        CorruptCheckpointError: a malformed protobuf, a limit exceeded, sizes that disagree.
+        CorruptCheckpointError: a malformed protobuf, a limit exceeded, sizes that disagree
+            (``TruncatedError``: the file ends inside a field).
         UnsafePickleError: an external-data location outside the model's folder.
         UnsupportedError: a tensor whose data type ckptctl cannot represent.
     """
-    model = ModelParser(source).parse()
+    try:
+        model = ModelParser(source).parse()
+    except CorruptCheckpointError:
+        cut = find_cut(WireReader(source), 0, source.size)
+        if cut is None:
+            raise
+        raise _truncated(source, cut) from None
     files = ExternalFiles(source)
     try:
         listed = [t for t in model.tensors if t.data_type != s.STRING]
-        entries = [_entry(source, t, files, unpack_4bit) for t in listed]
+        entries = [_entry(source, t, files) for t in listed]
         entries.sort(key=lambda e: e.extra["onnx_kind"] != "initializer")  # stable
         notes = _notes(model, entries)
         views = {
@@ -192,10 +203,11 @@ def _graph_spans(wire: WireReader, start: int, end: int) -> list[Region]:
     return runs
 
 
-def _model_spans(source: ByteSource) -> list[Region]:
+def _model_spans(source: ByteSource, end: int) -> list[Region]:
+    """The regions of the model's fields before byte ``end`` (all of them: the file's size)."""
     wire = WireReader(source)
     spans: list[Region] = []
-    for f in wire.fields(0, source.size):
+    for f in wire.fields(0, end):
         label = s.MODEL_FIELDS.get(f.number, f"field {f.number}")
         if f.number == s.MODEL_GRAPH and f.wire == LEN:
             spans.append(Region(RegionKind.HEADER, f.key_start, f.start, note="graph: key, length"))
@@ -246,14 +258,28 @@ def layout_onnx(source: ByteSource) -> HeaderLayout:
 
     Raises:
         CorruptCheckpointError: a malformed protobuf (unknown data types are shown, not refused).
+        TruncatedError: the file ends inside a field; its ``layout`` shows the fields before.
     """
-    model = ModelParser(source).parse()
+    try:
+        model = ModelParser(source).parse()
+    except CorruptCheckpointError:
+        cut = find_cut(WireReader(source), 0, source.size)
+        if cut is None:
+            raise
+        error = _truncated(source, cut)
+        with contextlib.suppress(CorruptCheckpointError):  # else no layout to show
+            error.layout = _damaged_layout(source, cut)
+        raise error from None
+    return _layout(source, model, _model_spans(source, source.size))
+
+
+def _layout(source: ByteSource, model: ParsedModel, spans: list[Region]) -> HeaderLayout:
     payloads = sorted(
         (t.raw[0], t.raw[1], t.name)
         for t in model.tensors
         if t.raw is not None and not t.location_external
     )
-    regions = _cut(_model_spans(source), payloads)
+    regions = _cut(spans, payloads)
     inline = sum(end - start for start, end, _ in payloads)
     external = sum(1 for t in model.tensors if t.location_external)
     return HeaderLayout(
@@ -270,3 +296,45 @@ def layout_onnx(source: ByteSource) -> HeaderLayout:
             "graphs": model.graphs,
         },
     )
+
+
+# --- truncated files -------------------------------------------------------------------------
+
+
+def _field_name(prefix: str, names: dict[int, str], number: int | None) -> str:
+    if number is None:
+        return f"a {prefix} field's key"
+    return f"{prefix}.{names.get(number, f'field {number}')}"
+
+
+def _truncated(source: ByteSource, cut: Cut) -> TruncatedError:
+    what = _field_name("model", s.MODEL_FIELDS, cut.number)
+    message = f"the file ends at byte {source.size}, inside {what} at byte {cut.key_start}"
+    if cut.declared_end is not None:
+        missing = cut.declared_end - source.size
+        message += f", which declares {cut.declared_end - cut.key_start} bytes ({missing} missing)"
+    return TruncatedError(message, hint=TRUNCATED_HINT)
+
+
+def _damaged_layout(source: ByteSource, cut: Cut) -> HeaderLayout:
+    """The layout of a truncated file: its whole fields, those of a cut graph included, then
+    one region from the field the file ends inside to its end."""
+    size = source.size
+    parser = ModelParser(source)
+    parser.parse(end=cut.key_start)
+    spans = _model_spans(source, cut.key_start)
+    if cut.number == s.MODEL_GRAPH and cut.start is not None:
+        wire = WireReader(source)
+        inner = find_cut(wire, cut.start, size)
+        end = size if inner is None else inner.key_start
+        parser.graph(Field(cut.number, LEN, cut.key_start, cut.start, end), 0)
+        note = f"graph: key, length; {cut.present(size)}"
+        spans.append(Region(RegionKind.HEADER, cut.key_start, cut.start, note=note))
+        spans.extend(_graph_spans(wire, cut.start, end))
+        if inner is not None:
+            note = f"{_field_name('graph', s.GRAPH_FIELDS, inner.number)}, {inner.present(size)}"
+            spans.append(Region(RegionKind.HEADER, inner.key_start, size, note=note))
+    else:
+        note = f"{_field_name('model', s.MODEL_FIELDS, cut.number)}, {cut.present(size)}"
+        spans.append(Region(RegionKind.METADATA, cut.key_start, size, note=note))
+    return _layout(source, parser.model, spans)
