@@ -251,9 +251,10 @@ def convert(
             ambiguous += _unproven_layouts(items, target_specs)
             result = summarize(specs_of(outputs), target_specs, given=tuple(opts.adapters),
                                ambiguous=ambiguous)  # fmt: skip
-            ties = _suggest_ties(result, entries, pipeline, target_specs, modules)
+            ties, copies = _suggest_ties(result, entries, pipeline, target_specs, modules)
             if ties:
                 result = replace(result, fixes=(*result.fixes, *ties))
+            warnings += copies
             summary, fixes = result, result.fixes
             ok = result.ok
             if result.ambiguous:
@@ -447,21 +448,30 @@ def _rope_note(count: int) -> Note:
     )
 
 
+#: Most candidates compared by digest for one missing tensor: tied copies come in twos and
+#: threes (a decoder bias, a head beside its embeddings); more are no group of copies.
+MAX_EQUAL_COPIES = 8
+
+
 def _suggest_ties(
     summary: LoadingSummary,
     entries: list[TensorEntry],
     pipeline: PipelineOptions,
     target: Specs,
     modules: Mapping[str, tuple[str, Mapping[str, JSONValue]]] | None,
-) -> list[Option]:
+) -> tuple[list[Option], list[Note]]:
     """``ties`` for missing target tensors that exactly one source tensor could be a copy of
     (its shape, or a rank-2 transpose, and the same kind: weight, bias), each verified: with
-    the copy, the pipeline makes the missing name with the target's shape. A last resort:
-    none while another fix (a rule, an adapter) is suggested, as that may make the name."""
+    the copy, the pipeline makes the missing name with the target's shape. Candidates that
+    hold the same bytes (equal digests: tied copies) are one: the shortest name is suggested,
+    and a note names the others. A last resort: none while another fix (a rule, an adapter)
+    is suggested, as that may make the name."""
     if summary.fixes:
-        return []
+        return [], []
     unsure = {a.name for a in summary.ambiguous}
     out: list[Option] = []
+    notes: list[Note] = []
+    digests: dict[str, str] = {}
     for missing in summary.missing[: NAMES_SHOWN * 3]:
         name = missing.name
         if name in unsure:
@@ -470,17 +480,57 @@ def _suggest_ties(
         kind = _kind(name)
         fits = [e for e in entries if _kind(e.name) == kind and (e.shape == shape or (
             len(shape) == 2 and shape[0] != shape[1] and e.shape == shape[::-1]))]  # fmt: skip
-        if len(fits) != 1:
+        source, copies = _one_source(fits, digests)
+        if source is None or not _copy_fits(source.renamed(name), entries, pipeline, target,
+                                            modules):  # fmt: skip
             continue
-        copy = fits[0].renamed(name)
-        try:
-            items, _ = run_pipeline([*entries, copy], pipeline, target, modules)
-        except CkptError:
-            continue
-        made = next((i.entry for i in items if i.source == name and i.entry is not None), None)
-        if made is not None and made.name == name and made.shape == shape:
-            out.append(Option("ties", f"{name}={fits[0].name}"))
-    return out
+        tie = Option("ties", f"{name}={source.name}")
+        out.append(tie)
+        if copies:
+            others = ", ".join(repr(c.name) for c in copies)
+            notes.append(Note(
+                f"{name!r} can be {source.name!r} or {others}: they hold the same bytes (equal "
+                "digests: tied copies), so either is right; {fix0} takes the first",
+                (tie,),
+            ))  # fmt: skip
+    return out, notes
+
+
+def _one_source(
+    fits: list[TensorEntry], digests: dict[str, str]
+) -> tuple[TensorEntry | None, list[TensorEntry]]:
+    """The one candidate, or, when every candidate holds the same bytes (same dtype and shape,
+    equal digests, never the names), the one with the shortest name (the tied copy sits
+    deeper: ``predictions.decoder.bias`` beside ``predictions.bias``) and the others."""
+    from ckptctl.ops.manifest import digest_entry
+
+    if len(fits) == 1:
+        return fits[0], []
+    if not 1 < len(fits) <= MAX_EQUAL_COPIES or len({(e.dtype, e.shape) for e in fits}) != 1:
+        return None, []
+    for e in fits:
+        if e.name not in digests:
+            digests[e.name] = digest_entry(e)
+    if len({digests[e.name] for e in fits}) != 1:
+        return None, []
+    first = min(fits, key=lambda e: (e.name.count("."), len(e.name)))  # min is stable
+    return first, [e for e in fits if e is not first]
+
+
+def _copy_fits(
+    copy: TensorEntry,
+    entries: list[TensorEntry],
+    pipeline: PipelineOptions,
+    target: Specs,
+    modules: Mapping[str, tuple[str, Mapping[str, JSONValue]]] | None,
+) -> bool:
+    """Whether the pipeline makes ``copy``'s name, with the target's shape, from the copy."""
+    try:
+        items, _ = run_pipeline([*entries, copy], pipeline, target, modules)
+    except CkptError:
+        return False
+    made = next((i.entry for i in items if i.source == copy.name and i.entry is not None), None)
+    return made is not None and made.name == copy.name and made.shape == target[copy.name][1]
 
 
 def _kind(name: str) -> str:

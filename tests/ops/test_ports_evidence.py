@@ -1,0 +1,134 @@
+"""``convert --target`` finishes the ports where a person sees the answer at a glance (#49).
+
+Ground truth, none of it from the matcher under test (``fixtures/make_ports.py``):
+
+* ``albert_tied.pt`` -- transformers' ``AlbertForMaskedLM`` state_dict saved by ``torch.save``:
+  ``predictions.bias`` and its tied copy ``predictions.decoder.bias`` (one storage);
+* ``squeezenet.pt`` -- torchvision's own ``SqueezeNet(version="1_1")``/``Fire`` classes (widths
+  / 16); its record is squeezenet-burn's, whose burn-import names are ``conv2d1`` ... ``conv2d26``
+  in graph order;
+* ``llama_meta.pt`` -- Meta's reference ``Transformer`` (llama-models) state_dict: ``w1``/``w2``/
+  ``w3``, ``attention_norm``/``ffn_norm``;
+
+each ``<case>_target.bpk`` holds only the names and shapes of the port's record (random values),
+and ``<case>_expected.safetensors`` what the port loads (its own rules, computed with torch).
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from ckptctl import open_checkpoint, save_checkpoint
+from ckptctl.ops.convert import ConvertOptions, convert
+from tests.strategies import array_entry
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "valid" / "ports"
+TO_BURN = ("pytorch-to-burn",)
+
+
+def read(path: Path) -> dict[str, np.ndarray]:
+    with open_checkpoint(path) as ckpt:
+        return {name: np.array(entry.load()) for name, entry in ckpt.items()}
+
+
+def write(path: Path, tensors: dict[str, np.ndarray]) -> Path:
+    save_checkpoint(path, [array_entry(n, a) for n, a in tensors.items()], {}, force=True)
+    return path
+
+
+def assert_record(got: dict[str, np.ndarray], case: str) -> None:
+    """Every tensor of the port's record, with the port's values; nothing else but what Burn
+    ignores as unused (source tensors the record has no field for)."""
+    want = load_file(str(FIXTURES / f"{case}_expected.safetensors"))
+    with open_checkpoint(FIXTURES / f"{case}_target.bpk") as ckpt:
+        assert sorted(want) == sorted(ckpt)  # the port fills every field
+    for name, array in want.items():
+        assert name in got, name
+        assert got[name].shape == array.shape, name
+        assert got[name].tobytes() == np.ascontiguousarray(array).tobytes(), name
+
+
+def suggested(stdout: str) -> list[str]:
+    """The flags the CLI suggests ("try: ..." lines), split as a shell would paste them."""
+    return [arg for line in stdout.splitlines() if line.startswith("  try: ")
+            for arg in shlex.split(line.removeprefix("  try: "))]  # fmt: skip
+
+
+def convert_pasting(run_cli, case: str, tmp_path: Path) -> tuple[list[str], Path]:
+    """``convert --target``, then again with every suggested flag pasted; the flags and the
+    record written."""
+    args = ["convert", FIXTURES / f"{case}.pt", tmp_path / "o.bpk", "-a", "pytorch-to-burn",
+            "--target", FIXTURES / f"{case}_target.bpk"]  # fmt: skip
+    first = run_cli(*args)
+    flags = suggested(first.stdout)
+    if first.code != 0:
+        again = run_cli(*args, *flags)
+        assert again.code == 0, (flags, again.stdout[-2000:], again.stderr)
+        assert not suggested(again.stdout)
+    return flags, tmp_path / "o.bpk"
+
+
+# --- 1. candidates that hold the same bytes are not ambiguous --------------------------------
+
+
+def test_albert_with_its_tied_decoder_bias_gets_one_tie_and_the_ports_record(
+    run_cli, tmp_path: Path
+) -> None:
+    flags, out = convert_pasting(run_cli, "albert_tied", tmp_path)
+    assert flags == ["--tie", "mlm_decoder_bias=predictions.bias"]  # the shorter name
+    assert_record(read(out), "albert_tied")
+
+
+def test_the_equal_copies_are_named(tmp_path: Path) -> None:
+    opts = ConvertOptions(adapters=TO_BURN, target=str(FIXTURES / "albert_tied_target.bpk"))
+    report = convert(FIXTURES / "albert_tied.pt", tmp_path / "o.bpk", opts)
+    assert not report.ok
+    assert report.summary is not None
+    assert [m.name for m in report.summary.missing] == ["mlm_decoder_bias"]
+    assert [f.value for f in report.fixes if f.name == "ties"] == [
+        "mlm_decoder_bias=predictions.bias"
+    ]
+    notes = [str(w) for w in report.warnings if "same bytes" in str(w)]
+    assert len(notes) == 1
+    assert "'predictions.decoder.bias'" in notes[0]
+
+
+def candidates(tmp_path: Path, second: Callable[[np.ndarray], np.ndarray]) -> Path:
+    """A target ``head_bias`` (a Param, no module) and two biases of its shape."""
+    rng = np.random.default_rng(0)
+    first = rng.standard_normal(6).astype("<f4")
+    src = write(tmp_path / "src.safetensors", {
+        "head.bias": first, "head.decoder.bias": second(first),
+        "head.dense.weight": rng.standard_normal((6, 4)).astype("<f4"),
+    })  # fmt: skip
+    return src
+
+
+@pytest.mark.parametrize(
+    ("second", "tie"),
+    [
+        (lambda first: first.copy(), "head_bias=head.bias"),  # equal bytes: one is suggested
+        (lambda first: np.zeros(6, "<f4"), None),  # different bytes: two sources, nothing decides
+        (lambda first: first.astype("<f2"), None),  # the same numbers as F16 are no copy
+    ],
+    ids=["equal", "different", "other-dtype"],
+)
+def test_only_byte_identical_candidates_are_one(
+    tmp_path: Path, second: Callable[[np.ndarray], np.ndarray], tie: str | None
+) -> None:
+    src = candidates(tmp_path, second)
+    ref = write(tmp_path / "ref.bpk", {"head_bias": np.zeros(6, "<f4"),
+                                       "head.dense.weight": np.zeros((4, 6), "<f4")})  # fmt: skip
+    report = convert(src, tmp_path / "o.bpk", ConvertOptions(adapters=TO_BURN, target=str(ref)))
+    assert not report.ok
+    ties = [f.value for f in report.fixes if f.name == "ties"]
+    assert ties == ([tie] if tie else [])
