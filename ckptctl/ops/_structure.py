@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from ckptctl.adapters.families import is_enum_variant_segment
 from ckptctl.adapters.rename import parse_rules, remap_name
 from ckptctl.ops._generalize import generalize
+from ckptctl.ops._roles import describe, role_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -386,10 +387,9 @@ def match_modules(
             _take(s, t, edges, parents)
             progress = True
             break
-        found = None if progress or same is None else _by_values(edges, free_dst, same)
-        if found is not None:  # names and shapes decide nothing more: the values do
-            s, t = found
-            evidence = "values equal the target's (bytes, or the transpose)"
+        decided = None if progress else _decide(edges, free_dst, same)
+        if decided is not None:  # names and shapes decide nothing more: other evidence does
+            s, t, evidence = decided
             matches.append(Match(s.path, t, tuple(s.names.values()), evidence))
             _take(s, t, edges, parents)
             progress = True
@@ -419,6 +419,41 @@ def _take(s: _Module, t: str, edges: dict[str, list[_Module]], parents: dict[str
     for other in edges.values():
         if s in other:
             other.remove(s)
+
+
+def _decide(
+    edges: Mapping[str, list[_Module]], free_dst: Mapping[str, _Module],
+    same: Callable[[str, str], bool] | None,
+) -> tuple[_Module, str, str] | None:  # fmt: skip
+    """A pair among candidates names and shapes leave open, and its evidence: the role table
+    (``_roles``), then the target's values."""
+    found = _by_roles(edges, free_dst)
+    if found is not None or same is None:
+        return found
+    by_values = _by_values(edges, free_dst, same)
+    if by_values is None:
+        return None
+    return (*by_values, "values equal the target's (bytes, or the transpose)")
+
+
+def _by_roles(
+    edges: Mapping[str, list[_Module]], free_dst: Mapping[str, _Module]
+) -> tuple[_Module, str, str] | None:
+    """The first target module whose role row (``_roles.ROLE_ALIASES``) exactly one of its
+    candidates shares, when that candidate could fill no other target of the row."""
+    for t, cands in edges.items():
+        row = role_of(_drop_variants(t)) if len(cands) > 1 else None
+        if row is None:
+            continue
+        same_role = [c for c in cands if role_of(c.path) is row]
+        if len(same_role) != 1:
+            continue
+        s = same_role[0]
+        if any(o != t and s in others and role_of(_drop_variants(o)) is row
+               for o, others in edges.items()):  # fmt: skip
+            continue
+        return s, t, describe(row, s.path, _drop_variants(free_dst[t].path))
+    return None
 
 
 def _by_values(

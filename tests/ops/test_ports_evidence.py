@@ -132,3 +132,82 @@ def test_only_byte_identical_candidates_are_one(
     assert not report.ok
     ties = [f.value for f in report.fixes if f.name == "ties"]
     assert ties == ([tie] if tie else [])
+
+
+# --- 3. the role names people use, as data ---------------------------------------------------
+
+
+def test_meta_llama_converts_to_llama_burns_record_by_the_role_table(
+    run_cli, tmp_path: Path
+) -> None:
+    flags, out = convert_pasting(run_cli, "llama_meta", tmp_path)
+    assert flags == []  # nothing to paste: w1 and w3 are decided, not suggested
+    assert_record(read(out), "llama_meta")
+
+
+def test_the_rules_say_which_row_and_file_decided(tmp_path: Path) -> None:
+    opts = ConvertOptions(adapters=TO_BURN, target=str(FIXTURES / "llama_meta_target.bpk"))
+    report = convert(FIXTURES / "llama_meta.pt", tmp_path / "o.bpk", opts)
+    assert report.ok
+    by_pattern = {p: (r, e) for p, r, e in report.inferred}
+    inner = by_pattern[r"^layers\.([0-9]+)\.feed_forward\.w1\.(weight)$"]
+    assert inner[0] == "layers.$1.feed_forward.swiglu.linear_inner.$2"
+    assert "role table" in inner[1]
+    assert "llama-models" in inner[1]  # the file that says w1 is the gated branch
+    assert "swiglu.rs" in inner[1]
+
+
+SWIGLU_TARGET = {"blk.0.feed_forward.swiglu.linear_inner.weight": (4, 6),
+                 "blk.0.feed_forward.swiglu.linear_outer.weight": (4, 6)}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("gate", "up"),
+    [
+        ("blk.0.feed_forward.w1", "blk.0.feed_forward.w3"),  # Meta
+        ("blk.0.mlp.gate_proj", "blk.0.mlp.up_proj"),  # Hugging Face
+        ("blk.0.DenseReluDense.wi_0", "blk.0.DenseReluDense.wi_1"),
+    ],  # T5 v1.1's gated GELU
+    ids=["meta", "hugging-face", "t5"],
+)
+@pytest.mark.parametrize("up_first", [False, True], ids=["gate-first", "up-first"])
+def test_a_table_row_decides_between_equal_shapes_whatever_the_order(
+    gate: str, up: str, up_first: bool
+) -> None:
+    from ckptctl.ops._structure import infer_rules
+
+    pair = [(f"{up}.weight", (6, 4)), (f"{gate}.weight", (6, 4))]
+    source = dict(pair if up_first else pair[::-1])
+    found = infer_rules(source, SWIGLU_TARGET)
+    assert found.ambiguous == ()
+    pairs = {(m.source, m.target) for m in found.matches}
+    assert pairs == {(gate, "blk.0.feed_forward.swiglu.linear_inner"),
+                     (up, "blk.0.feed_forward.swiglu.linear_outer")}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("blk.0.feed_forward.a", "blk.0.feed_forward.b"),  # no row names the sources
+        ("blk.0.feed_forward.w1", "blk.0.mlp.gate_proj"),
+    ],  # one row names both
+    ids=["no-row", "both-in-one-row"],
+)
+def test_where_no_row_decides_the_pair_stays_ambiguous(names: tuple[str, str]) -> None:
+    from ckptctl.ops._structure import infer_rules
+
+    found = infer_rules({f"{n}.weight": (6, 4) for n in names}, SWIGLU_TARGET)
+    assert found.matches == ()
+    assert {a.target + ".weight" for a in found.ambiguous} == set(SWIGLU_TARGET)
+
+
+def test_every_row_cites_where_each_spelling_comes_from() -> None:
+    from ckptctl.ops._roles import ROLE_ALIASES
+
+    seen = set()
+    for row in ROLE_ALIASES:
+        assert len(row.spellings) >= 2, row.role
+        for ending, source in row.spellings:
+            assert "/" in source, (row.role, ending)  # a repository path or package file
+            seen.add(ending)
+    assert {"feed_forward.w1", "mlp.gate_proj", "swiglu.linear_inner"} <= seen
