@@ -22,7 +22,13 @@ from ckptctl.fix import Note, Option
 from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint
 from ckptctl.formats.sharded import write_sharded
 from ckptctl.model import STORED_TYPE, CheckpointKind, TensorData, describe_groups
-from ckptctl.ops._infer import fits, infer_from_reference, rule_text, same_values
+from ckptctl.ops._infer import (
+    definition_order,
+    fits,
+    infer_from_reference,
+    rule_text,
+    same_values,
+)
 from ckptctl.ops._migrate import migration_plan
 from ckptctl.ops._select import (
     add_ties,
@@ -192,7 +198,10 @@ def convert(
             and opts.infer
             and not fits(items, target_specs)
         ):
-            inferred, ambiguous = infer_from_reference(entries, pipeline, target_specs, opts.target)
+            inferred, ambiguous = infer_from_reference(
+                entries, pipeline, target_specs, opts.target,
+                definition_order(ckpt.format, entries),
+            )  # fmt: skip
             if inferred:
                 pipeline = replace(pipeline, remap=pipeline.remap + tuple(
                     rule_text(p, r) for p, r, _ in inferred))  # fmt: skip

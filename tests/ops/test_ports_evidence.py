@@ -211,3 +211,85 @@ def test_every_row_cites_where_each_spelling_comes_from() -> None:
             assert "/" in source, (row.role, ending)  # a repository path or package file
             seen.add(ending)
     assert {"feed_forward.w1", "mlp.gate_proj", "swiglu.linear_inner"} <= seen
+
+
+# --- 2. modules in order when names tell nothing ---------------------------------------------
+
+
+def test_squeezenet_converts_to_squeezenet_burns_record_by_module_order(
+    run_cli, tmp_path: Path
+) -> None:
+    flags, out = convert_pasting(run_cli, "squeezenet", tmp_path)
+    assert flags == []
+    assert_record(read(out), "squeezenet")
+
+
+def test_order_is_said_and_the_written_rules_reproduce_it_without_the_target(
+    tmp_path: Path,
+) -> None:
+    rules = tmp_path / "rules.txt"
+    opts = ConvertOptions(adapters=TO_BURN, target=str(FIXTURES / "squeezenet_target.bpk"),
+                          write_rules=str(rules))  # fmt: skip
+    report = convert(FIXTURES / "squeezenet.pt", tmp_path / "a.bpk", opts)
+    assert report.ok
+    by_order = [(p, r) for p, r, e in report.inferred if e.startswith("module order")]
+    # conv2d3/conv2d6 (the two first Fires' expand1x1) have one shape: the order decides
+    assert (r"^features\.3\.expand1x1\.(bias|weight)$", "conv2d3.$1") in by_order
+    again = convert(FIXTURES / "squeezenet.pt", tmp_path / "b.bpk",
+                    ConvertOptions(adapters=TO_BURN, remap_file=str(rules)))  # fmt: skip
+    assert again.written
+    assert_record(read(tmp_path / "b.bpk"), "squeezenet")
+
+
+def test_a_safetensors_file_says_no_module_order_so_it_stays_refused(tmp_path: Path) -> None:
+    # the safetensors library writes names sorted (features.10 before features.3): no order
+    opts = ConvertOptions(adapters=TO_BURN, target=str(FIXTURES / "squeezenet_target.bpk"))
+    report = convert(FIXTURES / "squeezenet.safetensors", tmp_path / "o.bpk", opts)
+    assert not report.ok
+    assert not report.written
+    assert report.summary is not None
+    unproven = {a.name for a in report.summary.ambiguous}
+    assert {"conv2d3.weight", "conv2d6.weight"} <= unproven
+    assert not [e for _, _, e in report.inferred if e.startswith("module order")]
+
+
+def test_the_full_size_squeezenet1_1_shapes_leave_one_alignment() -> None:
+    import json
+
+    from ckptctl.ops._structure import infer_rules
+
+    data = json.loads((FIXTURES / "squeezenet1_1_shapes.json").read_text())
+    source = {name: tuple(shape) for name, shape in data["source"]}
+    target = {name: tuple(shape) for name, shape in data["target"]}
+    found = infer_rules(source, target, ordered=True)
+    assert found.ambiguous == ()
+    convs = list(dict.fromkeys(n.rpartition(".")[0] for n in source))
+    assert {(m.source, m.target) for m in found.matches} == {
+        (c, f"conv2d{k}") for k, c in enumerate(convs, 1)}  # fmt: skip
+    assert infer_rules(source, target).ambiguous  # without the order: open
+
+
+X, Z = (4, 3, 1, 1), (5, 3, 3, 3)
+
+
+@pytest.mark.parametrize(
+    ("source", "decided"),
+    [
+        ([("f.0", X), ("f.1", X)], {("f.0", "conv2d1"), ("f.1", "conv2d2")}),
+        ([("f.0", X), ("f.1", Z), ("f.2", X)], {("f.0", "conv2d1"), ("f.2", "conv2d2")}),
+        ([("f.0", X), ("f.1", X), ("f.2", X)], set()),  # three ways to place two: refused
+        ([("f.0", Z), ("f.1", X)], set()),  # a target shape the order cannot place: refused
+    ],
+    ids=["same-sequence", "a-source-skipped", "several-alignments", "no-alignment"],
+)
+def test_order_decides_only_when_the_shapes_leave_exactly_one_alignment(
+    source: list[tuple[str, tuple[int, ...]]], decided: set[tuple[str, str]]
+) -> None:
+    from ckptctl.ops._structure import infer_rules
+
+    src = {f"{path}.weight": shape for path, shape in source}
+    target = {"conv2d1.weight": X, "conv2d2.weight": X}
+    found = infer_rules(src, target, ordered=True)
+    assert {(m.source, m.target) for m in found.matches} == decided
+    assert any(m.evidence.startswith("module order") for m in found.matches) == bool(decided)
+    assert {(m.source, m.target) for m in infer_rules(src, target).matches} == set()
