@@ -15,7 +15,7 @@ from ckptctl.adapters.pipeline import PipelineOptions, leading_renames, run_pipe
 from ckptctl.formats import open_checkpoint
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from ckptctl.adapters import PlanItem
     from ckptctl.dtypes import DType
@@ -58,28 +58,59 @@ def same_values(source: TensorEntry, ref: TensorEntry) -> str | None:
     return None
 
 
+def definition_order(fmt: str, entries: Sequence[TensorEntry]) -> list[str] | None:
+    """The tensor names in the order the model defines its modules, when ``fmt`` keeps it:
+    a pickled ``state_dict`` (``torch.save``) keeps its insertion order, which is the modules'
+    registration order; a burnpack lays its payloads out in module traversal (field
+    declaration) order, whatever its sorted metadata says (burnpack spec §5.1). Others (the
+    safetensors library sorts by dtype and name) say nothing: None."""
+    if fmt.startswith("pytorch-"):
+        return [e.name for e in entries]
+    if fmt == "burnpack" and all(e.offset is not None for e in entries):
+        return [e.name for e in sorted(entries, key=lambda e: e.offset or 0)]
+    return None
+
+
 def infer_from_reference(
-    entries: list[TensorEntry], pipeline: PipelineOptions, target: Specs, path: str
+    entries: list[TensorEntry],
+    pipeline: PipelineOptions,
+    target: Specs,
+    path: str,
+    order: Sequence[str] | None = None,
 ) -> tuple[tuple[Rule, ...], list[AmbiguousTensor]]:
     """Rules from the structure of the renamed source (before adapters) and of the target;
-    where that leaves a choice open, from the target's values (the checkpoint at ``path``)."""
+    where that leaves a choice open, from the target's values (the checkpoint at ``path``)
+    and, when ``order`` (the source names in definition order, :func:`definition_order`) and
+    the target's file both keep the modules' order, from that order."""
     from ckptctl.ops._structure import infer_rules
     from ckptctl.report.summary import AmbiguityKind, AmbiguousTensor
 
     # the names the rules see: after the adapters that rename before them (gguf-to-hf)
     names_only = replace(pipeline, adapters=leading_renames(pipeline.adapters), module_types=())
     renamed, _ = run_pipeline(entries, names_only)
-    kept = [i.entry for i in renamed if i.entry is not None]
-    owned = _family_owned(kept)
-    source = {e.name: e.shape for e in kept if e.name not in owned}
+    kept = [i for i in renamed if i.entry is not None]
+    owned = _family_owned([i.entry for i in kept if i.entry is not None])
+    if order is not None:
+        rank = {name: k for k, name in enumerate(order)}
+        kept.sort(key=lambda i: rank.get(i.source, len(rank)))
+    source = {
+        i.entry.name: i.entry.shape
+        for i in kept
+        if i.entry is not None and i.entry.name not in owned
+    }
     shapes = {n: s for n, (_, s) in target.items()}
     found = infer_rules(source, shapes)
     if found.ambiguous:
-        by_name = {e.name: e for e in kept}
+        by_name = {i.entry.name: i.entry for i in kept if i.entry is not None}
         with open_checkpoint(path) as ref:
+            ref_order = definition_order(ref.format, list(ref.values()))
+            ordered = order is not None and ref_order is not None
+            if ref_order is not None:
+                shapes = {n: shapes[n] for n in ref_order if n in shapes}
             found = infer_rules(
-                source, shapes, lambda s, t: same_values(by_name[s], ref[t]) is not None
-            )
+                source, shapes, lambda s, t: same_values(by_name[s], ref[t]) is not None,
+                ordered=ordered,
+            )  # fmt: skip
     ambiguous = [
         AmbiguousTensor(name, AmbiguityKind.SOURCE, sources)
         for amb in found.ambiguous

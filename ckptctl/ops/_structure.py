@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from ckptctl.adapters.families import is_enum_variant_segment
 from ckptctl.adapters.rename import parse_rules, remap_name
 from ckptctl.ops._generalize import generalize
+from ckptctl.ops._roles import describe, role_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -346,17 +347,22 @@ def match_modules(
     source: Mapping[str, Shape],
     target: Mapping[str, Shape],
     same: Callable[[str, str], bool] | None = None,
+    *,
+    ordered: bool = False,
 ) -> tuple[list[Match], list[Ambiguity]]:
     """Pair the source modules the target lacks with the target modules the source lacks.
 
     With ``same``, a target module several source modules fit goes to the one candidate whose
-    every tensor holds the target's values (a target record with real values).
+    every tensor holds the target's values (a target record with real values). With
+    ``ordered`` (both mappings list their tensors in the modules' definition order), what is
+    still open is decided by that order when it leaves one alignment (:func:`_by_order`).
     """
     src = _modules(source, target=False)
     dst = _modules(target, target=True)
     free_src = {p: m for p, m in src.items() if p not in dst}
     free_dst = {p: m for p, m in dst.items() if p not in src}
     edges = {t: [s for s in free_src.values() if _fits(s, m)] for t, m in free_dst.items()}
+    aligned = _order_alignment(list(free_src.values()), list(free_dst.values())) if ordered else {}
     matches: list[Match] = []
     parents: dict[str, str] = {}
     progress = True
@@ -386,10 +392,10 @@ def match_modules(
             _take(s, t, edges, parents)
             progress = True
             break
-        found = None if progress or same is None else _by_values(edges, free_dst, same)
-        if found is not None:  # names and shapes decide nothing more: the values do
-            s, t = found
-            evidence = "values equal the target's (bytes, or the transpose)"
+        decided = [] if progress else _decide(edges, free_dst, same)
+        if not decided and not progress and aligned:
+            decided = _by_order(edges, free_dst, aligned, matches, parents)
+        for s, t, evidence in decided:  # names and shapes decide nothing more: other evidence
             matches.append(Match(s.path, t, tuple(s.names.values()), evidence))
             _take(s, t, edges, parents)
             progress = True
@@ -421,6 +427,104 @@ def _take(s: _Module, t: str, edges: dict[str, list[_Module]], parents: dict[str
             other.remove(s)
 
 
+def _decide(
+    edges: Mapping[str, list[_Module]], free_dst: Mapping[str, _Module],
+    same: Callable[[str, str], bool] | None,
+) -> list[tuple[_Module, str, str]]:  # fmt: skip
+    """A pair among candidates names and shapes leave open, and its evidence: the role table
+    (``_roles``), then the target's values; none when neither decides."""
+    found = _by_roles(edges, free_dst)
+    if found is not None:
+        return [found]
+    by_values = None if same is None else _by_values(edges, free_dst, same)
+    if by_values is None:
+        return []
+    return [(*by_values, "values equal the target's (bytes, or the transpose)")]
+
+
+def _by_roles(
+    edges: Mapping[str, list[_Module]], free_dst: Mapping[str, _Module]
+) -> tuple[_Module, str, str] | None:
+    """The first target module whose role row (``_roles.ROLE_ALIASES``) exactly one of its
+    candidates shares, when that candidate could fill no other target of the row."""
+    for t, cands in edges.items():
+        row = role_of(_drop_variants(t)) if len(cands) > 1 else None
+        if row is None:
+            continue
+        same_role = [c for c in cands if role_of(c.path) is row]
+        if len(same_role) != 1:
+            continue
+        s = same_role[0]
+        if any(o != t and s in others and role_of(_drop_variants(o)) is row
+               for o, others in edges.items()):  # fmt: skip
+            continue
+        return s, t, describe(row, s.path, _drop_variants(free_dst[t].path))
+    return None
+
+
+#: Most free modules per side aligned by order: counting the alignments checks every pair.
+MAX_ORDERED_MODULES = 512
+_MANY = 2  # alignment counts are capped here: one or more than one is all that matters
+
+
+def _order_alignment(src: Sequence[_Module], dst: Sequence[_Module]) -> dict[str, _Module]:
+    """Target module -> source module when, in definition order, exactly one order-keeping
+    assignment gives every free target module a free source module that fits (the same
+    sequence of parameter shapes, extra source modules skipped); else empty."""
+    n, m = len(src), len(dst)
+    if not 0 < m <= n <= MAX_ORDERED_MODULES:
+        return {}
+    # ways[i][j]: how many ways (capped) dst[i:] goes into src[j:] in order
+    ways = [bytearray(n + 1) for _ in range(m + 1)]
+    ways[m] = bytearray([1] * (n + 1))
+    fit = [[_fits(s, d) for s in src] for d in dst]
+    for i in range(m - 1, -1, -1):
+        for j in range(n - 1, -1, -1):
+            ways[i][j] = min(_MANY, ways[i][j + 1] + (ways[i + 1][j + 1] if fit[i][j] else 0))
+    if ways[0][0] != 1:
+        return {}
+    out: dict[str, _Module] = {}
+    j = 0
+    for i, d in enumerate(dst):  # the one path: skip a source module only when it must be
+        while not (fit[i][j] and ways[i + 1][j + 1]):
+            j += 1
+        out[d.path] = src[j]
+        j += 1
+    return out
+
+
+def _by_order(
+    edges: Mapping[str, list[_Module]],
+    free_dst: Mapping[str, _Module],
+    aligned: Mapping[str, _Module],
+    matches: Sequence[Match],
+    parents: Mapping[str, str],
+) -> list[tuple[_Module, str, str]]:
+    """The open target modules that the one order alignment gives a candidate of the best
+    name evidence, all at once (the alignment is fixed), when every pair proven so far agrees
+    with the alignment."""
+    if any(m.target in aligned and aligned[m.target].path != m.source for m in matches):
+        return []  # the order disagrees with the names: it is no evidence here
+    position = {t: k for k, t in enumerate(aligned, 1)}
+    out = []
+    for t, cands in edges.items():
+        s = aligned.get(t)
+        if s is None or s not in cands or len(cands) < 2:
+            continue
+        best = max(_score(c, free_dst[t], parents) for c in cands)
+        if _score(s, free_dst[t], parents) < best:
+            continue  # a name hint points elsewhere: not for the order to overrule
+        out.append((s, t, f"module order: the {_ordinal(position[t])} of {len(aligned)} modules "
+                          "with the same sequence of parameter shapes in both files, the only "
+                          "alignment"))  # fmt: skip
+    return out
+
+
+def _ordinal(k: int) -> str:
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
+
+
 def _by_values(
     edges: Mapping[str, list[_Module]], free_dst: Mapping[str, _Module],
     same: Callable[[str, str], bool],
@@ -443,6 +547,8 @@ def infer_rules(
     source: Mapping[str, Shape],
     target: Mapping[str, Shape],
     same: Callable[[str, str], bool] | None = None,
+    *,
+    ordered: bool = False,
 ) -> Inference:
     """Rules that rename source modules onto the target's, proven pair by pair.
 
@@ -451,13 +557,15 @@ def infer_rules(
         target: target tensor names and shapes.
         same: compares a source tensor's values with a target tensor's (a target record with
             real values): decides among candidates names and shapes leave open.
+        ordered: both mappings list their tensors in the modules' definition order: what is
+            still open is mapped in that order when the shapes leave one alignment.
 
     Returns:
         The proven matches, the ambiguities and the verified rules: each rule alone renames
         only tensors it claims, to their targets (others are left out, their tensors keep
         their names), and so does the list as a whole (else no rule at all).
     """
-    matches, ambiguous = match_modules(source, target, same)
+    matches, ambiguous = match_modules(source, target, same, ordered=ordered)
     expected = {}
     for m in matches:
         for param in m.params:

@@ -28,7 +28,13 @@ from ckptctl.formats import format_for_output, open_checkpoint, save_checkpoint
 from ckptctl.formats.sharded import write_sharded
 from ckptctl.model import STORED_TYPE, CheckpointKind, TensorData, describe_groups
 from ckptctl.ops._facts import model_facts
-from ckptctl.ops._infer import fits, infer_from_reference, rule_text, same_values
+from ckptctl.ops._infer import (
+    definition_order,
+    fits,
+    infer_from_reference,
+    rule_text,
+    same_values,
+)
 from ckptctl.ops._migrate import migration_plan
 from ckptctl.ops._select import (
     add_ties,
@@ -203,7 +209,8 @@ def convert(
         entries = add_ties(select_state_key(everything, opts.state_key, ckpt), opts.ties)
         modules = ckpt.structure.modules if ckpt.structure and not opts.state_key else None
         pipeline = replace(opts.pipeline, facts=model_facts(ckpt, src, opts.adapters))
-        plan = _plan(src, opts, entries, pipeline, target_specs, modules)
+        order = definition_order(ckpt.format, entries) if opts.target else None
+        plan = _plan(src, opts, entries, pipeline, target_specs, modules, order)
         items, inferred = plan.items, plan.inferred
         warnings = plan.warnings
         outside = outside_state_key(everything, opts.state_key, ckpt)
@@ -294,14 +301,18 @@ def _plan(
     pipeline: PipelineOptions,
     target_specs: Specs | None,
     modules: Mapping[str, tuple[str, Mapping[str, JSONValue]]] | None,
+    order: list[str] | None = None,
 ) -> _Plan:
-    """Run the pipeline; with a target, infer the rules and the layouts it decides; add the
-    RoPE adapter a config.json beside the source calls for (or say it is needed)."""
+    """Run the pipeline; with a target, infer the rules (``order``: the source's module
+    definition order, when its format keeps it) and the layouts it decides; add the RoPE
+    adapter a config.json beside the source calls for (or say it is needed)."""
     items, notes = run_pipeline(entries, pipeline, target_specs, modules)
     inferred: tuple[tuple[str, str, str], ...] = ()
     ambiguous: list[AmbiguousTensor] = []
     if opts.target and target_specs is not None and opts.infer and not fits(items, target_specs):
-        inferred, ambiguous = infer_from_reference(entries, pipeline, target_specs, opts.target)
+        inferred, ambiguous = infer_from_reference(
+            entries, pipeline, target_specs, opts.target, order
+        )
         if inferred:
             pipeline = replace(pipeline, remap=pipeline.remap + tuple(
                 rule_text(p, r) for p, r, _ in inferred))  # fmt: skip
@@ -355,9 +366,10 @@ def _judge(
         ambiguous += _unproven_layouts(items, target_specs)
         result = summarize(specs_of(outputs), target_specs, given=tuple(opts.adapters),
                            ambiguous=ambiguous)  # fmt: skip
-        ties = _suggest_ties(result, entries, pipeline, target_specs, modules)
+        ties, copies = _suggest_ties(result, entries, pipeline, target_specs, modules)
         if ties:
             result = replace(result, fixes=(*result.fixes, *ties))
+        plan.warnings.extend(copies)
         summary, fixes = result, result.fixes
         ok = result.ok
         if result.ambiguous:
@@ -605,21 +617,30 @@ def _rope_note(count: int) -> Note:
     )
 
 
+#: Most candidates compared by digest for one missing tensor: tied copies come in twos and
+#: threes (a decoder bias, a head beside its embeddings); more are no group of copies.
+MAX_EQUAL_COPIES = 8
+
+
 def _suggest_ties(
     summary: LoadingSummary,
     entries: list[TensorEntry],
     pipeline: PipelineOptions,
     target: Specs,
     modules: Mapping[str, tuple[str, Mapping[str, JSONValue]]] | None,
-) -> list[Option]:
+) -> tuple[list[Option], list[Note]]:
     """``ties`` for missing target tensors that exactly one source tensor could be a copy of
     (its shape, or a rank-2 transpose, and the same kind: weight, bias), each verified: with
-    the copy, the pipeline makes the missing name with the target's shape. A last resort:
-    none while another fix (a rule, an adapter) is suggested, as that may make the name."""
+    the copy, the pipeline makes the missing name with the target's shape. Candidates that
+    hold the same bytes (equal digests: tied copies) are one: the shortest name is suggested,
+    and a note names the others. A last resort: none while another fix (a rule, an adapter)
+    is suggested, as that may make the name."""
     if summary.fixes:
-        return []
+        return [], []
     unsure = {a.name for a in summary.ambiguous}
     out: list[Option] = []
+    notes: list[Note] = []
+    digests: dict[str, str] = {}
     for missing in summary.missing[: NAMES_SHOWN * 3]:
         name = missing.name
         if name in unsure:
@@ -628,17 +649,57 @@ def _suggest_ties(
         kind = _kind(name)
         fits = [e for e in entries if _kind(e.name) == kind and (e.shape == shape or (
             len(shape) == 2 and shape[0] != shape[1] and e.shape == shape[::-1]))]  # fmt: skip
-        if len(fits) != 1:
+        source, copies = _one_source(fits, digests)
+        if source is None or not _copy_fits(source.renamed(name), entries, pipeline, target,
+                                            modules):  # fmt: skip
             continue
-        copy = fits[0].renamed(name)
-        try:
-            items, _ = run_pipeline([*entries, copy], pipeline, target, modules)
-        except CkptError:
-            continue
-        made = next((i.entry for i in items if i.source == name and i.entry is not None), None)
-        if made is not None and made.name == name and made.shape == shape:
-            out.append(Option("ties", f"{name}={fits[0].name}"))
-    return out
+        tie = Option("ties", f"{name}={source.name}")
+        out.append(tie)
+        if copies:
+            others = ", ".join(repr(c.name) for c in copies)
+            notes.append(Note(
+                f"{name!r} can be {source.name!r} or {others}: they hold the same bytes (equal "
+                "digests: tied copies), so either is right; {fix0} takes the first",
+                (tie,),
+            ))  # fmt: skip
+    return out, notes
+
+
+def _one_source(
+    fits: list[TensorEntry], digests: dict[str, str]
+) -> tuple[TensorEntry | None, list[TensorEntry]]:
+    """The one candidate, or, when every candidate holds the same bytes (same dtype and shape,
+    equal digests, never the names), the one with the shortest name (the tied copy sits
+    deeper: ``predictions.decoder.bias`` beside ``predictions.bias``) and the others."""
+    from ckptctl.ops.manifest import digest_entry
+
+    if len(fits) == 1:
+        return fits[0], []
+    if not 1 < len(fits) <= MAX_EQUAL_COPIES or len({(e.dtype, e.shape) for e in fits}) != 1:
+        return None, []
+    for e in fits:
+        if e.name not in digests:
+            digests[e.name] = digest_entry(e)
+    if len({digests[e.name] for e in fits}) != 1:
+        return None, []
+    first = min(fits, key=lambda e: (e.name.count("."), len(e.name)))  # min is stable
+    return first, [e for e in fits if e is not first]
+
+
+def _copy_fits(
+    copy: TensorEntry,
+    entries: list[TensorEntry],
+    pipeline: PipelineOptions,
+    target: Specs,
+    modules: Mapping[str, tuple[str, Mapping[str, JSONValue]]] | None,
+) -> bool:
+    """Whether the pipeline makes ``copy``'s name, with the target's shape, from the copy."""
+    try:
+        items, _ = run_pipeline([*entries, copy], pipeline, target, modules)
+    except CkptError:
+        return False
+    made = next((i.entry for i in items if i.source == copy.name and i.entry is not None), None)
+    return made is not None and made.name == copy.name and made.shape == target[copy.name][1]
 
 
 def _kind(name: str) -> str:
