@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import click
@@ -13,7 +12,6 @@ from ckptctl.cli._options import (
     OutputFormat,
     SharePart,
     adapter_option,
-    byte_progress,
     emit,
     jobs_option,
     make_console,
@@ -25,6 +23,7 @@ from ckptctl.cli._options import (
     state_key_option,
     write_options,
 )
+from ckptctl.cli._progress import data_progress, file_name
 from ckptctl.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -48,11 +47,9 @@ def run_conversion(
     from ckptctl.ops.convert import convert
 
     err = make_console(stderr=True)
-    if options.dry_run or quiet or fmt is OutputFormat.JSON or not err.is_terminal:
-        report = convert(src, dst, options)
-    else:
-        with byte_progress(err, f"writing {os.path.basename(dst)}") as advance:
-            report = convert(src, dst, replace(options, progress=advance))
+    quiet_bar = quiet or options.dry_run
+    with data_progress(f"writing {file_name(dst)}", fmt, quiet=quiet_bar) as progress:
+        report = convert(src, dst, replace(options, progress=progress))
     if fmt is OutputFormat.JSON:
         emit(report, fmt)
     else:

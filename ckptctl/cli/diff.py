@@ -9,7 +9,6 @@ from ckptctl.cli._options import (
     InputPath,
     OutputFormat,
     adapter_option,
-    byte_progress,
     emit_verdict,
     jobs_option,
     make_console,
@@ -21,6 +20,7 @@ from ckptctl.cli._options import (
     remote_options,
     state_key_option,
 )
+from ckptctl.cli._progress import data_progress
 from ckptctl.errors import ExitCode
 
 
@@ -122,6 +122,8 @@ def command(
       ckptctl diff checkpoint.pt lightning.ckpt --state-key model --state-key-b state_dict.model
       ckptctl diff model.bpk trained.bpk  # exit 1
     """
+    from dataclasses import replace
+
     from ckptctl.ops.diff import diff_checkpoints
     from ckptctl.report.diff import DiffOptions
 
@@ -135,23 +137,12 @@ def command(
         atol=atol,
         values_only=values_only,
     )
-    err = make_console(stderr=True)
-    if quiet or fmt is OutputFormat.JSON or not err.is_terminal:
+    with data_progress("comparing", fmt, quiet=quiet) as progress:
+        options = replace(options, progress=progress)
         report = diff_checkpoints(a, b, options, jobs=jobs, max_compare_bytes=max_compare_size)
-    else:
-        from dataclasses import replace
-
-        with byte_progress(err, "comparing") as advance:
-            report = diff_checkpoints(
-                a,
-                b,
-                replace(options, progress=advance),
-                jobs=jobs,
-                max_compare_bytes=max_compare_size,
-            )
     code = ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
     if quiet:  # like diff -q / git diff --quiet: the exit code says it all
         return code
     if fmt is OutputFormat.TEXT:
-        print_warnings(err, report.warnings)
+        print_warnings(make_console(stderr=True), report.warnings)
     return emit_verdict(report, fmt, code, show_all=show_all)

@@ -58,6 +58,7 @@ from ckptctl.model import listed_dtype
 from ckptctl.ops._compare import compare_values
 from ckptctl.ops._select import select_state_key
 from ckptctl.ops._size_limit import check_size
+from ckptctl.ops._stream import tracked
 from ckptctl.ops.matching import did_you_mean, ranked_suggestion, suggest_fixes
 from ckptctl.ops.summary import specs_of
 from ckptctl.report.diff import (
@@ -147,13 +148,8 @@ def diff_checkpoints(
             wanted="comparison",
             option="max_compare_bytes",
         )
-        if opts.progress is not None:
-            opts.progress(0, total)  # the bar knows its end before the first comparison
-        rows: list[TensorDiff] = []
-        for (entry, _), row in zip(pairs, _compare_all(pairs, opts, jobs), strict=True):
-            rows.append(row)
-            if opts.progress is not None:
-                opts.progress(entry.nbytes, total)
+        compared = [entry for entry, _ in pairs]
+        rows = list(tracked(compared, _compare_all(pairs, opts, jobs), opts.progress))
         format_a, format_b = ckpt_a.format, ckpt_b.format
     names_a = [e.name for e in outputs]
     set_a = set(names_a)

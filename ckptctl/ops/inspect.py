@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Sequence
 
-    from ckptctl.model import TensorEntry
+    from ckptctl.model import Progress, TensorEntry
     from ckptctl.report.tree import TreeNode
 
 #: Orders ``ls --sort`` accepts.
@@ -55,6 +55,7 @@ def list_tensors(
     expand: bool = False,
     stats: bool = False,
     full_metadata: bool = False,
+    progress: Progress | None = None,
 ) -> LsReport:
     """List a checkpoint's tensors from its header alone.
 
@@ -71,6 +72,7 @@ def list_tensors(
             (:attr:`TensorRow.stats`: min, max, mean, std, absmax, zeros, NaN, Inf).
         full_metadata: metadata values whole; else a long one (a GGUF array) is its summary
             (:attr:`Checkpoint.metadata_summary`: length and first items).
+        progress: with ``stats``, called as ``progress(nbytes, total)`` as each tensor is read.
 
     Quantized modules (GPTQ, AWQ, bitsandbytes, FP8 with scales, compressed-tensors) are
     recognised by their tensor names (:attr:`LsReport.quantized`); for their layout
@@ -104,9 +106,11 @@ def list_tensors(
         if stats:
             from dataclasses import replace
 
+            from ckptctl.ops._stream import tracked
             from ckptctl.ops.values import tensor_stats
 
-            rows = [replace(r, stats=tensor_stats(e)) for r, e in zip(rows, entries, strict=True)]
+            found = tracked(entries, (tensor_stats(e) for e in entries), progress)
+            rows = [replace(r, stats=s) for r, s in zip(rows, found, strict=True)]
         if sort == "name":
             rows.sort(key=lambda r: r.name)
         elif sort == "size":

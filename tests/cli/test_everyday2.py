@@ -33,7 +33,7 @@ def small(tmp_path):
 def test_the_progress_bar_speaks_one_unit_system_and_never_shows_a_question_mark():
     from rich.console import Console
 
-    from ckptctl.cli._options import byte_progress
+    from ckptctl.cli._progress import byte_progress
 
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=120, color_system=None)
