@@ -30,14 +30,17 @@ from ckptctl.cli._progress import data_progress, file_name
     type=click.Choice(["file", "name", "size", "dtype", "shape"]),
     default="file",
     show_default=True,
-    help="Order of the rows (file: as stored).",
+    help="Order of the rows (file: as stored). With --tree, of the modules: file (as stored, "
+    "as print(model) shows them; numbered blocks in number order), name (natural: layers.2 "
+    "before layers.10, the same tree for every format) or size (largest first); dtype and "
+    "shape are refused.",
 )
 @click.option(
     "--tree",
     is_flag=True,
     help="Show the module hierarchy instead of the flat table: tensors, parameters and bytes "
     "per module, identical numbered blocks collapsed (layers.{0..31} x32), tied tensors "
-    "counted once; names in natural order.",
+    "counted once; modules in the file's order (see --sort).",
 )
 @click.option(
     "--depth",

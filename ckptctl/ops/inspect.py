@@ -17,6 +17,7 @@ from ckptctl.ops._select import (
     stored_size,
     tied_groups,
 )
+from ckptctl.ops._tree import TREE_ORDERS
 from ckptctl.report.model import HeaderReport, LsReport, TensorRow
 
 if TYPE_CHECKING:
@@ -63,7 +64,8 @@ def list_tensors(
         path: the checkpoint file.
         state_key: descend into this dotted key and strip it from names.
         pattern: keep only tensors whose name matches this regex (Rust dialect, searched).
-        sort: one of :data:`SORT_KEYS`.
+        sort: one of :data:`SORT_KEYS`; with ``tree``, the siblings' order, one of
+            :data:`~ckptctl.ops._tree.TREE_ORDERS` (file: as stored; name: natural; size).
         tree: also build the module tree (:attr:`LsReport.tree`): parameters and bytes per
             module, runs of identical numbered blocks collapsed, tied tensors counted once.
         depth: the tree's levels shown (None: all).
@@ -84,11 +86,17 @@ def list_tensors(
 
     Raises:
         InputError: unreadable, unknown, corrupt or unsafe input.
-        SelectionError: bad regex, unknown sort key, or nothing under ``state_key``.
+        SelectionError: bad regex, unknown sort key (or one a tree cannot take), or nothing
+            under ``state_key``.
     """
     if sort not in SORT_KEYS:
         raise SelectionError(
             f"unknown sort key {sort!r}", hint="use one of " + ", ".join(SORT_KEYS)
+        )
+    if tree and sort not in TREE_ORDERS:
+        raise SelectionError(
+            f"a module tree cannot be sorted by {sort}: that orders tensors, not modules",
+            hint="sort it by " + ", ".join(TREE_ORDERS),
         )
     if depth is not None and depth < 1:
         raise SelectionError(f"tree depth {depth} is not positive", hint="use a depth of 1 or more")
@@ -111,6 +119,7 @@ def list_tensors(
 
             found = tracked(entries, (tensor_stats(e) for e in entries), progress)
             rows = [replace(r, stats=s) for r, s in zip(rows, found, strict=True)]
+        module_tree = _tree(entries, rows, depth, expand, sort) if tree else None
         if sort == "name":
             rows.sort(key=lambda r: r.name)
         elif sort == "size":
@@ -136,19 +145,23 @@ def list_tensors(
             safety=ckpt.safety,
             objects=dict(ckpt.objects),
             stored=_stored(entries),
-            tree=_tree(entries, rows, depth, expand) if tree else None,
+            tree=module_tree,
             with_stats=stats,
             quantized=quantized,
         )
 
 
 def _tree(
-    entries: Sequence[TensorEntry], rows: Sequence[TensorRow], depth: int | None, expand: bool
+    entries: Sequence[TensorEntry],
+    rows: Sequence[TensorRow],
+    depth: int | None,
+    expand: bool,
+    order: str,
 ) -> TreeNode:
     from ckptctl.ops._tree import build_tree
 
     tied = {e.name: group[0].name for group in tied_groups(entries) for e in group[1:]}
-    return build_tree(rows, tied_to=tied, depth=depth, expand=expand)
+    return build_tree(rows, tied_to=tied, depth=depth, expand=expand, order=order)
 
 
 def _stored(entries: Sequence[TensorEntry]) -> tuple[int, int] | None:

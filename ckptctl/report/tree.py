@@ -21,8 +21,9 @@ class TreeNode:
         tensors: tensors below (all blocks of a collapsed run).
         parameters: elements below, a tied tensor counted once (where it first appears).
         nbytes: bytes below, counted the same way.
-        children: sub-modules and tensors in natural order (``2`` before ``10``); a collapsed
-            run shows its first block's; empty for tensors and below ``--depth``.
+        children: sub-modules and tensors in the order asked (the file's, numbered blocks in
+            number order; natural; by size); a collapsed run shows its first block's; empty for
+            tensors and below ``--depth``.
         dtype: a tensor's dtype (None for modules).
         shape: a tensor's shape (None for modules).
         tied_to: a tied tensor's first name, where its parameters are counted (else None).

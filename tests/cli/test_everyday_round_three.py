@@ -4,11 +4,15 @@ way the issue's user did: on a pseudo-terminal for bars and widths, through pipe
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from ckptctl.formats import open_checkpoint
 from tests.cli._terminal import run_on_terminal
+from tests.conftest import VALID
 
 #: The width the issue's user had.
 COLUMNS = 80
@@ -70,3 +74,63 @@ def test_no_bar_in_a_pipe_or_with_json(command, eight, tmp_path, run_cli):
     json_run = run_on_terminal(*args, "--json", *again)
     assert json_run.code == 0, json_run.terminal
     assert not _bar_lines(json_run.lines()), json_run.terminal
+
+
+# --- item 4: ls --tree follows the file's module order, and --sort is honoured or refused ---
+
+RESNET = VALID / "ports" / "resnet.pt"  # torch.save of a torchvision resnet18 layout
+
+
+def _modules_in_file_order(path) -> list[str]:
+    """Top-level modules by first appearance in the file, from `ls` (the flat listing)."""
+    with open_checkpoint(path) as ckpt:
+        names = [e.name.split(".")[0] for e in ckpt.entries()]
+    return list(dict.fromkeys(names))
+
+
+def _top(run_cli, *args):
+    result = run_cli("ls", RESNET, "--tree", "--depth", "1", "--json", *args)
+    assert result.code == 0, result.stderr
+    return [c["name"] for c in json.loads(result.stdout)["tree"]["children"]]
+
+
+def test_the_tree_follows_the_files_module_order_by_default(run_cli):
+    order = _modules_in_file_order(RESNET)
+    assert order[:3] == ["conv1", "bn1", "layer1"]  # as print(model) shows a resnet
+    assert _top(run_cli) == order
+    assert _top(run_cli, "--sort", "file") == order
+    text = run_cli("ls", RESNET, "--tree", "--depth", "1").stdout
+    rows = [
+        line.split()[0]
+        for line in text.splitlines()
+        if line.split()[:1] and line.split()[0] in order
+    ]
+    assert rows == order
+
+
+def test_the_tree_sorted_by_name_or_size(run_cli):
+    assert _top(run_cli, "--sort", "name") == sorted(_modules_in_file_order(RESNET))
+    result = run_cli("ls", RESNET, "--tree", "--depth", "1", "--json", "--sort", "size")
+    children = json.loads(result.stdout)["tree"]["children"]
+    sizes = [c["nbytes"] for c in children]
+    assert sizes == sorted(sizes, reverse=True)
+    assert children[0]["name"] == "layer4"
+
+
+def test_numbered_blocks_stay_in_number_order_in_file_order(run_cli, tmp_path):
+    # a safetensors file stores names sorted as text: layers.10 before layers.2
+    tensors = {f"layers.{i}.w": np.zeros(2, "<f4") for i in range(12)}
+    save_file(tensors, str(tmp_path / "m.safetensors"))
+    result = run_cli("ls", tmp_path / "m.safetensors", "--tree", "--json", "--expand")
+    layers = json.loads(result.stdout)["tree"]["children"][0]
+    assert [c["name"] for c in layers["children"]] == [str(i) for i in range(12)]
+    collapsed = run_cli("ls", tmp_path / "m.safetensors", "--tree", "--json")
+    assert json.loads(collapsed.stdout)["tree"]["children"][0]["indices"] == list(range(12))
+
+
+@pytest.mark.parametrize("key", ["dtype", "shape"])
+def test_a_sort_the_tree_cannot_take_is_refused(run_cli, key):
+    result = run_cli("ls", RESNET, "--tree", "--sort", key)
+    assert result.code == 2
+    assert key in result.stderr
+    assert not result.stdout
