@@ -58,12 +58,14 @@ def to_json(report: object) -> dict[str, JSONValue]:
 
 
 def _ls(report: LsReport) -> dict[str, JSONValue]:
+    total = report.total
     tensors: list[dict[str, JSONValue]] = []
     for row in report.tensors:
         item: dict[str, JSONValue] = {
             "name": row.name,
             "dtype": row.dtype,
             "shape": list(row.shape),
+            "parameters": row.numel,
             "nbytes": row.nbytes,
         }
         if row.param_id is not None:
@@ -81,9 +83,16 @@ def _ls(report: LsReport) -> dict[str, JSONValue]:
         "tensors": tensors,
         "metadata": dict(report.metadata),
         "totals": [
-            {"dtype": t.dtype, "tensors": t.tensors, "numel": t.numel, "nbytes": t.nbytes}
+            {
+                "dtype": t.dtype,
+                "tensors": t.tensors,
+                "parameters": t.numel,
+                "numel": t.numel,  # deprecated spelling of "parameters", kept for old scripts
+                "nbytes": t.nbytes,
+            }
             for t in report.totals
         ],
+        "total": {"tensors": total.tensors, "parameters": total.parameters, "nbytes": total.nbytes},
         "notes": list(report.notes),
     }
     if report.scalars:

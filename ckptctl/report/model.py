@@ -52,6 +52,15 @@ class DTypeTotal:
 
 
 @dataclass(frozen=True)
+class ListingTotal:
+    """Tensors, parameters and bytes of a whole listing (the sums of its dtype totals)."""
+
+    tensors: int
+    parameters: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
 class LsReport:
     """What ``ckptctl ls`` shows: the file's kind and its tensors."""
 
@@ -102,6 +111,16 @@ class LsReport:
             nbytes[row.dtype] += row.nbytes
         order = sorted(count, key=lambda d: (-nbytes[d], d))
         return tuple(DTypeTotal(d, count[d], numel[d], nbytes[d]) for d in order)
+
+    @property
+    def total(self) -> ListingTotal:
+        """The listed tensors' count, parameters and bytes."""
+        totals = self.totals
+        return ListingTotal(
+            sum(t.tensors for t in totals),
+            sum(t.numel for t in totals),
+            sum(t.nbytes for t in totals),
+        )
 
 
 @dataclass(frozen=True)

@@ -289,9 +289,8 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
     totals.add_column("bytes", justify="right")
     for t in report.totals:
         totals.add_row(t.dtype, f"{t.tensors:,}", f"{t.numel:,}", size(t.nbytes))
-    n = len(report.tensors)
-    all_bytes = sum(t.nbytes for t in report.totals)
-    all_numel = sum(t.numel for t in report.totals)
+    total = report.total
+    n, all_numel, all_bytes = total.tensors, total.parameters, total.nbytes
     if len(report.totals) > 1:
         totals.add_row("total", f"{n:,}", f"{all_numel:,}", size(all_bytes))
     if report.totals:

@@ -134,3 +134,30 @@ def test_a_sort_the_tree_cannot_take_is_refused(run_cli, key):
     assert result.code == 2
     assert key in result.stderr
     assert not result.stdout
+
+
+# --- item 5: ls --json has a grand total and per-tensor parameters, under one name ----------
+
+
+def test_ls_json_has_per_tensor_parameters_and_a_total_that_the_text_agrees_with(run_cli):
+    result = run_cli("ls", RESNET, "--json")
+    assert result.code == 0, result.stderr
+    report = json.loads(result.stdout)
+    with open_checkpoint(RESNET) as ckpt:
+        shapes = {e.name: e.shape for e in ckpt.entries()}
+        nbytes = sum(e.nbytes for e in ckpt.entries())
+    for tensor in report["tensors"]:
+        assert tensor["parameters"] == int(np.prod(shapes[tensor["name"]])), tensor
+    expected = sum(int(np.prod(s)) for s in shapes.values())
+    assert report["total"] == {"tensors": len(shapes), "parameters": expected, "nbytes": nbytes}
+    for key in ("tensors", "parameters", "nbytes"):  # the parts sum to the whole
+        assert sum(t[key] for t in report["totals"]) == report["total"][key]
+    assert all(t["numel"] == t["parameters"] for t in report["totals"])  # kept for old scripts
+    text = run_cli("ls", RESNET).stdout
+    assert f"{len(shapes)} tensors, {expected:,} parameters" in text
+
+
+def test_ls_and_its_tree_name_the_count_alike(run_cli):
+    flat = json.loads(run_cli("ls", RESNET, "--json").stdout)
+    tree = json.loads(run_cli("ls", RESNET, "--tree", "--json").stdout)["tree"]
+    assert tree["parameters"] == flat["total"]["parameters"]
