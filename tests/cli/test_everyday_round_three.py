@@ -161,3 +161,44 @@ def test_ls_and_its_tree_name_the_count_alike(run_cli):
     flat = json.loads(run_cli("ls", RESNET, "--json").stdout)
     tree = json.loads(run_cli("ls", RESNET, "--tree", "--json").stdout)["tree"]
     assert tree["parameters"] == flat["total"]["parameters"]
+
+
+# --- item 6: every summary's parts sum to its whole ----------------------------------------
+
+
+def _summary_counts(line: str) -> tuple[int, list[int]]:
+    """``6 tensors match (5 identical, 1 close); ...`` -> (6, [5, 1])."""
+    whole = int(line.split()[0].replace(",", ""))
+    inside = line[line.index("(") + 1 : line.index(")")]
+    return whole, [int(part.split()[0].replace(",", "")) for part in inside.split(",")]
+
+
+@pytest.fixture
+def consolidated(tmp_path):
+    """Seven tensors as the ground truth has them, and a consolidation with one in F16."""
+    rng = np.random.default_rng(6)
+    truth = {f"w{i}": rng.random(8, dtype=np.float32) for i in range(7)}
+    truth["w6"] = truth["w6"].astype(np.float16).astype(np.float32)  # the same values in F16
+    merged = dict(truth, w6=truth["w6"].astype(np.float16))
+    save_file(truth, str(tmp_path / "truth.safetensors"))
+    save_file(merged, str(tmp_path / "merged.safetensors"))
+    return tmp_path / "merged.safetensors", tmp_path / "truth.safetensors"
+
+
+def test_the_matching_tensors_line_counts_only_the_tensors_that_match(run_cli, consolidated):
+    result = run_cli("diff", *consolidated)
+    assert result.code == 1
+    line = next(x for x in result.stdout.splitlines() if "tensors match" in x)
+    whole, parts = _summary_counts(line)
+    assert whole == 6
+    assert sum(parts) == whole, line
+    assert "dtype" not in line.split(";")[0]
+
+
+def test_the_verdict_counts_add_up_with_values_only(run_cli, consolidated):
+    result = run_cli("diff", *consolidated, "--values-only")
+    assert result.code == 0, result.stdout
+    line = next(x for x in result.stdout.splitlines() if x.startswith("match within"))
+    whole, parts = _summary_counts(line.split(": ", 1)[1])
+    assert whole == 7
+    assert sum(parts) == whole, line
