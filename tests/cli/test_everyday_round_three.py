@@ -177,9 +177,9 @@ def _summary_counts(line: str) -> tuple[int, list[int]]:
 def consolidated(tmp_path):
     """Seven tensors as the ground truth has them, and a consolidation with one in F16."""
     rng = np.random.default_rng(6)
-    truth = {f"w{i}": rng.random(8, dtype=np.float32) for i in range(7)}
+    truth: dict[str, np.ndarray] = {f"w{i}": rng.random(8, dtype=np.float32) for i in range(7)}
     truth["w6"] = truth["w6"].astype(np.float16).astype(np.float32)  # the same values in F16
-    merged = dict(truth, w6=truth["w6"].astype(np.float16))
+    merged = {**truth, "w6": truth["w6"].astype(np.float16)}
     save_file(truth, str(tmp_path / "truth.safetensors"))
     save_file(merged, str(tmp_path / "merged.safetensors"))
     return tmp_path / "merged.safetensors", tmp_path / "truth.safetensors"
