@@ -202,3 +202,20 @@ def test_the_verdict_counts_add_up_with_values_only(run_cli, consolidated):
     whole, parts = _summary_counts(line.split(": ", 1)[1])
     assert whole == 7
     assert sum(parts) == whole, line
+
+
+# --- item 7: docs where people look ----------------------------------------------------------
+
+
+def test_man_piped_is_text_that_grep_finds_options_in(run_cli):
+    result = run_cli("man", "verify")  # stdout is a pipe here
+    assert result.code == 0, result.stderr
+    assert "\\-" not in result.stdout
+    assert not [line for line in result.stdout.splitlines() if line.startswith(".")]
+    found = [line for line in result.stdout.splitlines() if "--format" in line]
+    assert found
+    assert any(line.strip().startswith("--format [text|json|sarif]") for line in found)
+    assert max(map(len, result.stdout.splitlines())) <= COLUMNS
+    roff = run_cli("man", "verify", "--roff").stdout
+    assert ".TP" in roff
+    assert "\\-\\-format" in roff
