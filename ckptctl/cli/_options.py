@@ -284,7 +284,12 @@ class SharePart(click.ParamType):  # type: ignore[type-arg]  # generic from clic
 
 def force_option(func: F) -> F:
     """``--force``: overwrite an existing destination."""
-    return click.option("--force", "-f", is_flag=True, help="Overwrite DST if it exists.")(func)
+    return overwrite_option("DST")(func)
+
+
+def overwrite_option(what: str) -> Callable[[F], F]:
+    """``--force``: overwrite an existing ``what`` (the output's metavar)."""
+    return click.option("--force", "-f", is_flag=True, help=f"Overwrite {what} if it exists.")
 
 
 def fsync_option(func: F) -> F:

@@ -119,7 +119,8 @@ def command(
     \b
     Examples:
       ckptctl diff weights.pt legacy.pt
-      ckptctl diff checkpoint.pt lightning.ckpt --state-key model --state-key-b state_dict.model
+      ckptctl diff checkpoint.pt lightning.ckpt --state-key model \\
+        --state-key-b state_dict.model
       ckptctl diff model.bpk trained.bpk  # exit 1
     """
     from dataclasses import replace

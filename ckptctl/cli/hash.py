@@ -8,10 +8,10 @@ from ckptctl.cli._options import (
     InputPath,
     OutputFormat,
     emit,
-    force_option,
     jobs_option,
     make_console,
     output_options,
+    overwrite_option,
     remote_options,
     state_key_option,
 )
@@ -35,7 +35,7 @@ from ckptctl.errors import ExitCode
     type=click.Path(dir_okay=False, allow_dash=False),
     help="Write the manifest to MANIFEST (atomically) instead of stdout.",
 )
-@force_option
+@overwrite_option("MANIFEST (--output)")
 @jobs_option("Hash N tensors at once (the manifest does not depend on N).")
 @remote_options
 @output_options

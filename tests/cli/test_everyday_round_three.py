@@ -16,6 +16,7 @@ from tests.conftest import VALID
 
 #: The width the issue's user had.
 COLUMNS = 80
+COMMAND_NAMES = ["ls", "header", "convert", "remap", "diff", "verify", "show", "hash", "man"]
 
 
 @pytest.fixture
@@ -219,3 +220,38 @@ def test_man_piped_is_text_that_grep_finds_options_in(run_cli):
     roff = run_cli("man", "verify", "--roff").stdout
     assert ".TP" in roff
     assert "\\-\\-format" in roff
+
+
+def _help_words(command) -> set[str]:
+    """Every word of a command's own help texts (its description, its options')."""
+    import click
+
+    texts = [command.help or "", command.epilog or ""]
+    texts += [p.help or "" for p in command.params if isinstance(p, click.Option)]
+    return {word for text in texts for word in text.split() if word != "\b"}
+
+
+@pytest.mark.parametrize("name", [None, *COMMAND_NAMES])
+def test_help_at_80_columns_wraps_at_words_and_keeps_examples_inside(name):
+    import click
+
+    from ckptctl.cli import cli
+
+    args = ["--help"] if name is None else [name, "--help"]
+    run = run_on_terminal(*args, columns=COLUMNS, stdout_too=True)
+    assert run.code == 0, run.terminal
+    lines = run.lines()
+    assert lines
+    too_wide = [line for line in lines if len(line) > COLUMNS]
+    assert not too_wide
+    shown = {word for line in lines for word in line.split()}
+    command = cli if name is None else cli.get_command(click.Context(cli), name)
+    broken = sorted(_help_words(command) - shown)
+    assert not broken  # a word cut in two is shown as two words that are not its own
+
+
+def test_hash_help_names_what_force_overwrites(run_cli):
+    text = run_cli("hash", "--help").stdout
+    force = next(line for line in text.splitlines() if "--force" in line)
+    assert "MANIFEST" in force
+    assert "DST" not in text
