@@ -13,7 +13,7 @@ import textwrap
 from typing import TYPE_CHECKING
 
 import click
-from click.formatting import iter_rows, measure_table, term_len
+from click.formatting import iter_rows, measure_table
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -52,7 +52,7 @@ def _paragraphs(text: str) -> list[tuple[int, bool, list[str]]]:
             continue
         if block:
             first = block[0]
-            indent = term_len(first) - term_len(first.lstrip())
+            indent = len(first) - len(first.lstrip())
             if first.strip() == "\b":
                 out.append((indent, True, block[1:]))
             else:
@@ -80,8 +80,8 @@ class WordWrapFormatter(click.HelpFormatter):
             if not second:
                 self.write("\n")
                 continue
-            if term_len(first) <= first_col - col_spacing:
-                self.write(" " * (first_col - term_len(first)))
+            if len(first) <= first_col - col_spacing:
+                self.write(" " * (first_col - len(first)))
             else:
                 self.write("\n" + " " * (first_col + self.current_indent))
             lines = wrap_words(second, text_width).splitlines() or [""]
