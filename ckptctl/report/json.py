@@ -365,6 +365,8 @@ def _summary(summary: LoadingSummary) -> dict[str, JSONValue]:
             for m in summary.missing
         ],
         "unused": list(summary.unused),
+        "unused_sources": list(summary.unused_sources or summary.unused),
+        "unused_exclude": summary.unused_exclude,
         "errors": [
             {
                 "name": e.name,

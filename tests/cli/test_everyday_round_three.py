@@ -255,3 +255,33 @@ def test_hash_help_names_what_force_overwrites(run_cli):
     force = next(line for line in text.splitlines() if "--force" in line)
     assert "MANIFEST" in force
     assert "DST" not in text
+
+
+# --- item 8: an unused tensor is named as the source file has it, with the --exclude ---------
+
+PORTS = VALID / "ports"
+
+
+def test_unused_tensors_carry_their_source_names_and_the_exclude_that_drops_them(
+    run_cli, tmp_path
+):
+    args = ["convert", RESNET, tmp_path / "r.bpk", "-a", "pytorch-to-burn"]
+    args += ["--target", PORTS / "resnet_target.bpk"]
+    result = run_cli(*args, "--json")
+    assert result.code == 0, result.stderr
+    summary = json.loads(result.stdout)["summary"]
+    with open_checkpoint(RESNET) as ckpt:
+        source_names = {e.name for e in ckpt.entries()}
+    assert summary["unused_sources"]
+    assert set(summary["unused_sources"]) <= source_names
+    assert "layer2.0.downsample.1.num_batches_tracked" in summary["unused_sources"]
+    text = run_cli(*args, "--force")
+    assert "layer2.0.downsample.1.num_batches_tracked" in text.stderr
+    assert "downsample.0.num_batches_tracked" not in text.stderr  # in neither file
+    exclude = summary["unused_exclude"]
+    assert f"--exclude '{exclude}'" in text.stderr
+    dropped = run_cli(*args, "--force", "--exclude", exclude, "--json")
+    assert dropped.code == 0, dropped.stderr
+    after = json.loads(dropped.stdout)["summary"]
+    assert after["counts"]["unused"] == 0
+    assert after["counts"]["applied"] == summary["counts"]["applied"]
