@@ -47,6 +47,13 @@ from ckptctl.errors import ExitCode
     "convert; repeatable, first match wins."
 )
 @click.option(
+    "--filter",
+    "pattern",
+    metavar="REGEX",
+    help="Compare only tensors whose name matches REGEX (Rust regex syntax, as ls, show and "
+    "hash), on both sides; A's names after --remap and adapters.",
+)
+@click.option(
     "--rtol",
     type=click.FloatRange(min=0),
     default=1e-5,
@@ -88,6 +95,7 @@ def command(
     rules: tuple[str, ...],
     adapters: tuple[str, ...],
     module_types: tuple[str, ...],
+    pattern: str | None,
     rtol: float,
     atol: float,
     values_only: bool,
@@ -101,8 +109,10 @@ def command(
 
     Reports tensors only in A or only in B (with "Did you mean"), and for each common tensor
     its dtype, shape and values: identical bytes, or the largest absolute and relative
-    difference and whether all values are close (|a - b| <= atol + rtol * |b|, NaN equal to
-    NaN at the same place), whatever the dtypes (F32 against BF16 compares values). Finds
+    difference, the relative change of the whole tensor (||a - b|| / ||a||) and its cosine
+    similarity (how far a fine-tune moved it), and whether all values are close
+    (|a - b| <= atol + rtol * |b|, NaN equal to NaN at the same place), whatever the dtypes
+    (F32 against BF16 compares values). Finds
     [m, n] against [n, m] tensors that hold the same values ("transposed") and prints the
     --remap rules and adapters that would reconcile the names as a ready command line.
 
@@ -122,6 +132,7 @@ def command(
       ckptctl diff checkpoint.pt lightning.ckpt --state-key model \\
         --state-key-b state_dict.model
       ckptctl diff model.bpk trained.bpk  # exit 1
+      ckptctl diff model.bpk trained.bpk --filter '^fc\\.' --all  # exit 1
     """
     from dataclasses import replace
 
@@ -137,6 +148,7 @@ def command(
         rtol=rtol,
         atol=atol,
         values_only=values_only,
+        pattern=pattern,
     )
     with data_progress("comparing", fmt, quiet=quiet) as progress:
         options = replace(options, progress=progress)

@@ -56,7 +56,7 @@ from ckptctl.fix import Command, Note, Option
 from ckptctl.formats import open_checkpoint
 from ckptctl.model import listed_dtype
 from ckptctl.ops._compare import compare_values
-from ckptctl.ops._select import select_state_key
+from ckptctl.ops._select import compile_regex, select_state_key
 from ckptctl.ops._size_limit import check_size
 from ckptctl.ops._stream import tracked
 from ckptctl.ops.matching import did_you_mean, ranked_suggestion, suggest_fixes
@@ -134,6 +134,10 @@ def diff_checkpoints(
         modules = ckpt_a.structure.modules if ckpt_a.structure and not opts.state_key else None
         items, warnings = run_pipeline(entries_a, pipeline, specs_b, modules)
         outputs = [item.entry for item in items if item.entry is not None]
+        if opts.pattern is not None:
+            regex = compile_regex(opts.pattern, "pattern")
+            outputs = [e for e in outputs if regex.search(e.name)]
+            entries_b = [e for e in entries_b if regex.search(e.name)]
         by_name_b = {e.name: e for e in entries_b}
         total = sum(e.nbytes for e in outputs if e.name in by_name_b)
         pairs = [(e, by_name_b[e.name]) for e in outputs if e.name in by_name_b]
@@ -250,6 +254,8 @@ def compare_entries(a: TensorEntry, b: TensorEntry, *, rtol: float, atol: float)
         max_rel=None if values is None else values.max_rel,
         mismatched=None if values is None else values.mismatched,
         nan_mismatched=None if values is None else values.nan_mismatched,
+        relative_change=None if values is None else values.relative_change,
+        cosine=None if values is None else values.cosine,
     )
 
 

@@ -246,6 +246,8 @@ def _tensor(row: TensorDiff) -> dict[str, JSONValue]:
         "max_rel": _number(row.max_rel),
         "mismatched": row.mismatched,
         "nan_mismatched": row.nan_mismatched,
+        "relative_change": _number(row.relative_change),
+        "cosine": _number(row.cosine),
     }
 
 
@@ -268,6 +270,7 @@ def _diff(report: DiffReport) -> dict[str, JSONValue]:
             "rtol": opts.rtol,
             "atol": opts.atol,
             "values_only": opts.values_only,
+            "filter": opts.pattern,
         },
         "counts": dict(report.counts()),
         "only_in_a": _only(report.only_in_a),

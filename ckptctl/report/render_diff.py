@@ -39,6 +39,11 @@ def _float(value: float | None) -> str:
     return "inf" if math.isinf(value) else f"{value:.3g}"
 
 
+def _cosine(value: float | None) -> str:
+    """Enough digits to tell a fine-tune (0.999987) from a copy (1)."""
+    return "-" if value is None else f"{value:.6g}"
+
+
 def _mismatch(row: TensorDiff) -> str:
     if row.mismatched is None:
         return "-"
@@ -56,6 +61,8 @@ def _table(rows: list[TensorDiff]) -> PlainTable:
     table.add_column("shape")
     table.add_column("max abs", justify="right")
     table.add_column("max rel", justify="right")
+    table.add_column("rel change", justify="right")
+    table.add_column("cosine", justify="right")
     table.add_column("mismatched", justify="right")
     for row in rows:
         table.add_row(
@@ -65,6 +72,8 @@ def _table(rows: list[TensorDiff]) -> PlainTable:
             _pair(format_shape(row.shape_a), format_shape(row.shape_b)),
             _float(row.max_abs),
             _float(row.max_rel),
+            _float(row.relative_change),
+            _cosine(row.cosine),
             _mismatch(row),
         )
     return table

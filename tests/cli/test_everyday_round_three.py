@@ -262,9 +262,7 @@ def test_hash_help_names_what_force_overwrites(run_cli):
 PORTS = VALID / "ports"
 
 
-def test_unused_tensors_carry_their_source_names_and_the_exclude_that_drops_them(
-    run_cli, tmp_path
-):
+def test_unused_tensors_carry_their_source_names_and_the_exclude_that_drops_them(run_cli, tmp_path):
     args = ["convert", RESNET, tmp_path / "r.bpk", "-a", "pytorch-to-burn"]
     args += ["--target", PORTS / "resnet_target.bpk"]
     result = run_cli(*args, "--json")
@@ -285,3 +283,61 @@ def test_unused_tensors_carry_their_source_names_and_the_exclude_that_drops_them
     after = json.loads(dropped.stdout)["summary"]
     assert after["counts"]["unused"] == 0
     assert after["counts"]["applied"] == summary["counts"]["applied"]
+
+
+# --- item 8: diff of a fine-tune: relative change and cosine per tensor; --filter ------------
+
+
+@pytest.fixture
+def finetune(tmp_path):
+    """A base model and its fine-tune: a tensor of three and a bit 1 Mi-element chunks whose
+    first two chunks did not move (the changed part comes last), a moved bias, a frozen one."""
+    from ckptctl.ops._compare import CHUNK_ELEMENTS
+
+    rng = np.random.default_rng(8)
+    big = rng.standard_normal(3 * CHUNK_ELEMENTS + 5).astype(np.float32)
+    tuned_big = big.copy()
+    tuned_big[2 * CHUNK_ELEMENTS :] += np.float32(0.01) * rng.standard_normal(
+        CHUNK_ELEMENTS + 5
+    ).astype(np.float32)
+    base = {"enc.weight": big, "enc.bias": np.ones(4, np.float32), "head.bias": np.ones(3, "<f4")}
+    tuned = dict(base)
+    tuned["enc.weight"] = tuned_big
+    tuned["enc.bias"] = np.array([1.0, 0.5, 2.0, -1.0], np.float32)
+    save_file(base, str(tmp_path / "base.safetensors"))
+    save_file(tuned, str(tmp_path / "tuned.safetensors"))
+    return tmp_path / "base.safetensors", tmp_path / "tuned.safetensors", base, tuned
+
+
+def _expected(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    norm_a, norm_b = np.linalg.norm(a64), np.linalg.norm(b64)
+    return float(np.linalg.norm(a64 - b64) / norm_a), float(a64 @ b64 / (norm_a * norm_b))
+
+
+def test_diff_gives_relative_change_and_cosine_per_tensor(run_cli, finetune):
+    base_path, tuned_path, base, tuned = finetune
+    result = run_cli("diff", base_path, tuned_path, "--json")
+    assert result.code == 1
+    rows = {t["name"]: t for t in json.loads(result.stdout)["tensors"]}
+    for name in ("enc.weight", "enc.bias"):
+        change, cosine = _expected(base[name], tuned[name])
+        assert rows[name]["relative_change"] == pytest.approx(change, rel=1e-9), name
+        assert rows[name]["cosine"] == pytest.approx(cosine, rel=1e-12), name
+    assert rows["head.bias"]["relative_change"] == 0
+    assert rows["head.bias"]["cosine"] == 1
+    text = run_cli("diff", base_path, tuned_path).stdout
+    assert "rel change" in text
+    assert "cosine" in text
+
+
+def test_diff_filter_compares_only_matching_tensors(run_cli, finetune):
+    base_path, tuned_path, _, _ = finetune
+    result = run_cli("diff", base_path, tuned_path, "--filter", "bias$", "--json")
+    report = json.loads(result.stdout)
+    assert sorted(t["name"] for t in report["tensors"]) == ["enc.bias", "head.bias"]
+    assert report["only_in_a"] == report["only_in_b"] == []
+    same = run_cli("diff", base_path, tuned_path, "--filter", "^head\\.")
+    assert same.code == 0, same.stdout
+    bad = run_cli("diff", base_path, tuned_path, "--filter", "(")
+    assert bad.code == 2
