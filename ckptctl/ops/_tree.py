@@ -39,13 +39,15 @@ class _Draft:
     """A node being built: children by segment, or the tensor row at a leaf; :meth:`measure`
     fills in its structure id and totals."""
 
-    __slots__ = ("children", "nbytes", "order", "parameters", "row", "structure", "tensors")
+    __slots__ = (
+        "buffers", "children", "nbytes", "order", "parameters", "row", "structure", "tensors",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.children: dict[str, _Draft] = {}
         self.row: TensorRow | None = None
         self.order: list[str] = []
-        self.structure = self.tensors = self.parameters = self.nbytes = 0
+        self.structure = self.tensors = self.parameters = self.nbytes = self.buffers = 0
 
 
 def build_tree(
@@ -106,7 +108,8 @@ class _Builder:
             counted = row.name not in self.tied
             key: object = (row.dtype, row.shape)
             draft.tensors = 1
-            draft.parameters = row.numel if counted else 0
+            draft.parameters = row.parameters if counted else 0
+            draft.buffers = row.numel - row.parameters if counted else 0
             draft.nbytes = row.nbytes if counted else 0
         else:
             natural = sorted(draft.children, key=natural_key)
@@ -116,6 +119,7 @@ class _Builder:
                 self.measure(child)
                 draft.tensors += child.tensors
                 draft.parameters += child.parameters
+                draft.buffers += child.buffers
                 draft.nbytes += child.nbytes
                 parts.append((segment, child.structure))
             key = tuple(parts)
@@ -143,11 +147,11 @@ class _Builder:
         if row is not None and not draft.children:
             return TreeNode(
                 name, path, 1, draft.parameters, draft.nbytes, dtype=row.dtype, shape=row.shape,
-                tied_to=self.tied.get(row.name),
+                tied_to=self.tied.get(row.name), buffers=draft.buffers,
             )  # fmt: skip
         totals = (draft.tensors, draft.parameters, draft.nbytes)
         if self.depth is not None and level >= self.depth and level > 0:
-            return TreeNode(name, path, *totals, hidden=len(draft.order))
+            return TreeNode(name, path, *totals, hidden=len(draft.order), buffers=draft.buffers)
         children = []
         for run in self.runs(draft):
             first = run[0]
@@ -161,16 +165,16 @@ class _Builder:
                     label, f"{path}.{label}" if path else label,
                     sum(m.tensors for m in members), sum(m.parameters for m in members),
                     sum(m.nbytes for m in members), child.children, indices=indices,
-                    hidden=child.hidden,
+                    hidden=child.hidden, buffers=sum(m.buffers for m in members),
                 )  # fmt: skip
             children.append(child)
         if len(children) == 1 and children[0].name.startswith("{") and name:  # a ModuleList
             run_node = children[0]
             return TreeNode(
                 f"{name}.{run_node.name}", run_node.path, *totals, run_node.children,
-                indices=run_node.indices, hidden=run_node.hidden,
+                indices=run_node.indices, hidden=run_node.hidden, buffers=draft.buffers,
             )  # fmt: skip
-        return TreeNode(name, path, *totals, tuple(children))
+        return TreeNode(name, path, *totals, tuple(children), buffers=draft.buffers)
 
     def runs(self, draft: _Draft) -> list[list[str]]:
         """The children's segments in order, consecutive numbered modules of one structure

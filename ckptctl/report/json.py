@@ -65,9 +65,11 @@ def _ls(report: LsReport) -> dict[str, JSONValue]:
             "name": row.name,
             "dtype": row.dtype,
             "shape": list(row.shape),
-            "parameters": row.numel,
+            "parameters": row.parameters,
             "nbytes": row.nbytes,
         }
+        if row.buffer:
+            item["buffer"] = True
         if row.param_id is not None:
             item["param_id"] = row.param_id
         if row.module_type is not None:
@@ -86,13 +88,19 @@ def _ls(report: LsReport) -> dict[str, JSONValue]:
             {
                 "dtype": t.dtype,
                 "tensors": t.tensors,
-                "parameters": t.numel,
-                "numel": t.numel,  # deprecated spelling of "parameters", kept for old scripts
+                "parameters": t.parameters,
+                "buffers": t.buffers,
+                "numel": t.numel,  # deprecated: all elements, parameters and buffers alike
                 "nbytes": t.nbytes,
             }
             for t in report.totals
         ],
-        "total": {"tensors": total.tensors, "parameters": total.parameters, "nbytes": total.nbytes},
+        "total": {
+            "tensors": total.tensors,
+            "parameters": total.parameters,
+            "buffers": total.buffers,
+            "nbytes": total.nbytes,
+        },
         "notes": list(report.notes),
     }
     if report.scalars:
@@ -138,6 +146,7 @@ def _tree(node: TreeNode) -> dict[str, JSONValue]:
         "path": node.path,
         "tensors": node.tensors,
         "parameters": node.parameters,
+        "buffers": node.buffers,
         "nbytes": node.nbytes,
     }
     if node.is_tensor:

@@ -16,6 +16,8 @@ from tests.conftest import VALID
 
 #: The width the issue's user had.
 COLUMNS = 80
+#: What torch.nn.BatchNorm registers with register_buffer (torch/nn/modules/batchnorm.py).
+TORCH_BATCHNORM_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 COMMAND_NAMES = ["ls", "header", "convert", "remap", "diff", "verify", "show", "hash", "man"]
 
 
@@ -145,23 +147,32 @@ def test_ls_json_has_per_tensor_parameters_and_a_total_that_the_text_agrees_with
     assert result.code == 0, result.stderr
     report = json.loads(result.stdout)
     with open_checkpoint(RESNET) as ckpt:
-        shapes = {e.name: e.shape for e in ckpt.entries()}
+        sizes = {e.name: int(np.prod(e.shape)) for e in ckpt.entries()}
         nbytes = sum(e.nbytes for e in ckpt.entries())
+    buffers = {n for n in sizes if n.rsplit(".", 1)[-1] in TORCH_BATCHNORM_BUFFERS}
+    assert len(buffers) == 3 * 20  # resnet18's 20 BatchNorm layers
     for tensor in report["tensors"]:
-        assert tensor["parameters"] == int(np.prod(shapes[tensor["name"]])), tensor
-    expected = sum(int(np.prod(s)) for s in shapes.values())
-    assert report["total"] == {"tensors": len(shapes), "parameters": expected, "nbytes": nbytes}
-    for key in ("tensors", "parameters", "nbytes"):  # the parts sum to the whole
+        name = tensor["name"]
+        assert tensor["parameters"] == (0 if name in buffers else sizes[name]), tensor
+        assert tensor.get("buffer", False) == (name in buffers)
+    expected = sum(size for name, size in sizes.items() if name not in buffers)
+    in_buffers = sum(sizes[name] for name in buffers)
+    assert report["total"] == {
+        "tensors": len(sizes), "parameters": expected, "buffers": in_buffers, "nbytes": nbytes
+    }  # fmt: skip
+    for key in ("tensors", "parameters", "buffers", "nbytes"):  # the parts sum to the whole
         assert sum(t[key] for t in report["totals"]) == report["total"][key]
-    assert all(t["numel"] == t["parameters"] for t in report["totals"])  # kept for old scripts
+    for t in report["totals"]:  # numel, kept for old scripts, counts every element
+        assert t["numel"] == t["parameters"] + t["buffers"]
     text = run_cli("ls", RESNET).stdout
-    assert f"{len(shapes)} tensors, {expected:,} parameters" in text
+    assert f"{len(sizes)} tensors, {expected:,} parameters (+{in_buffers:,} in buffers)" in text
 
 
 def test_ls_and_its_tree_name_the_count_alike(run_cli):
     flat = json.loads(run_cli("ls", RESNET, "--json").stdout)
     tree = json.loads(run_cli("ls", RESNET, "--tree", "--json").stdout)["tree"]
     assert tree["parameters"] == flat["total"]["parameters"]
+    assert tree["buffers"] == flat["total"]["buffers"]
 
 
 # --- item 6: every summary's parts sum to its whole ----------------------------------------
