@@ -29,7 +29,6 @@ ALLOWED: dict[str, int] = {
     "ckptctl/formats/pytorch/_scan.py:_scan_ops": 286,
     "ckptctl/formats/pytorch/_scan.py:_scan_ops.handlers": 177,
     "ckptctl/ops/summary.py:summarize": 117,
-    "ckptctl/report/text.py:render_ls": 122,
 }
 
 

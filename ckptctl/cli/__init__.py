@@ -17,6 +17,7 @@ import click
 
 from ckptctl._version import __version__
 from ckptctl.cli import _root
+from ckptctl.cli._help import HelpContext
 from ckptctl.errors import CkptError, ExitCode
 
 if TYPE_CHECKING:
@@ -55,7 +56,10 @@ ALIASES: dict[str, str] = {
 
 
 class LazyGroup(click.Group):
-    """A group whose subcommands are imported on first use."""
+    """A group whose subcommands are imported on first use; every command's help is wrapped
+    at words (:mod:`ckptctl.cli._help`)."""
+
+    context_class = HelpContext
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
@@ -65,6 +69,7 @@ class LazyGroup(click.Group):
             return None
         module = importlib.import_module(COMMANDS[cmd_name][0])
         command: click.Command = module.command
+        command.context_class = HelpContext
         return command
 
     def resolve_command(
@@ -109,9 +114,10 @@ class LazyGroup(click.Group):
 
 EPILOG = """\b
 Exit status: 0 success; 1 verify found a problem, diff found differences or
-convert --target found missing, ambiguous or mismatched tensors; 2 usage error;
-3 input unreadable, corrupt or unsafe; 4 valid input using an unsupported
-feature; 5 output cannot be written; 70 internal error; 130 interrupted.
+convert --target found missing, ambiguous or mismatched tensors; 2 usage
+error; 3 input unreadable, corrupt or unsafe; 4 valid input using an
+unsupported feature; 5 output cannot be written; 70 internal error;
+130 interrupted.
 """
 
 

@@ -8,6 +8,8 @@ SYNOPSIS, DESCRIPTION, OPTIONS, EXIT STATUS, EXAMPLES (the ``Examples:`` block o
 
 from __future__ import annotations
 
+import re
+
 import click
 
 from ckptctl._version import __version__
@@ -135,3 +137,92 @@ def page_name(command: str | None) -> str:
     if command in (None, "ckptctl"):
         return "ckptctl.1"
     return f"ckptctl-{command}.1"
+
+
+#: Where man(1) puts a page's text: section bodies, and a ``.TP`` paragraph's body.
+TEXT_INDENT = 7
+TAG_INDENT = 14
+_ROFF_ESCAPE = re.compile(r"\\(e|-|&|f[BRIP])")
+
+
+def _unescape(text: str) -> str:
+    return _ROFF_ESCAPE.sub(lambda m: {"e": "\\", "-": "-"}.get(m.group(1), ""), text)
+
+
+class _TextPage:
+    """Fills the paragraphs of a page written by :func:`_page` (our subset of man(7)), as
+    man(1) lays it out when its output is not a terminal."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.lines: list[str] = []
+        self.words: list[str] = []
+        self.tag: str | None = None
+        self.indent = TEXT_INDENT
+
+    def flush(self) -> None:
+        import textwrap
+
+        text = " ".join(self.words)
+        self.words = []
+        if self.tag is not None:
+            tag, self.tag = self.tag, None
+            lead = " " * TEXT_INDENT + tag
+            if len(lead) < TAG_INDENT - 1 and text:  # short tags share the body's first line
+                text = lead.ljust(TAG_INDENT) + text
+            else:
+                self.lines.append(lead)
+        if text:
+            self.lines += textwrap.wrap(
+                text,
+                self.width,
+                initial_indent="" if text.startswith(" ") else " " * self.indent,
+                subsequent_indent=" " * self.indent,
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+
+    def section(self, title: str) -> None:
+        self.flush()
+        if self.lines:
+            self.lines.append("")
+        self.lines.append(title)
+        self.indent = TEXT_INDENT
+
+    def paragraph(self, *, tagged: bool) -> None:
+        self.flush()
+        if self.lines and self.lines[-1].startswith(" "):  # not right under a heading
+            self.lines.append("")
+        self.indent = TAG_INDENT if tagged else TEXT_INDENT
+        self.tag = "" if tagged else None
+
+
+def to_text(page: str, width: int = 80) -> str:
+    """A page written by :func:`_page` as plain text, the way man(1) formats it for a pipe:
+    sections flush left, text filled to ``width`` at words, examples kept as written."""
+    out = _TextPage(width)
+    verbatim = False
+    for raw in page.splitlines():
+        request, _, rest = raw.partition(" ")
+        if verbatim:
+            if raw == ".fi":
+                verbatim = False
+            else:
+                out.lines.append(" " * TEXT_INDENT + _unescape(raw))
+        elif request == ".TH":
+            title = rest.split('"')[1] if '"' in rest else rest
+            out.lines.append(f"{title}(1)")
+        elif request == ".SH":
+            out.section(_unescape(rest))
+        elif request in (".PP", ".TP"):
+            out.paragraph(tagged=request == ".TP")
+        elif request == ".nf":
+            out.flush()
+            verbatim = True
+        elif request == ".B" and out.tag == "":
+            out.tag = _unescape(rest)
+        else:
+            text = _unescape(rest if request == ".B" else raw)
+            out.words += text.split()
+    out.flush()
+    return "\n".join(out.lines) + "\n"

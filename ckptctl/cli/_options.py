@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
 import click
@@ -16,7 +15,6 @@ from ckptctl.model import StrEnum
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.progress import ProgressColumn, Task
 
     from ckptctl.errors import CkptError
 
@@ -286,7 +284,12 @@ class SharePart(click.ParamType):  # type: ignore[type-arg]  # generic from clic
 
 def force_option(func: F) -> F:
     """``--force``: overwrite an existing destination."""
-    return click.option("--force", "-f", is_flag=True, help="Overwrite DST if it exists.")(func)
+    return overwrite_option("DST")(func)
+
+
+def overwrite_option(what: str) -> Callable[[F], F]:
+    """``--force``: overwrite an existing ``what`` (the output's metavar)."""
+    return click.option("--force", "-f", is_flag=True, help=f"Overwrite {what} if it exists.")
 
 
 def fsync_option(func: F) -> F:
@@ -420,50 +423,3 @@ def make_console(*, stderr: bool = False) -> Console:
         emoji=False,
         markup=False,
     )
-
-
-def _byte_columns() -> tuple[ProgressColumn, ProgressColumn]:
-    """Done/total and speed, both in the binary units (and spelling) of every other size we
-    print: ``136.0 MiB/1021.1 MiB  43.3 MiB/s``. Blank until the total is known, never ``0/?``."""
-    from rich.progress import ProgressColumn
-    from rich.text import Text
-
-    from ckptctl.report.text import human_bytes
-
-    class _Bytes(ProgressColumn):
-        def render(self, task: Task) -> Text:
-            if task.total is None:
-                return Text("")
-            return Text(f"{human_bytes(int(task.completed))}/{human_bytes(int(task.total))}")
-
-    class _Speed(ProgressColumn):
-        def render(self, task: Task) -> Text:
-            speed = task.finished_speed or task.speed
-            return Text("" if speed is None else f"{human_bytes(int(speed))}/s")
-
-    return _Bytes(), _Speed()
-
-
-@contextlib.contextmanager
-def byte_progress(console: Console, description: str) -> Iterator[Callable[..., None]]:
-    """A transient progress bar (bytes, throughput, ETA) on ``console``.
-
-    Yields ``advance(nbytes, total=None)``; ``total`` (all bytes, when known) sets the bar's end.
-    """
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-    progress = Progress(
-        TextColumn("{task.description}", markup=False),
-        BarColumn(),
-        *_byte_columns(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-    )
-    with progress:
-        task = progress.add_task(description, total=None)
-
-        def advance(nbytes: int, total: int | None = None) -> None:
-            progress.update(task, advance=nbytes, total=total)
-
-        yield advance

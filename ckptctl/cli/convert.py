@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import click
@@ -13,7 +12,6 @@ from ckptctl.cli._options import (
     OutputFormat,
     SharePart,
     adapter_option,
-    byte_progress,
     emit,
     jobs_option,
     make_console,
@@ -25,6 +23,7 @@ from ckptctl.cli._options import (
     state_key_option,
     write_options,
 )
+from ckptctl.cli._progress import data_progress, file_name
 from ckptctl.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -48,11 +47,9 @@ def run_conversion(
     from ckptctl.ops.convert import convert
 
     err = make_console(stderr=True)
-    if options.dry_run or quiet or fmt is OutputFormat.JSON or not err.is_terminal:
-        report = convert(src, dst, options)
-    else:
-        with byte_progress(err, f"writing {os.path.basename(dst)}") as advance:
-            report = convert(src, dst, replace(options, progress=advance))
+    quiet_bar = quiet or options.dry_run
+    with data_progress(f"writing {file_name(dst)}", fmt, quiet=quiet_bar) as progress:
+        report = convert(src, dst, replace(options, progress=progress))
     if fmt is OutputFormat.JSON:
         emit(report, fmt)
     else:
@@ -90,27 +87,31 @@ without touching its tensors (into a new file: DST is never SRC).
 Examples:
   ckptctl convert model.safetensors burn.bpk -a pytorch-to-burn
   ckptctl convert checkpoint.pt weights.safetensors --state-key model
-  ckptctl convert whole_model.pt whole_model.bpk -a pytorch-to-burn -a cast:bf16
+  ckptctl convert whole_model.pt whole_model.bpk -a pytorch-to-burn \\
+    -a cast:bf16
   ckptctl convert encoder.pt encoder.bpk -a pytorch-to-burn \\
-    --module-type 'encoder\\.layers\\.\\d+\\.=TransformerEncoderLayer(norm_first=True)'
+    --module-type 'layers\\.\\d+\\.=TransformerEncoderLayer(norm_first=True)'
   ckptctl convert model.bpk renamed.bpk --remap '^fc\\.=fc1.' --dry-run
-  ckptctl convert bert.safetensors bert.bpk -a pytorch-to-burn --target burn_bert.bpk \\
-    --write-rules bert-rules.txt
+  ckptctl convert bert.safetensors bert.bpk -a pytorch-to-burn \\
+    --target burn_bert.bpk --write-rules bert-rules.txt
   ckptctl convert roberta.safetensors roberta.bpk -a pytorch-to-burn \\
     --target burn_roberta.bpk --tie lm_head.decoder.bias=lm_head.bias \\
     --tie lm_head.decoder.weight=roberta.embeddings.word_embeddings.weight
-  ckptctl convert llama.safetensors llama.bpk -a pytorch-to-burn -a rope-interleaved:2,1 \\
-    --target burn_llama.bpk
+  ckptctl convert llama.safetensors llama.bpk -a pytorch-to-burn \\
+    -a rope-interleaved:2,1 --target burn_llama.bpk
   ckptctl convert model-10.mpk model-10.bpk
   ckptctl convert optim-10.mpk optim-10.bpk --paths-from model-10.mpk
   ckptctl convert checkpoint/step-1000 full.safetensors --state-key model
-  ckptctl convert checkpoint/step-1000 full.safetensors --max-shard-size 5GB --shards 1/8
-  ckptctl convert checkpoint/step-1000 full.safetensors --max-shard-size 5GB --index-only
+  ckptctl convert checkpoint/step-1000 full.safetensors \\
+    --max-shard-size 5GB --shards 1/8
+  ckptctl convert checkpoint/step-1000 full.safetensors \\
+    --max-shard-size 5GB --index-only
   ckptctl convert ckpt consolidated.safetensors
   ckptctl convert llama-q4_k_m.gguf llama-bf16.safetensors --dequantize=bf16
-  ckptctl convert llama.safetensors llama-q8_0.gguf --arch llama --quantize q8_0
-  ckptctl convert llama-q4_k_m.gguf renamed.gguf --set-meta general.name=str:my-llama \\
-    --drop-meta tokenizer.chat_template
+  ckptctl convert llama.safetensors llama-q8_0.gguf --arch llama \\
+    --quantize q8_0
+  ckptctl convert llama-q4_k_m.gguf renamed.gguf \\
+    --set-meta general.name=str:my-llama --drop-meta tokenizer.chat_template
 """
 
 
@@ -147,8 +148,8 @@ Examples:
     "Declare the module type (Linear, LayerNorm, BatchNorm, Embedding, Conv2d, PRelu, "
     "InstanceNorm, ...) of matching tensors for the layout adapters; repeatable, first match "
     "wins. Layers Burn stores as several modules take options in call syntax: "
-    "MultiheadAttention, LSTM/GRU/RNN(bidirectional=, num_layers=), "
-    "TransformerEncoderLayer/TransformerDecoderLayer(norm_first=); any other type takes "
+    "MultiheadAttention; LSTM, GRU, RNN (bidirectional=, num_layers=); "
+    "TransformerEncoderLayer, TransformerDecoderLayer (norm_first=); any other type takes "
     "(variant=NAME), the Burn enum variant holding it. One declaration serves both directions."
 )
 @click.option(
@@ -176,7 +177,7 @@ Examples:
     multiple=True,
     metavar="NAME=SOURCE",
     help="Also write tensor SOURCE under NAME, repeatable (a tied weight the file stores "
-    "once, e.g. 'lm_head.decoder.weight=roberta.embeddings.word_embeddings.weight'); the copy "
+    "once, e.g. 'lm_head.weight=model.embed_tokens.weight'); the copy "
     "goes through --remap rules and adapters like any tensor. --target suggests it.",
 )
 @click.option(

@@ -9,7 +9,6 @@ from ckptctl.cli._options import (
     InputPath,
     OutputFormat,
     adapter_option,
-    byte_progress,
     emit_verdict,
     jobs_option,
     make_console,
@@ -21,6 +20,7 @@ from ckptctl.cli._options import (
     remote_options,
     state_key_option,
 )
+from ckptctl.cli._progress import data_progress
 from ckptctl.errors import ExitCode
 
 
@@ -45,6 +45,13 @@ from ckptctl.errors import ExitCode
 @module_type_option(
     "Declare the module type of matching tensors of A for the layout adapters, as in "
     "convert; repeatable, first match wins."
+)
+@click.option(
+    "--filter",
+    "pattern",
+    metavar="REGEX",
+    help="Compare only tensors whose name matches REGEX (Rust regex syntax, as ls, show and "
+    "hash), on both sides; A's names after --remap and adapters.",
 )
 @click.option(
     "--rtol",
@@ -88,6 +95,7 @@ def command(
     rules: tuple[str, ...],
     adapters: tuple[str, ...],
     module_types: tuple[str, ...],
+    pattern: str | None,
     rtol: float,
     atol: float,
     values_only: bool,
@@ -101,8 +109,10 @@ def command(
 
     Reports tensors only in A or only in B (with "Did you mean"), and for each common tensor
     its dtype, shape and values: identical bytes, or the largest absolute and relative
-    difference and whether all values are close (|a - b| <= atol + rtol * |b|, NaN equal to
-    NaN at the same place), whatever the dtypes (F32 against BF16 compares values). Finds
+    difference, the relative change of the whole tensor (||a - b|| / ||a||) and its cosine
+    similarity (how far a fine-tune moved it), and whether all values are close
+    (|a - b| <= atol + rtol * |b|, NaN equal to NaN at the same place), whatever the dtypes
+    (F32 against BF16 compares values). Finds
     [m, n] against [n, m] tensors that hold the same values ("transposed") and prints the
     --remap rules and adapters that would reconcile the names as a ready command line: found
     as convert --target finds them (the structure of both files, then their values), and then
@@ -121,9 +131,13 @@ def command(
     \b
     Examples:
       ckptctl diff weights.pt legacy.pt
-      ckptctl diff checkpoint.pt lightning.ckpt --state-key model --state-key-b state_dict.model
+      ckptctl diff checkpoint.pt lightning.ckpt --state-key model \\
+        --state-key-b state_dict.model
       ckptctl diff model.bpk trained.bpk  # exit 1
+      ckptctl diff model.bpk trained.bpk --filter '^fc\\.' --all  # exit 1
     """
+    from dataclasses import replace
+
     from ckptctl.ops.diff import diff_checkpoints
     from ckptctl.report.diff import DiffOptions
 
@@ -136,24 +150,14 @@ def command(
         rtol=rtol,
         atol=atol,
         values_only=values_only,
+        pattern=pattern,
     )
-    err = make_console(stderr=True)
-    if quiet or fmt is OutputFormat.JSON or not err.is_terminal:
+    with data_progress("comparing", fmt, quiet=quiet) as progress:
+        options = replace(options, progress=progress)
         report = diff_checkpoints(a, b, options, jobs=jobs, max_compare_bytes=max_compare_size)
-    else:
-        from dataclasses import replace
-
-        with byte_progress(err, "comparing") as advance:
-            report = diff_checkpoints(
-                a,
-                b,
-                replace(options, progress=advance),
-                jobs=jobs,
-                max_compare_bytes=max_compare_size,
-            )
     code = ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
     if quiet:  # like diff -q / git diff --quiet: the exit code says it all
         return code
     if fmt is OutputFormat.TEXT:
-        print_warnings(err, report.warnings)
+        print_warnings(make_console(stderr=True), report.warnings)
     return emit_verdict(report, fmt, code, show_all=show_all)

@@ -8,13 +8,14 @@ from ckptctl.cli._options import (
     InputPath,
     OutputFormat,
     emit,
-    force_option,
     jobs_option,
     make_console,
     output_options,
+    overwrite_option,
     remote_options,
     state_key_option,
 )
+from ckptctl.cli._progress import data_progress, file_name
 from ckptctl.errors import ExitCode
 
 
@@ -34,7 +35,7 @@ from ckptctl.errors import ExitCode
     type=click.Path(dir_okay=False, allow_dash=False),
     help="Write the manifest to MANIFEST (atomically) instead of stdout.",
 )
-@force_option
+@overwrite_option("MANIFEST (--output)")
 @jobs_option("Hash N tensors at once (the manifest does not depend on N).")
 @remote_options
 @output_options
@@ -53,8 +54,8 @@ def command(
     The digests do not depend on the format: a .pt, its .safetensors and its .bpk give the
     same manifest, so `ckptctl verify CONVERTED --hashes MANIFEST` checks a converted file
     without the original, and a download against a published manifest. Every tensor byte is
-    read, one chunk at a time. --json prints one object (path, format, algorithm, tensors)
-    instead of the lines.
+    read, one chunk at a time (a progress bar on a terminal, on stderr). --json prints one
+    object (path, format, algorithm, tensors) instead of the lines.
 
     \b
     Examples:
@@ -64,7 +65,10 @@ def command(
     """
     from ckptctl.ops.hash import hash_tensors
 
-    report = hash_tensors(file, state_key=state_key, pattern=pattern, jobs=jobs)
+    with data_progress(f"hashing {file_name(file)}", fmt) as progress:
+        report = hash_tensors(
+            file, state_key=state_key, pattern=pattern, jobs=jobs, progress=progress
+        )
     if output is None:
         emit(report, fmt)
         return ExitCode.OK

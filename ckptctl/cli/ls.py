@@ -12,6 +12,7 @@ from ckptctl.cli._options import (
     remote_options,
     state_key_option,
 )
+from ckptctl.cli._progress import data_progress, file_name
 
 
 @click.command("ls")
@@ -29,14 +30,17 @@ from ckptctl.cli._options import (
     type=click.Choice(["file", "name", "size", "dtype", "shape"]),
     default="file",
     show_default=True,
-    help="Order of the rows (file: as stored).",
+    help="Order of the rows (file: as stored). With --tree, of the modules: file (as stored, "
+    "as print(model) shows them; numbered blocks in number order), name (natural: layers.2 "
+    "before layers.10, the same tree for every format) or size (largest first); dtype and "
+    "shape are refused.",
 )
 @click.option(
     "--tree",
     is_flag=True,
     help="Show the module hierarchy instead of the flat table: tensors, parameters and bytes "
     "per module, identical numbered blocks collapsed (layers.{0..31} x32), tied tensors "
-    "counted once; names in natural order.",
+    "counted once; modules in the file's order (see --sort).",
 )
 @click.option(
     "--depth",
@@ -53,7 +57,8 @@ from ckptctl.cli._options import (
     "--stats",
     is_flag=True,
     help="Add the statistics of every tensor's values (min, max, mean, std, absmax, share of "
-    "zeros, NaN, Inf); reads every tensor, one at a time, in blocks.",
+    "zeros, NaN, Inf); reads every tensor, one at a time, in blocks (a progress bar on a "
+    "terminal).",
 )
 @click.option(
     "--full-metadata",
@@ -108,16 +113,18 @@ def command(
     from ckptctl.ops.inspect import list_tensors
 
     def produce(file: str) -> object:
-        return list_tensors(
-            file,
-            state_key=state_key,
-            pattern=pattern,
-            sort=sort,
-            tree=tree or depth is not None or expand,
-            depth=depth,
-            expand=expand,
-            stats=stats,
-            full_metadata=full_metadata,
-        )
+        with data_progress(f"reading {file_name(file)}", fmt, quiet=not stats) as progress:
+            return list_tensors(
+                file,
+                state_key=state_key,
+                pattern=pattern,
+                sort=sort,
+                tree=tree or depth is not None or expand,
+                depth=depth,
+                expand=expand,
+                stats=stats,
+                full_metadata=full_metadata,
+                progress=progress,
+            )
 
     return emit_each(files, fmt, produce, exact_bytes=exact_bytes)

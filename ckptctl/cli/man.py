@@ -23,7 +23,8 @@ from ckptctl.errors import ExitCode, SelectionError, quote
 @click.option(
     "--roff",
     is_flag=True,
-    help="Print the page's roff source even on a terminal (the default when piped).",
+    help="Print the page's roff source (for man -l -, or to install it) instead of showing "
+    "the page.",
 )
 @click.option("--list", "list_pages", is_flag=True, help="List the manual pages there are.")
 @click.option(
@@ -46,7 +47,9 @@ def command(
 
     The pages come with the installed package, so this works in an editable install
     (pip install -e) too, where `man ckptctl-COMMAND` finds no page. On a terminal the page
-    opens in man(1); piped, its roff source is printed (`ckptctl man verify | man -l -`).
+    opens in man(1); piped, it is printed as plain text, as man(1) and `git help` do, so
+    `ckptctl man verify | grep -- --format` finds the option. --roff prints the page's source
+    instead (`ckptctl man verify --roff | man -l -`).
 
     Examples:
 
@@ -89,8 +92,13 @@ def command(
         )
     text = render_pages()[page_name(command)]
     man = shutil.which("man")
-    if roff or man is None or not sys.stdout.isatty():
+    if roff:
         click.echo(text, nl=False)
+        return ExitCode.OK
+    if man is None or not sys.stdout.isatty():
+        from ckptctl.cli._manpage import to_text
+
+        click.echo(to_text(text), nl=False)
         return ExitCode.OK
     with tempfile.TemporaryDirectory(prefix="ckptctl-man-") as tmp:
         path = os.path.join(tmp, page_name(command))

@@ -14,6 +14,7 @@ from ckptctl.cli._options import (
     remote_options,
     state_key_option,
 )
+from ckptctl.cli._progress import data_progress, file_name
 from ckptctl.errors import ExitCode
 
 
@@ -49,7 +50,8 @@ def command(
     the finite values (min, max, mean, sample std as torch.std, absolute max), the share of
     zeros, NaN and Inf counts, and a histogram in Unicode blocks (ASCII under NO_COLOR or a
     non-UTF-8 terminal). Tensors are read one at a time in blocks; for a large tensor only the
-    elements shown are read for the preview. --json gives the numbers.
+    elements shown are read for the preview, with a progress bar on a terminal (stderr). --json
+    gives the numbers.
 
     \b
     Examples:
@@ -59,7 +61,10 @@ def command(
     """
     from ckptctl.ops.show import show_tensors
 
-    report = show_tensors(file, names, pattern=pattern, state_key=state_key, stats=not no_stats)
+    with data_progress(f"reading {file_name(file)}", fmt) as progress:
+        report = show_tensors(
+            file, names, pattern=pattern, state_key=state_key, stats=not no_stats, progress=progress
+        )
     ctx = click.get_current_context()
     root = ctx.find_root().obj or {}
     emit(report, fmt, ascii_only=bool(root.get("no_color")) or "NO_COLOR" in os.environ)

@@ -16,7 +16,12 @@ each chunk is widened to float64 (complex128 for complex dtypes). The rules foll
 * ``max_abs`` is ``max |a - b|`` and ``max_rel`` is ``max |a - b| / |b|`` over the elements where
   neither side is NaN (``inf`` when ``b`` is 0 and ``a`` is not, or when one side is infinite);
 * ``nan_mismatched`` counts elements that are NaN on one side only; ``mismatched`` counts every
-  element that is not close, NaN mismatches included.
+  element that is not close, NaN mismatches included;
+* ``relative_change`` is ``‖a - b‖ / ‖a‖`` and ``cosine`` is ``<a, b> / (‖a‖ ‖b‖)`` (Euclidean
+  norms of the flattened tensors, over the elements finite on both sides), the measures of how
+  far a fine-tune moved a tensor; identical tensors give 0 and 1. Chunks whose bytes are equal
+  cost no arithmetic until a chunk differs; then the equal ones before it are read once more
+  for their norms.
 
 64-bit integers above 2**53 lose precision in float64; two such values that differ but round
 to the same float still count as mismatched, with a difference of at least 1.
@@ -69,6 +74,9 @@ class ValueDiff:
         nan_mismatched: elements that are NaN on one side only.
         numel: elements compared.
         transposed: ``a.T`` was compared with ``b``.
+        relative_change: ``‖a - b‖ / ‖a‖`` (``inf`` when ``a`` is 0 and ``b`` is not; None
+            when the sums overflow float64).
+        cosine: cosine similarity of ``a`` and ``b`` (None when either is 0, or on overflow).
     """
 
     identical_bytes: bool
@@ -79,6 +87,8 @@ class ValueDiff:
     nan_mismatched: int
     numel: int
     transposed: bool = False
+    relative_change: float | None = 0.0
+    cosine: float | None = 1.0
 
     @property
     def equal(self) -> bool:
@@ -97,6 +107,25 @@ class _Accumulator:
         self.max_rel = 0.0
         self.mismatched = 0
         self.nan_mismatched = 0
+        self.norms = np.zeros(4)  # ‖a‖², ‖b‖², <a, b>, ‖a - b‖² over elements finite on both
+
+    def add_equal(self, raw: NDArray[Any], dtype: DType) -> None:
+        """Fold in a chunk whose two sides have the same bytes (only their norms change)."""
+        a = _as_float(raw, dtype)
+        a = a[np.isfinite(a)]
+        square = float(np.vdot(a, a).real)
+        self.norms += (square, square, square, 0.0)
+
+    def _add_norms(self, a: NDArray[Any], b: NDArray[Any]) -> None:
+        finite = np.isfinite(a) & np.isfinite(b)
+        a, b = a[finite], b[finite]
+        delta = a - b
+        self.norms += (
+            np.vdot(a, a).real,
+            np.vdot(b, b).real,
+            np.vdot(b, a).real,  # Re(sum a * conj(b))
+            np.vdot(delta, delta).real,
+        )
 
     def add(self, raw_a: NDArray[Any], dtype_a: DType, raw_b: NDArray[Any], dtype_b: DType) -> None:
         """Fold one pair of same-shaped chunks (raw storage values) into the totals."""
@@ -127,8 +156,10 @@ class _Accumulator:
                 rel[np.isnan(rel)] = np.inf  # inf / inf: a finite value against an infinite one
                 self.max_rel = max(self.max_rel, float(np.max(rel)))
         self.mismatched += int(np.count_nonzero(~close))
+        self._add_norms(a, b)
 
     def result(self, numel: int, *, transposed: bool) -> ValueDiff:
+        relative, cosine = _norm_measures(*(float(x) for x in self.norms))
         return ValueDiff(
             identical_bytes=False,
             max_abs=self.max_abs,
@@ -138,7 +169,26 @@ class _Accumulator:
             nan_mismatched=self.nan_mismatched,
             numel=numel,
             transposed=transposed,
+            relative_change=relative,
+            cosine=cosine,
         )
+
+
+def _norm_measures(
+    square_a: float, square_b: float, dot: float, square_delta: float
+) -> tuple[float | None, float | None]:
+    """Relative change and cosine from the sums; None where they overflowed float64 (values
+    past about 1e154) or, for the cosine, where a side is all zeros."""
+    if not all(map(math.isfinite, (square_a, square_b, dot, square_delta))):
+        return None, None
+    if square_a > 0:
+        relative = math.sqrt(square_delta) / math.sqrt(square_a)
+    else:
+        relative = math.inf if square_delta > 0 else 0.0
+    if square_a == 0 or square_b == 0:
+        return relative, None
+    cosine = dot / (math.sqrt(square_a) * math.sqrt(square_b))
+    return relative, max(-1.0, min(1.0, cosine))
 
 
 def _as_float(chunk: NDArray[Any], dtype: DType) -> NDArray[Any]:
@@ -233,7 +283,14 @@ def compare_values(
         chunk_a = reader_a.flat(start, count)
         chunk_b = reader_b.flat(start, count)
         if same_dtype and np.array_equal(chunk_a.view(np.uint8), chunk_b.view(np.uint8)):
-            continue  # equal bytes are equal values (NaN at the same place counts as equal)
+            # equal bytes are equal values (NaN at the same place counts as equal); their norms
+            # count once a chunk differs, so an identical tensor costs no arithmetic
+            if not all_bytes_equal:
+                acc.add_equal(chunk_a, a.dtype)
+            continue
+        if all_bytes_equal:
+            for before in range(0, start, CHUNK_ELEMENTS):
+                acc.add_equal(reader_a.flat(before, CHUNK_ELEMENTS), a.dtype)
         all_bytes_equal = False
         acc.add(chunk_a, a.dtype, chunk_b, b.dtype)
     if all_bytes_equal:

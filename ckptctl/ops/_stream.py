@@ -9,16 +9,18 @@ entries (adapters, compressed storages) produce their bytes in memory anyway and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ckptctl.errors import CorruptCheckpointError
 from ckptctl.formats._base import ranged_step
 from ckptctl.sources import CHUNK_BYTES, read_chunks
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator, Sequence
 
-    from ckptctl.model import TensorEntry
+    from ckptctl.model import Progress, TensorEntry
+
+T = TypeVar("T")
 
 #: Pieces a file-backed tensor is read in. The buffer stays in a 1 MiB L2 cache between the
 #: kernel's copy and the reader's passes (SHA-256, statistics); 8 MiB pieces were evicted first
@@ -72,3 +74,19 @@ def iter_values(entry: TensorEntry) -> Iterator[Any]:
 
     for piece in iter_bytes(entry):
         yield np.frombuffer(piece, dtype=entry.dtype.numpy)
+
+
+def tracked(
+    entries: Sequence[TensorEntry], results: Iterable[T], progress: Progress | None
+) -> Iterator[T]:
+    """``results`` (one per entry, in order, computed lazily), telling ``progress`` each
+    entry's bytes as its result arrives; first ``progress(0, total)``, so a bar knows its end
+    before the first tensor is read."""
+    if progress is None:
+        yield from results
+        return
+    total = sum(e.nbytes for e in entries)
+    progress(0, total)
+    for entry, result in zip(entries, results, strict=True):
+        progress(entry.nbytes, total)
+        yield result

@@ -1,9 +1,13 @@
 """The module tree of ``ls --tree``, from tensor names alone (header-only, every format).
 
-Names are split at ``.``; siblings are ordered naturally (``layers.2`` before ``layers.10``,
-whatever order the file stores them in, so a ``.pt`` and its ``.safetensors`` give the same
-tree). Consecutive numbered siblings with the same structure (the same relative names, dtypes
-and shapes below them) collapse into one run, ``layers.{0..31}`` x32, shown by its first block.
+Names are split at ``.``; siblings come in the file's order (where each first appears, as
+``print(model)`` and torchinfo show a module), numbered siblings together in number order
+(``layers.2`` before ``layers.10``) where the first of them appears. ``name`` orders siblings
+naturally instead (whatever order the file stores them in, so a ``.pt`` and its
+``.safetensors`` give the same tree), ``size`` by bytes, largest first. Consecutive numbered
+siblings with the same structure (the same relative names, dtypes and shapes below them,
+whatever their storage order) collapse into one run, ``layers.{0..31}`` x32, shown by its
+first block.
 Structures are interned as small integers, so building and comparing is linear in the names.
 """
 
@@ -21,6 +25,8 @@ if TYPE_CHECKING:
     from ckptctl.report.model import TensorRow
 
 _DIGITS = re.compile(r"(\d+)")
+#: How ``ls --tree --sort`` orders siblings (``dtype`` and ``shape`` order rows, not modules).
+TREE_ORDERS = ("file", "name", "size")
 
 
 @functools.cache
@@ -33,13 +39,15 @@ class _Draft:
     """A node being built: children by segment, or the tensor row at a leaf; :meth:`measure`
     fills in its structure id and totals."""
 
-    __slots__ = ("children", "nbytes", "order", "parameters", "row", "structure", "tensors")
+    __slots__ = (
+        "buffers", "children", "nbytes", "order", "parameters", "row", "structure", "tensors",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.children: dict[str, _Draft] = {}
         self.row: TensorRow | None = None
         self.order: list[str] = []
-        self.structure = self.tensors = self.parameters = self.nbytes = 0
+        self.structure = self.tensors = self.parameters = self.nbytes = self.buffers = 0
 
 
 def build_tree(
@@ -48,15 +56,17 @@ def build_tree(
     tied_to: Mapping[str, str] | None = None,
     depth: int | None = None,
     expand: bool = False,
+    order: str = "file",
 ) -> TreeNode:
     """The module tree of ``rows`` under a root named ``""``.
 
     Args:
-        rows: the listed tensors.
+        rows: the listed tensors, in the file's order.
         tied_to: tensor name → the first name of its tied group, for every later member; such
             tensors count no parameters or bytes (their storage is counted once, at the first).
         depth: show this many levels of name segments (None: all); deeper ones are totalled.
         expand: list every block instead of collapsing runs of identical ones.
+        order: siblings' order, one of :data:`TREE_ORDERS` (see the module docstring).
 
     Returns:
         The root node; its totals are the whole listing's.
@@ -73,7 +83,7 @@ def build_tree(
         if node.row is not None or node.children:  # "a" and "a.b" both tensors: keep both
             node = node.children.setdefault("", _Draft())
         node.row = row
-    builder = _Builder(tied, depth, expand)
+    builder = _Builder(tied, depth, expand, order)
     builder.measure(root)
     return builder.node("", "", root, 0)
 
@@ -83,10 +93,13 @@ class _Builder:
     (equal for blocks with the same relative names, dtypes and shapes); :meth:`node` then makes
     report nodes only for what is shown (a collapsed run's first block, down to ``depth``)."""
 
-    def __init__(self, tied: Mapping[str, str], depth: int | None, expand: bool) -> None:
+    def __init__(
+        self, tied: Mapping[str, str], depth: int | None, expand: bool, order: str
+    ) -> None:
         self.tied = tied
         self.depth = depth
         self.expand = expand
+        self.order = order
         self.shapes: dict[object, int] = {}
 
     def measure(self, draft: _Draft) -> None:
@@ -95,31 +108,50 @@ class _Builder:
             counted = row.name not in self.tied
             key: object = (row.dtype, row.shape)
             draft.tensors = 1
-            draft.parameters = row.numel if counted else 0
+            draft.parameters = row.parameters if counted else 0
+            draft.buffers = row.numel - row.parameters if counted else 0
             draft.nbytes = row.nbytes if counted else 0
         else:
-            draft.order = sorted(draft.children, key=natural_key)
-            parts = []
-            for segment in draft.order:
+            natural = sorted(draft.children, key=natural_key)
+            parts = []  # in natural order: a block's structure does not depend on storage order
+            for segment in natural:
                 child = draft.children[segment]
                 self.measure(child)
                 draft.tensors += child.tensors
                 draft.parameters += child.parameters
+                draft.buffers += child.buffers
                 draft.nbytes += child.nbytes
                 parts.append((segment, child.structure))
             key = tuple(parts)
+            draft.order = self.ordered(draft, natural)
         draft.structure = self.shapes.setdefault(key, len(self.shapes))
+
+    def ordered(self, draft: _Draft, natural: list[str]) -> list[str]:
+        """The children's segments as shown (``natural``: in natural order)."""
+        if self.order == "name":
+            return natural
+        if self.order == "size":
+            return sorted(natural, key=lambda segment: -draft.children[segment].nbytes)
+        numbered = [segment for segment in natural if segment.isdigit()]
+        out: list[str] = []
+        for segment in draft.children:  # in order of first appearance
+            if not segment.isdigit():
+                out.append(segment)
+            elif numbered:  # all of them, where the first appears
+                out.extend(numbered)
+                numbered = []
+        return out
 
     def node(self, name: str, path: str, draft: _Draft, level: int) -> TreeNode:
         row = draft.row
         if row is not None and not draft.children:
             return TreeNode(
                 name, path, 1, draft.parameters, draft.nbytes, dtype=row.dtype, shape=row.shape,
-                tied_to=self.tied.get(row.name),
+                tied_to=self.tied.get(row.name), buffers=draft.buffers,
             )  # fmt: skip
         totals = (draft.tensors, draft.parameters, draft.nbytes)
         if self.depth is not None and level >= self.depth and level > 0:
-            return TreeNode(name, path, *totals, hidden=len(draft.order))
+            return TreeNode(name, path, *totals, hidden=len(draft.order), buffers=draft.buffers)
         children = []
         for run in self.runs(draft):
             first = run[0]
@@ -133,16 +165,16 @@ class _Builder:
                     label, f"{path}.{label}" if path else label,
                     sum(m.tensors for m in members), sum(m.parameters for m in members),
                     sum(m.nbytes for m in members), child.children, indices=indices,
-                    hidden=child.hidden,
+                    hidden=child.hidden, buffers=sum(m.buffers for m in members),
                 )  # fmt: skip
             children.append(child)
         if len(children) == 1 and children[0].name.startswith("{") and name:  # a ModuleList
             run_node = children[0]
             return TreeNode(
                 f"{name}.{run_node.name}", run_node.path, *totals, run_node.children,
-                indices=run_node.indices, hidden=run_node.hidden,
+                indices=run_node.indices, hidden=run_node.hidden, buffers=draft.buffers,
             )  # fmt: skip
-        return TreeNode(name, path, *totals, tuple(children))
+        return TreeNode(name, path, *totals, tuple(children), buffers=draft.buffers)
 
     def runs(self, draft: _Draft) -> list[list[str]]:
         """The children's segments in order, consecutive numbered modules of one structure

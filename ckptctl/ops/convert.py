@@ -50,7 +50,7 @@ from ckptctl.safety import Verdict
 from ckptctl.sources import set_copy_threads
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
     from ckptctl.dtypes import DType
     from ckptctl.model import Checkpoint, JSONValue, Progress, TensorEntry
@@ -370,6 +370,7 @@ def _judge(
         if ties:
             result = replace(result, fixes=(*result.fixes, *ties))
         plan.warnings.extend(copies)
+        result = _named_by_source(result, items)
         summary, fixes = result, result.fixes
         ok = result.ok
         if result.ambiguous:
@@ -849,6 +850,41 @@ def _split_rule(text: str) -> tuple[str, str]:
 
 #: The most ``#`` a Rust raw string literal may be delimited by (the Rust reference).
 RUST_RAW_HASHES = 255
+
+
+def _named_by_source(summary: LoadingSummary, items: Sequence[PlanItem]) -> LoadingSummary:
+    """``summary`` with its unused tensors named as the source has them (a renamed one is in
+    neither file) and, when nothing is missing (else an unused tensor may be what a fix
+    needs), the ``--exclude`` regex that leaves out just those, when a short one does."""
+    if not summary.unused:
+        return summary
+    unused = set(summary.unused)
+    source_of = {item.entry.name: item.source for item in items if item.entry is not None}
+    sources = tuple(source_of.get(name, name) for name in summary.unused)
+    kept = [
+        item.source for item in items if item.entry is not None and item.entry.name not in unused
+    ]
+    exclude = None if summary.missing or summary.errors else _exclude_regex(sources, kept)
+    return replace(summary, unused_sources=sources, unused_exclude=exclude)
+
+
+#: Unused tensors an ``--exclude`` suggestion may list by name, when they share no last segment.
+EXCLUDE_NAMES_LISTED = 3
+
+
+def _exclude_regex(dropped: Sequence[str], kept: Sequence[str]) -> str | None:
+    r"""A regex (Rust dialect) matching every name in ``dropped`` and none in ``kept``: their
+    common last segment (``\.num_batches_tracked$``), or the names themselves when few."""
+    import re
+
+    tails = {name.rsplit(".", 1)[-1] for name in dropped}
+    if len(tails) == 1 and all("." in name for name in dropped):
+        pattern = rf"\.{re.escape(tails.pop())}$"
+        if not any(re.search(pattern, name) for name in kept):
+            return pattern
+    if len(dropped) <= EXCLUDE_NAMES_LISTED:
+        return "^(" + "|".join(re.escape(name) for name in dropped) + ")$"
+    return None
 
 
 def _rust(text: str) -> str:

@@ -56,8 +56,9 @@ from ckptctl.fix import Command, Note, Option
 from ckptctl.formats import open_checkpoint
 from ckptctl.model import listed_dtype
 from ckptctl.ops._compare import compare_values
-from ckptctl.ops._select import select_state_key
+from ckptctl.ops._select import compile_regex, select_state_key
 from ckptctl.ops._size_limit import check_size
+from ckptctl.ops._stream import tracked
 from ckptctl.ops.matching import did_you_mean, ranked_suggestion, suggest_fixes
 from ckptctl.ops.summary import specs_of
 from ckptctl.report.diff import (
@@ -137,6 +138,10 @@ def diff_checkpoints(
         modules = ckpt_a.structure.modules if ckpt_a.structure and not opts.state_key else None
         items, warnings = run_pipeline(entries_a, pipeline, specs_b, modules)
         outputs = [item.entry for item in items if item.entry is not None]
+        if opts.pattern is not None:
+            regex = compile_regex(opts.pattern, "pattern")
+            outputs = [e for e in outputs if regex.search(e.name)]
+            entries_b = [e for e in entries_b if regex.search(e.name)]
         by_name_b = {e.name: e for e in entries_b}
         total = sum(e.nbytes for e in outputs if e.name in by_name_b)
         pairs = [(e, by_name_b[e.name]) for e in outputs if e.name in by_name_b]
@@ -151,13 +156,8 @@ def diff_checkpoints(
             wanted="comparison",
             option="max_compare_bytes",
         )
-        if opts.progress is not None:
-            opts.progress(0, total)  # the bar knows its end before the first comparison
-        rows: list[TensorDiff] = []
-        for (entry, _), row in zip(pairs, _compare_all(pairs, opts, jobs), strict=True):
-            rows.append(row)
-            if opts.progress is not None:
-                opts.progress(entry.nbytes, total)
+        compared = [entry for entry, _ in pairs]
+        rows = list(tracked(compared, _compare_all(pairs, opts, jobs), opts.progress))
         format_a, format_b = ckpt_a.format, ckpt_b.format
     names_a = [e.name for e in outputs]
     set_a = set(names_a)
@@ -300,6 +300,8 @@ def compare_entries(a: TensorEntry, b: TensorEntry, *, rtol: float, atol: float)
         max_rel=None if values is None else values.max_rel,
         mismatched=None if values is None else values.mismatched,
         nan_mismatched=None if values is None else values.nan_mismatched,
+        relative_change=None if values is None else values.relative_change,
+        cosine=None if values is None else values.cosine,
     )
 
 

@@ -12,6 +12,8 @@ from ckptctl.report.manifest import HashReport
 if TYPE_CHECKING:
     import os
 
+    from ckptctl.model import Progress
+
 
 def hash_tensors(
     path: str | os.PathLike[str],
@@ -19,6 +21,7 @@ def hash_tensors(
     state_key: str | None = None,
     pattern: str | None = None,
     jobs: int = 1,
+    progress: Progress | None = None,
 ) -> HashReport:
     """Digest every tensor of a checkpoint (below ``state_key``, matching ``pattern``).
 
@@ -27,6 +30,7 @@ def hash_tensors(
         state_key: descend into this dotted key and strip it from names.
         pattern: only tensors whose name matches this regex (Rust dialect, searched).
         jobs: tensors hashed at once.
+        progress: called as ``progress(nbytes, total)`` as each tensor is hashed.
 
     Returns:
         A :class:`~ckptctl.report.manifest.HashReport`; its tensors are the manifest.
@@ -45,4 +49,4 @@ def hash_tensors(
         entries = select_state_key(ckpt.entries(), state_key, ckpt)
         if regex is not None:
             entries = [e for e in entries if regex.search(e.name)]
-        return HashReport(ckpt.path, ckpt.format, tuple(hash_entries(entries, jobs)))
+        return HashReport(ckpt.path, ckpt.format, tuple(hash_entries(entries, jobs, progress)))

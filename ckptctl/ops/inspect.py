@@ -17,14 +17,19 @@ from ckptctl.ops._select import (
     stored_size,
     tied_groups,
 )
+from ckptctl.ops._tree import TREE_ORDERS
 from ckptctl.report.model import HeaderReport, LsReport, TensorRow
 
 if TYPE_CHECKING:
     import os
     from collections.abc import Sequence
 
-    from ckptctl.model import TensorEntry
+    from ckptctl.model import Progress, TensorEntry
     from ckptctl.report.tree import TreeNode
+
+#: Names of the tensors ``nn.BatchNorm`` registers as buffers, not parameters: ``ls`` counts
+#: their elements apart (torchvision's resnet18 has 11,689,512 parameters, 9,620 of these).
+BUFFER_NAMES = frozenset({"running_mean", "running_var", "num_batches_tracked"})
 
 #: Orders ``ls --sort`` accepts.
 SORT_KEYS = ("file", "name", "size", "dtype", "shape")
@@ -41,6 +46,7 @@ def _row(entry: TensorEntry) -> TensorRow:
         param_id=entry.param_id,
         module_type=entry.module_type,
         offset=entry.offset,
+        buffer=entry.name.rsplit(".", 1)[-1] in BUFFER_NAMES,
     )
 
 
@@ -55,6 +61,7 @@ def list_tensors(
     expand: bool = False,
     stats: bool = False,
     full_metadata: bool = False,
+    progress: Progress | None = None,
 ) -> LsReport:
     """List a checkpoint's tensors from its header alone.
 
@@ -62,7 +69,8 @@ def list_tensors(
         path: the checkpoint file.
         state_key: descend into this dotted key and strip it from names.
         pattern: keep only tensors whose name matches this regex (Rust dialect, searched).
-        sort: one of :data:`SORT_KEYS`.
+        sort: one of :data:`SORT_KEYS`; with ``tree``, the siblings' order, one of
+            :data:`~ckptctl.ops._tree.TREE_ORDERS` (file: as stored; name: natural; size).
         tree: also build the module tree (:attr:`LsReport.tree`): parameters and bytes per
             module, runs of identical numbered blocks collapsed, tied tensors counted once.
         depth: the tree's levels shown (None: all).
@@ -71,6 +79,7 @@ def list_tensors(
             (:attr:`TensorRow.stats`: min, max, mean, std, absmax, zeros, NaN, Inf).
         full_metadata: metadata values whole; else a long one (a GGUF array) is its summary
             (:attr:`Checkpoint.metadata_summary`: length and first items).
+        progress: with ``stats``, called as ``progress(nbytes, total)`` as each tensor is read.
 
     Quantized modules (GPTQ, AWQ, bitsandbytes, FP8 with scales, compressed-tensors) are
     recognised by their tensor names (:attr:`LsReport.quantized`); for their layout
@@ -82,14 +91,10 @@ def list_tensors(
 
     Raises:
         InputError: unreadable, unknown, corrupt or unsafe input.
-        SelectionError: bad regex, unknown sort key, or nothing under ``state_key``.
+        SelectionError: bad regex, unknown sort key (or one a tree cannot take), or nothing
+            under ``state_key``.
     """
-    if sort not in SORT_KEYS:
-        raise SelectionError(
-            f"unknown sort key {sort!r}", hint="use one of " + ", ".join(SORT_KEYS)
-        )
-    if depth is not None and depth < 1:
-        raise SelectionError(f"tree depth {depth} is not positive", hint="use a depth of 1 or more")
+    _check_listing(sort, tree, depth)
     regex = compile_regex(pattern, "pattern") if pattern is not None else None
     with open_checkpoint(path) as ckpt:
         everything = ckpt.entries()
@@ -104,17 +109,13 @@ def list_tensors(
         if stats:
             from dataclasses import replace
 
+            from ckptctl.ops._stream import tracked
             from ckptctl.ops.values import tensor_stats
 
-            rows = [replace(r, stats=tensor_stats(e)) for r, e in zip(rows, entries, strict=True)]
-        if sort == "name":
-            rows.sort(key=lambda r: r.name)
-        elif sort == "size":
-            rows.sort(key=lambda r: (-r.nbytes, r.name))
-        elif sort == "dtype":
-            rows.sort(key=lambda r: (r.dtype, r.name))
-        elif sort == "shape":
-            rows.sort(key=lambda r: (len(r.shape), r.shape, r.name))
+            found = tracked(entries, (tensor_stats(e) for e in entries), progress)
+            rows = [replace(r, stats=s) for r, s in zip(rows, found, strict=True)]
+        module_tree = _tree(entries, rows, depth, expand, sort) if tree else None
+        _sort_rows(rows, sort)
         return LsReport(
             path=ckpt.path,  # a directory given: the checkpoint found in it
             format=ckpt.format,
@@ -132,19 +133,54 @@ def list_tensors(
             safety=ckpt.safety,
             objects=dict(ckpt.objects),
             stored=_stored(entries),
-            tree=_tree(entries, rows, depth, expand) if tree else None,
+            tree=module_tree,
             with_stats=stats,
             quantized=quantized,
         )
 
 
+def _check_listing(sort: str, tree: bool, depth: int | None) -> None:
+    """Refuse a sort key ``ls`` does not know, one a tree cannot take, and a depth below 1.
+
+    Raises:
+        SelectionError: the option that is wrong.
+    """
+    if sort not in SORT_KEYS:
+        raise SelectionError(
+            f"unknown sort key {sort!r}", hint="use one of " + ", ".join(SORT_KEYS)
+        )
+    if tree and sort not in TREE_ORDERS:
+        raise SelectionError(
+            f"a module tree cannot be sorted by {sort}: that orders tensors, not modules",
+            hint="sort it by " + ", ".join(TREE_ORDERS),
+        )
+    if depth is not None and depth < 1:
+        raise SelectionError(f"tree depth {depth} is not positive", hint="use a depth of 1 or more")
+
+
+def _sort_rows(rows: list[TensorRow], sort: str) -> None:
+    """Sort the listing's rows in place (``file``: as the file has them)."""
+    if sort == "name":
+        rows.sort(key=lambda r: r.name)
+    elif sort == "size":
+        rows.sort(key=lambda r: (-r.nbytes, r.name))
+    elif sort == "dtype":
+        rows.sort(key=lambda r: (r.dtype, r.name))
+    elif sort == "shape":
+        rows.sort(key=lambda r: (len(r.shape), r.shape, r.name))
+
+
 def _tree(
-    entries: Sequence[TensorEntry], rows: Sequence[TensorRow], depth: int | None, expand: bool
+    entries: Sequence[TensorEntry],
+    rows: Sequence[TensorRow],
+    depth: int | None,
+    expand: bool,
+    order: str,
 ) -> TreeNode:
     from ckptctl.ops._tree import build_tree
 
     tied = {e.name: group[0].name for group in tied_groups(entries) for e in group[1:]}
-    return build_tree(rows, tied_to=tied, depth=depth, expand=expand)
+    return build_tree(rows, tied_to=tied, depth=depth, expand=expand, order=order)
 
 
 def _stored(entries: Sequence[TensorEntry]) -> tuple[int, int] | None:

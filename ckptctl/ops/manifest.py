@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ckptctl.errors import InputError
 from ckptctl.model import listed_dtype, listed_shape
-from ckptctl.ops._stream import iter_bytes
+from ckptctl.ops._stream import iter_bytes, tracked
 from ckptctl.report.manifest import (
     DIGEST_ALGORITHM,
     HashCheck,
@@ -31,7 +31,7 @@ from ckptctl.report.manifest import (
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from ckptctl.model import TensorEntry
+    from ckptctl.model import Progress, TensorEntry
 
 #: Largest manifest read (a line per tensor: 100,000 tensors take about 15 MB).
 MAX_MANIFEST_BYTES = 256 << 20
@@ -46,17 +46,20 @@ def digest_entry(entry: TensorEntry) -> str:
     return f"{DIGEST_ALGORITHM}:{digest.hexdigest()}"
 
 
-def hash_entries(entries: Iterable[TensorEntry], jobs: int = 1) -> list[TensorHash]:
+def hash_entries(
+    entries: Iterable[TensorEntry], jobs: int = 1, progress: Progress | None = None
+) -> list[TensorHash]:
     """One :class:`TensorHash` per entry, in order; ``jobs`` > 1 hashes that many tensors at
-    once on threads (``hashlib`` and ``preadv`` release the GIL)."""
+    once on threads (``hashlib`` and ``preadv`` release the GIL). ``progress(nbytes, total)``
+    is told of each tensor as its digest arrives."""
     entries = list(entries)
     if jobs > 1 and len(entries) > 1:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(min(jobs, len(entries))) as pool:
-            digests = list(pool.map(digest_entry, entries))
+            digests = list(tracked(entries, pool.map(digest_entry, entries), progress))
     else:
-        digests = [digest_entry(e) for e in entries]
+        digests = list(tracked(entries, (digest_entry(e) for e in entries), progress))
     return [
         TensorHash(e.name, listed_dtype(e), listed_shape(e), d)
         for e, d in zip(entries, digests, strict=True)

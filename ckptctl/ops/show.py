@@ -9,6 +9,7 @@ from ckptctl.fix import Command, Note, Option
 from ckptctl.formats import open_checkpoint
 from ckptctl.model import listed_dtype, listed_shape
 from ckptctl.ops._select import compile_regex, select_state_key
+from ckptctl.ops._stream import tracked
 from ckptctl.ops.values import preview, tensor_stats
 from ckptctl.report.values import ShowReport, TensorValues
 
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Sequence
 
-    from ckptctl.model import TensorEntry
+    from ckptctl.model import Progress, TensorEntry
 
 
 def show_tensors(
@@ -26,6 +27,7 @@ def show_tensors(
     pattern: str | None = None,
     state_key: str | None = None,
     stats: bool = True,
+    progress: Progress | None = None,
 ) -> ShowReport:
     """Print-ready values and statistics of the named tensors (and those matching ``pattern``).
 
@@ -35,6 +37,7 @@ def show_tensors(
         pattern: also every tensor whose name matches this regex (Rust dialect), in file order.
         state_key: descend into this dotted key and strip it from names.
         stats: compute the statistics and histogram (reads every byte of each tensor).
+        progress: called as ``progress(nbytes, total)`` as each tensor is shown.
 
     Raises:
         SelectionError: a name that is not in the file (with the closest names), a bad
@@ -70,7 +73,7 @@ def show_tensors(
                     (Option("pattern", "REGEX"), Command("ls", (ckpt.path,))),
                 ),
             )
-        shown = tuple(
+        values = (
             TensorValues(
                 e.name,
                 listed_dtype(e),
@@ -80,4 +83,5 @@ def show_tensors(
             )
             for e in chosen
         )
+        shown = tuple(tracked(chosen, values, progress))
         return ShowReport(ckpt.path, ckpt.format, shown)

@@ -55,6 +55,8 @@ class DiffOptions:
         rtol: relative tolerance (of B's value).
         atol: absolute tolerance.
         values_only: a tensor whose dtype differs but whose values are close passes.
+        pattern: compare only tensors whose name matches this regex (Rust dialect, searched),
+            on both sides (A's names after the rules and adapters).
         progress: called as ``progress(nbytes, total)`` once each tensor is compared, with A's
             byte count of it and of every tensor to compare.
     """
@@ -67,6 +69,7 @@ class DiffOptions:
     rtol: float = DEFAULT_RTOL
     atol: float = DEFAULT_ATOL
     values_only: bool = False
+    pattern: str | None = None
     progress: Progress | None = field(default=None, compare=False)
 
 
@@ -74,8 +77,9 @@ class DiffOptions:
 class TensorDiff:
     """One tensor present on both sides.
 
-    ``max_abs``, ``max_rel``, ``mismatched`` and ``nan_mismatched`` are None when the values
-    were not compared (status ``shape``).
+    ``max_abs``, ``max_rel``, ``mismatched``, ``nan_mismatched``, ``relative_change``
+    (``‖a - b‖ / ‖a‖``) and ``cosine`` (cosine similarity) are None when the values were not
+    compared (status ``shape``); ``cosine`` also when either tensor is all zeros.
     """
 
     name: str
@@ -89,6 +93,8 @@ class TensorDiff:
     max_rel: float | None = None
     mismatched: int | None = None
     nan_mismatched: int | None = None
+    relative_change: float | None = None
+    cosine: float | None = None
 
 
 @dataclass(frozen=True)

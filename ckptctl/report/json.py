@@ -58,14 +58,18 @@ def to_json(report: object) -> dict[str, JSONValue]:
 
 
 def _ls(report: LsReport) -> dict[str, JSONValue]:
+    total = report.total
     tensors: list[dict[str, JSONValue]] = []
     for row in report.tensors:
         item: dict[str, JSONValue] = {
             "name": row.name,
             "dtype": row.dtype,
             "shape": list(row.shape),
+            "parameters": row.parameters,
             "nbytes": row.nbytes,
         }
+        if row.buffer:
+            item["buffer"] = True
         if row.param_id is not None:
             item["param_id"] = row.param_id
         if row.module_type is not None:
@@ -81,9 +85,22 @@ def _ls(report: LsReport) -> dict[str, JSONValue]:
         "tensors": tensors,
         "metadata": dict(report.metadata),
         "totals": [
-            {"dtype": t.dtype, "tensors": t.tensors, "numel": t.numel, "nbytes": t.nbytes}
+            {
+                "dtype": t.dtype,
+                "tensors": t.tensors,
+                "parameters": t.parameters,
+                "buffers": t.buffers,
+                "numel": t.numel,  # deprecated: all elements, parameters and buffers alike
+                "nbytes": t.nbytes,
+            }
             for t in report.totals
         ],
+        "total": {
+            "tensors": total.tensors,
+            "parameters": total.parameters,
+            "buffers": total.buffers,
+            "nbytes": total.nbytes,
+        },
         "notes": list(report.notes),
     }
     if report.scalars:
@@ -129,6 +146,7 @@ def _tree(node: TreeNode) -> dict[str, JSONValue]:
         "path": node.path,
         "tensors": node.tensors,
         "parameters": node.parameters,
+        "buffers": node.buffers,
         "nbytes": node.nbytes,
     }
     if node.is_tensor:
@@ -237,6 +255,8 @@ def _tensor(row: TensorDiff) -> dict[str, JSONValue]:
         "max_rel": _number(row.max_rel),
         "mismatched": row.mismatched,
         "nan_mismatched": row.nan_mismatched,
+        "relative_change": _number(row.relative_change),
+        "cosine": _number(row.cosine),
     }
 
 
@@ -259,6 +279,7 @@ def _diff(report: DiffReport) -> dict[str, JSONValue]:
             "rtol": opts.rtol,
             "atol": opts.atol,
             "values_only": opts.values_only,
+            "filter": opts.pattern,
         },
         "counts": dict(report.counts()),
         "only_in_a": _only(report.only_in_a),
@@ -359,6 +380,8 @@ def _summary(summary: LoadingSummary) -> dict[str, JSONValue]:
             for m in summary.missing
         ],
         "unused": list(summary.unused),
+        "unused_sources": list(summary.unused_sources or summary.unused),
+        "unused_exclude": summary.unused_exclude,
         "errors": [
             {
                 "name": e.name,

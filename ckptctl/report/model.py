@@ -39,16 +39,41 @@ class TensorRow:
     offset: int | None = None
     #: ``ls --stats``: the values' statistics (None for complex tensors or without --stats)
     stats: TensorStats | None = None
+    #: a buffer, not a parameter (BatchNorm's running statistics): its elements are counted
+    #: apart, as ``torch`` and torchvision count parameters
+    buffer: bool = False
+
+    @property
+    def parameters(self) -> int:
+        """Elements that are parameters: all of them, none for a buffer."""
+        return 0 if self.buffer else self.numel
 
 
 @dataclass(frozen=True)
 class DTypeTotal:
-    """Tensors, parameters and bytes of one dtype."""
+    """Tensors, elements (parameters and buffers) and bytes of one dtype."""
 
     dtype: str
     tensors: int
     numel: int
     nbytes: int
+    buffers: int = 0
+
+    @property
+    def parameters(self) -> int:
+        """Elements that are parameters (``numel`` less the buffers')."""
+        return self.numel - self.buffers
+
+
+@dataclass(frozen=True)
+class ListingTotal:
+    """Tensors, parameters, buffer elements and bytes of a whole listing (the sums of its
+    dtype totals)."""
+
+    tensors: int
+    parameters: int
+    nbytes: int
+    buffers: int = 0
 
 
 @dataclass(frozen=True)
@@ -96,12 +121,25 @@ class LsReport:
         count: Counter[str] = Counter()
         numel: Counter[str] = Counter()
         nbytes: Counter[str] = Counter()
+        buffers: Counter[str] = Counter()
         for row in self.tensors:
             count[row.dtype] += 1
             numel[row.dtype] += row.numel
             nbytes[row.dtype] += row.nbytes
+            buffers[row.dtype] += row.numel - row.parameters
         order = sorted(count, key=lambda d: (-nbytes[d], d))
-        return tuple(DTypeTotal(d, count[d], numel[d], nbytes[d]) for d in order)
+        return tuple(DTypeTotal(d, count[d], numel[d], nbytes[d], buffers[d]) for d in order)
+
+    @property
+    def total(self) -> ListingTotal:
+        """The listed tensors' count, parameters and bytes."""
+        totals = self.totals
+        return ListingTotal(
+            sum(t.tensors for t in totals),
+            sum(t.parameters for t in totals),
+            sum(t.nbytes for t in totals),
+            sum(t.buffers for t in totals),
+        )
 
 
 @dataclass(frozen=True)

@@ -10,16 +10,20 @@ rich as ``Text``.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from rich.text import Text
 
 from ckptctl.fix import Command, Option, spell
+from ckptctl.report.diff import STATUSES
 from ckptctl.report.sanitize import sanitize
 from ckptctl.report.summary import DISPLAY_LIMIT
 from ckptctl.report.text import PlainTable, format_shape, print_table
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rich.console import Console
 
     from ckptctl.report.diff import DiffReport, OnlyIn, TensorDiff
@@ -33,6 +37,11 @@ def _float(value: float | None) -> str:
     if value is None:
         return "-"
     return "inf" if math.isinf(value) else f"{value:.3g}"
+
+
+def _cosine(value: float | None) -> str:
+    """Enough digits to tell a fine-tune (0.999987) from a copy (1)."""
+    return "-" if value is None else f"{value:.6g}"
 
 
 def _mismatch(row: TensorDiff) -> str:
@@ -52,6 +61,8 @@ def _table(rows: list[TensorDiff]) -> PlainTable:
     table.add_column("shape")
     table.add_column("max abs", justify="right")
     table.add_column("max rel", justify="right")
+    table.add_column("rel change", justify="right")
+    table.add_column("cosine", justify="right")
     table.add_column("mismatched", justify="right")
     for row in rows:
         table.add_row(
@@ -61,6 +72,8 @@ def _table(rows: list[TensorDiff]) -> PlainTable:
             _pair(format_shape(row.shape_a), format_shape(row.shape_b)),
             _float(row.max_abs),
             _float(row.max_rel),
+            _float(row.relative_change),
+            _cosine(row.cosine),
             _mismatch(row),
         )
     return table
@@ -77,6 +90,13 @@ def _only_lines(title: str, rows: tuple[OnlyIn, ...]) -> list[Text]:
     return lines
 
 
+def _by_status(rows: Sequence[TensorDiff]) -> str:
+    """``6 identical, 1 close``: how many of ``rows`` have each status; they sum to
+    ``len(rows)``."""
+    counts = Counter(row.status for row in rows)
+    return ", ".join(f"{counts[s]:,} {s}" for s in STATUSES if counts[s])
+
+
 def verdict(report: DiffReport) -> str:
     """The one-line conclusion: ``identical: 3 tensors ...`` (the same bytes), ``match within
     rtol=..., atol=...: ...`` (values within the tolerance) or ``different: ...``."""
@@ -91,10 +111,7 @@ def verdict(report: DiffReport) -> str:
         return f"identical: {n:,} {noun}, same {what} ({tolerance})"
     if report.within_tolerance:
         what = "names and shapes" if opts.values_only else "names, dtypes and shapes"
-        counts = report.counts()
-        detail = ", ".join(
-            f"{counts[s]:,} {s}" for s in ("identical", "equal", "close", "dtype") if counts[s]
-        )
+        detail = _by_status(report.tensors)
         return f"match within {tolerance}: {n:,} {noun}, same {what} ({detail})"
     parts = []
     differing = len(report.differing)
@@ -136,10 +153,8 @@ def render_diff(report: DiffReport, console: Console, *, show_all: bool = False)
         print_table(console, _table(rows))
     hidden = len(report.tensors) - len(rows)
     if hidden:
-        counts = report.counts()
-        detail = ", ".join(
-            f"{counts[s]:,} {s}" for s in ("identical", "equal", "close", "dtype") if counts[s]
-        )
+        shown = {id(row) for row in rows}
+        detail = _by_status([row for row in report.tensors if id(row) not in shown])
         console.print()
         noun = "tensor matches" if hidden == 1 else "tensors match"
         console.print(Text(f"{hidden:,} {noun} ({detail}); {spell(Option('show_all'))} lists them"))

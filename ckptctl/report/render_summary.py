@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ckptctl.fix import spell
+from ckptctl.fix import Option, spell
 from ckptctl.report.sanitize import sanitize
 from ckptctl.report.summary import DISPLAY_LIMIT, AmbiguityKind, SummaryErrorKind
 
@@ -116,8 +116,13 @@ def render_summary(summary: LoadingSummary, *, extras: bool = True) -> str:
     if summary.unused:
         lines += ["│", "├─ Unused Tensors (in source but not used by model)", "│"]
         lines.append("│  First 10 unused tensors:")
-        lines += [f"│    • {sanitize(name)}" for name in summary.unused[:DISPLAY_LIMIT]]
+        # ckptctl names them as the source file does: renamed, they are in neither file
+        unused = summary.unused_sources if extras and summary.unused_sources else summary.unused
+        lines += [f"│    • {sanitize(name)}" for name in unused[:DISPLAY_LIMIT]]
         _more(lines, len(summary.unused))
+        if extras and summary.unused_exclude is not None:
+            drop = spell(Option("exclude", summary.unused_exclude))
+            lines += ["│", f"│  Leave them out with: {sanitize(drop)}"]
     if summary.errors:
         lines += ["│", "├─ Errors", "│"]
         lines += [

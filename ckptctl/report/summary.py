@@ -117,6 +117,11 @@ class LoadingSummary:
     fixes: tuple[Option, ...] = ()
     enum_paths: int = 0
     ambiguous: tuple[AmbiguousTensor, ...] = ()
+    #: each unused tensor by the source name it was read under (before remap rules and
+    #: adapters), in the order of ``unused``; empty when not known
+    unused_sources: tuple[str, ...] = ()
+    #: an ``--exclude`` regex that drops exactly the unused tensors, when a short one does
+    unused_exclude: str | None = None
 
     @property
     def ok(self) -> bool:

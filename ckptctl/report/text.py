@@ -258,7 +258,7 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
             sanitize(row.name),
             row.dtype,
             format_shape(row.shape),
-            f"{row.numel:,}",
+            "buffer" if row.buffer else f"{row.numel:,}",
             size(row.nbytes),
         ]
         if show_modules:
@@ -282,29 +282,7 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
             )
     elif report.tensors:
         print_table(console, table)
-    totals = PlainTable()
-    totals.add_column("dtype")
-    totals.add_column("tensors", justify="right")
-    totals.add_column("parameters", justify="right")
-    totals.add_column("bytes", justify="right")
-    for t in report.totals:
-        totals.add_row(t.dtype, f"{t.tensors:,}", f"{t.numel:,}", size(t.nbytes))
-    n = len(report.tensors)
-    all_bytes = sum(t.nbytes for t in report.totals)
-    all_numel = sum(t.numel for t in report.totals)
-    if len(report.totals) > 1:
-        totals.add_row("total", f"{n:,}", f"{all_numel:,}", size(all_bytes))
-    if report.totals:
-        console.print()
-        print_table(console, totals)
-    shown = f"{n:,} tensors" if n != 1 else "1 tensor"
-    if report.total_tensors is not None and report.total_tensors != n:
-        shown += f" (of {report.total_tensors:,})"
-    line = f"{shown}, {all_numel:,} parameters, {size(all_bytes)}"
-    if report.stored is not None:  # tied weights and views share storage
-        stored_numel, stored_bytes = report.stored
-        line += f" ({stored_numel:,} parameters, {size(stored_bytes)} stored)"
-    console.print(Text(line))
+    _print_totals(report, console, size)
     if report.quantized:
         console.print()
         _render_quantized(report, console, size)
@@ -332,6 +310,40 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
         for key, value in report.scalars.items():
             sc.add_row(sanitize(key), sanitize(json.dumps(value)))
         print_table(console, sc)
+
+
+def _print_totals(report: LsReport, console: Console, size: Callable[[int], str]) -> None:
+    """The totals by dtype (and in all, for several), then the one-line summary; buffers'
+    elements (BatchNorm's running statistics) are counted apart from the parameters."""
+    total = report.total
+    totals = PlainTable()
+    totals.add_column("dtype")
+    for column in ("tensors", "parameters", *(["buffers"] if total.buffers else []), "bytes"):
+        totals.add_column(column, justify="right")
+
+    def counts(tensors: int, parameters: int, buffers: int, nbytes: int) -> list[str]:
+        apart = [f"{buffers:,}"] if total.buffers else []
+        return [f"{tensors:,}", f"{parameters:,}", *apart, size(nbytes)]
+
+    for t in report.totals:
+        totals.add_row(t.dtype, *counts(t.tensors, t.parameters, t.buffers, t.nbytes))
+    n = total.tensors
+    if len(report.totals) > 1:
+        totals.add_row("total", *counts(n, total.parameters, total.buffers, total.nbytes))
+    if report.totals:
+        console.print()
+        print_table(console, totals)
+    shown = f"{n:,} tensors" if n != 1 else "1 tensor"
+    if report.total_tensors is not None and report.total_tensors != n:
+        shown += f" (of {report.total_tensors:,})"
+    line = f"{shown}, {total.parameters:,} parameters"
+    if total.buffers:
+        line += f" (+{total.buffers:,} in buffers)"
+    line += f", {size(total.nbytes)}"
+    if report.stored is not None:  # tied weights and views share storage
+        stored_numel, stored_bytes = report.stored
+        line += f" ({stored_numel:,} parameters, {size(stored_bytes)} stored)"
+    console.print(Text(line))
 
 
 def _render_quantized(report: LsReport, console: Console, size: Callable[[int], str]) -> None:
@@ -434,7 +446,7 @@ def _tree_table(
             node.dtype or "",
             "" if node.shape is None else format_shape(node.shape),
             "" if node.is_tensor else f"{node.tensors:,}",
-            f"{node.parameters:,}",
+            "buffer" if node.is_tensor and node.buffers else f"{node.parameters:,}",
             size(node.nbytes),
             note,
         )

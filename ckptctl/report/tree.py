@@ -19,15 +19,19 @@ class TreeNode:
             module whose only child is such a run carries both (``layers.{0..31}``).
         path: the full dotted name (``model.layers.0``); a collapsed run's path has the label.
         tensors: tensors below (all blocks of a collapsed run).
-        parameters: elements below, a tied tensor counted once (where it first appears).
+        parameters: parameters below (elements, buffers' apart), a tied tensor counted once
+            (where it first appears).
         nbytes: bytes below, counted the same way.
-        children: sub-modules and tensors in natural order (``2`` before ``10``); a collapsed
-            run shows its first block's; empty for tensors and below ``--depth``.
+        children: sub-modules and tensors in the order asked (the file's, numbered blocks in
+            number order; natural; by size); a collapsed run shows its first block's; empty for
+            tensors and below ``--depth``.
         dtype: a tensor's dtype (None for modules).
         shape: a tensor's shape (None for modules).
         tied_to: a tied tensor's first name, where its parameters are counted (else None).
         indices: the block indices a collapsed run stands for (empty otherwise).
         hidden: sub-modules and tensors not shown below ``--depth`` (0 when all are shown).
+        buffers: elements of the buffers below (BatchNorm's running statistics), counted
+            the same way.
     """
 
     name: str
@@ -41,6 +45,7 @@ class TreeNode:
     tied_to: str | None = None
     indices: tuple[int, ...] = ()
     hidden: int = 0
+    buffers: int = 0
 
     @property
     def is_tensor(self) -> bool:

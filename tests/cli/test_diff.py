@@ -113,6 +113,11 @@ def test_perturbed_copy_names_the_tensor_and_the_size_of_the_difference(run_cli,
     lines = result.stdout.splitlines()
     row = next(line for line in lines if line.startswith("fc.weight"))
     # fc.weight = arange(12): element 5 is 5 -> 5.25; max rel = 0.25 / 5.25
+    a = np.arange(12, dtype=np.float64)
+    b = a.copy()
+    b[5] = 5.25
+    change = float(np.linalg.norm(a - b) / np.linalg.norm(a))
+    cosine = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
     assert row.split() == [
         "fc.weight",
         "different",
@@ -121,6 +126,8 @@ def test_perturbed_copy_names_the_tensor_and_the_size_of_the_difference(run_cli,
         "4]",
         "0.25",
         "0.0476",
+        f"{change:.3g}",
+        f"{cosine:.6g}",
         "1",
         "/",
         "12",
@@ -143,6 +150,8 @@ def test_perturbed_copy_names_the_tensor_and_the_size_of_the_difference(run_cli,
         "max_rel": 0.25 / 5.25,
         "mismatched": 1,
         "nan_mismatched": 0,
+        "relative_change": pytest.approx(change, rel=1e-12),
+        "cosine": pytest.approx(cosine, rel=1e-12),
     }
 
 

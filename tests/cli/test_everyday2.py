@@ -33,7 +33,7 @@ def small(tmp_path):
 def test_the_progress_bar_speaks_one_unit_system_and_never_shows_a_question_mark():
     from rich.console import Console
 
-    from ckptctl.cli._options import byte_progress
+    from ckptctl.cli._progress import byte_progress
 
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=120, color_system=None)
@@ -274,10 +274,12 @@ def test_objects_are_bounded_in_total(tmp_path):
 def test_man_prints_the_committed_page(run_cli):
     from tests.conftest import REPO
 
-    result = run_cli("man", "verify")
+    result = run_cli("man", "verify", "--roff")
     assert result.code == 0, result.stderr
     assert result.stdout == (REPO / "man" / "ckptctl-verify.1").read_text(encoding="utf-8")
-    assert run_cli("man").stdout == (REPO / "man" / "ckptctl.1").read_text(encoding="utf-8")
+    assert run_cli("man", "--roff").stdout == (REPO / "man" / "ckptctl.1").read_text(
+        encoding="utf-8"
+    )
     listed = run_cli("man", "--list").stdout.split()
     assert listed == sorted({p.stem for p in (REPO / "man").glob("*.1")}, key=listed.index)
 
@@ -296,7 +298,7 @@ def test_man_finds_its_pages_in_an_installed_package_alone(tmp_path):
     )
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), "NO_COLOR": "1"}
     result = subprocess.run(
-        [sys.executable, "-m", "ckptctl", "man", "verify"],
+        [sys.executable, "-m", "ckptctl", "man", "verify", "--roff"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

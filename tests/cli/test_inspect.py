@@ -81,11 +81,11 @@ def test_ls_json_follows_the_contract(run_cli, in_repo):
     assert report["format"] == "burnpack"
     assert report["path"] == "fixtures/valid/burnpack/net.bpk"
     assert report["tensors"] == [
-        {"name": "fc.weight", "dtype": "F32", "shape": [4, 3], "nbytes": 48,
+        {"name": "fc.weight", "dtype": "F32", "shape": [4, 3], "parameters": 12, "nbytes": 48,
          "param_id": 14101554053607715927},
-        {"name": "fc.bias", "dtype": "F32", "shape": [3], "nbytes": 12,
+        {"name": "fc.bias", "dtype": "F32", "shape": [3], "parameters": 3, "nbytes": 12,
          "param_id": 1234567890123456789},
-        {"name": "head.weight", "dtype": "F32", "shape": [3, 2], "nbytes": 24,
+        {"name": "head.weight", "dtype": "F32", "shape": [3, 2], "parameters": 6, "nbytes": 24,
          "param_id": 9876543210987654321},
     ]  # fmt: skip
     assert report["metadata"] == {}

@@ -121,17 +121,22 @@ def test_tree_totals_are_torchs_own_counts_per_module(tmp_path, run_cli):
         if not prefix:
             continue
         state = module.state_dict()
-        params = sum(t.numel() for k, t in state.items() if first_owner[f"{prefix}.{k}"])
-        nbytes = sum(t.numel() * t.element_size() for k, t in state.items()
-                     if first_owner[f"{prefix}.{k}"])  # fmt: skip
-        assert (nodes[prefix]["tensors"], nodes[prefix]["parameters"], nodes[prefix]["nbytes"]) == (
+        buffers = {name for name, _ in module.named_buffers()}  # torch's own split
+        owned = {k: t for k, t in state.items() if first_owner[f"{prefix}.{k}"]}
+        params = sum(t.numel() for k, t in owned.items() if k not in buffers)
+        in_buffers = sum(t.numel() for k, t in owned.items() if k in buffers)
+        nbytes = sum(t.numel() * t.element_size() for t in owned.values())
+        node = nodes[prefix]
+        assert (node["tensors"], node["parameters"], node["buffers"], node["nbytes"]) == (
             len(state),
             params,
+            in_buffers,
             nbytes,
         ), prefix
     assert nodes["head.weight"]["tied_to"] == "embed.weight"
-    total = sum(p.numel() for p in net.parameters()) + sum(b.numel() for b in net.buffers())
-    assert tree["tree"]["parameters"] == total  # torch's parameters() counts a tied one once
+    # torch's parameters() counts a tied one once, and buffers apart
+    assert tree["tree"]["parameters"] == sum(p.numel() for p in net.parameters())
+    assert tree["tree"]["buffers"] == sum(b.numel() for b in net.buffers())
     collapsed = json.loads(run_cli("ls", tmp_path / "net.pt", "--tree", "--json").stdout)["tree"]
     (layers,) = [c for c in collapsed["children"] if c["path"].startswith("layers")]
     assert (layers["name"], layers["repeat"]) == ("layers.{0..11}", 12)
