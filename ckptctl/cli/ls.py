@@ -28,12 +28,12 @@ from ckptctl.cli._progress import data_progress, file_name
 @click.option(
     "--sort",
     type=click.Choice(["file", "name", "size", "dtype", "shape"]),
-    default="file",
-    show_default=True,
-    help="Order of the rows (file: as stored). With --tree, of the modules: file (as stored, "
-    "as print(model) shows them; numbered blocks in number order), name (natural: layers.2 "
-    "before layers.10, the same tree for every format) or size (largest first); dtype and "
-    "shape are refused.",
+    default=None,
+    help="Order of the rows (default file: as stored). With --tree, of the modules: file (the "
+    "default: as stored, as print(model) shows them; numbered blocks in number order), name "
+    "(natural: layers.2 before layers.10, the same tree for every format) or size (largest "
+    "first); dtype and shape are refused. --tree --json lists children in natural order "
+    "unless --sort says otherwise.",
 )
 @click.option(
     "--tree",
@@ -75,7 +75,7 @@ def command(
     files: tuple[str, ...],
     state_key: str | None,
     pattern: str | None,
-    sort: str,
+    sort: str | None,
     tree: bool,
     depth: int | None,
     expand: bool,
@@ -112,14 +112,16 @@ def command(
     """
     from ckptctl.ops.inspect import list_tensors
 
+    as_tree = tree or depth is not None or expand
+
     def produce(file: str) -> object:
         with data_progress(f"reading {file_name(file)}", fmt, quiet=not stats) as progress:
             return list_tensors(
                 file,
                 state_key=state_key,
                 pattern=pattern,
-                sort=sort,
-                tree=tree or depth is not None or expand,
+                sort=sort or ("name" if fmt is OutputFormat.JSON and as_tree else "file"),
+                tree=as_tree,
                 depth=depth,
                 expand=expand,
                 stats=stats,
