@@ -1079,9 +1079,13 @@ def _refuse_stored_types(outputs: list[TensorEntry], out_format: str, *, decodin
                 f"decoded or written to {out_format}"
             )
         if decoding:  # --dequantize decoded every type it can
+            why = (
+                "of a big-endian file, which ckptctl decodes little-endian only"
+                if entry.extra.get("byte_order") == "big"
+                else "which ckptctl cannot decode (nor can gguf-py)"
+            )
             raise UnsupportedError(
-                f"tensor {entry.name!r} is stored as {stored} blocks, which ckptctl cannot "
-                "decode (nor can gguf-py)",
+                f"tensor {entry.name!r} is stored as {stored} blocks {why}",
                 hint=Note("leave it out with {fix0}", (Option("exclude", takes_value=True),)),
             )
         raise UnsupportedError(

@@ -396,3 +396,26 @@ def test_dequantize_refuses_a_type_nothing_decodes(run_cli, tmp_path: Path) -> N
     assert "Q8_1" in result.stderr
     assert "'w'" in result.stderr
     assert not out.exists()
+
+
+def test_big_endian_blocks_are_never_decoded_as_little_endian(run_cli, tmp_path: Path) -> None:
+    """A big-endian file's Q8_0 scales are byte-swapped: decoding them as little-endian would
+    give wrong values silently, so --dequantize refuses (exit 4) and ls --stats has none."""
+    path = tmp_path / "be_q8.gguf"
+    writer = gguf.GGUFWriter(path, "llama", endianess=gguf.GGUFEndian.BIG)
+    blocks = np.zeros((2, 34), dtype=np.uint8)
+    blocks[:, 0:2] = [0x3C, 0x00]  # f16 1.0 stored big-endian
+    writer.add_tensor("w", blocks, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    out = tmp_path / "out.safetensors"
+    result = run_cli("convert", path, out, "--dequantize")
+    assert result.code == 4
+    assert "big-endian" in result.stderr
+    assert "'w'" in result.stderr
+    assert not out.exists()
+    stats = run_cli("ls", path, "--stats", "--json")
+    assert stats.code == 0, stats.stderr
+    assert json.loads(stats.stdout)["tensors"][0]["stats"] is None

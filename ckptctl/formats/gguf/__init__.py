@@ -113,7 +113,10 @@ def can_decode(entry: TensorEntry) -> bool:
     from ckptctl.formats.gguf._kernels import DEQUANTIZABLE
     from ckptctl.model import STORED_TYPE
 
-    return entry.extra.get(STORED_TYPE, "") in DEQUANTIZABLE
+    # a big-endian file's blocks hold byte-swapped fields (llama.cpp's gguf_convert_endian swaps
+    # each type's scales): the kernels read little-endian blocks only
+    big = entry.extra.get("byte_order") == "big"
+    return not big and entry.extra.get(STORED_TYPE, "") in DEQUANTIZABLE
 
 
 def dequantized(entry: TensorEntry) -> TensorEntry:
