@@ -369,3 +369,16 @@ def test_truncated_npy_is_an_input_error(tmp_path):
         path.write_bytes(full[:size])
         with pytest.raises(InputError, match="cut"), open_checkpoint(path) as ckpt:
             ckpt["cut"].load()
+
+
+def test_diff_and_show_read_npz_like_any_checkpoint(tmp_path, run_cli):
+    src = tmp_path / "a.npz"
+    np.savez_compressed(src, w=sample(np.dtype(">f4")), b=sample(np.dtype("<i8"), (2,)))
+    out = tmp_path / "a.safetensors"
+    assert run_cli("convert", src, out).code == 0
+    same = run_cli("diff", src, out, "--json")
+    assert (same.code, json.loads(same.stdout)["identical"]) == (0, True)
+    shown = run_cli("show", src, "w", "--json")
+    stats = json.loads(shown.stdout)["tensors"][0]["stats"]
+    values = sample(np.dtype("<f4"))
+    assert (stats["min"], stats["max"], stats["count"]) == (values.min(), values.max(), 12)
