@@ -1,13 +1,14 @@
-"""Edge cases of ``ckptctl.formats.pytorch._unpickler`` that mutation testing found untested
-(issue 17): the emulated rebuild functions and builtins, pre-0.4 tensors, stand-in types, the
-global mapping and the refusals.
+"""The unpickler stage of every .pt reader (``load_pickle``): the emulated rebuild functions
+and builtins, pre-0.4 tensors, stand-in types for unknown globals, the global mapping, and what
+it refuses.
 
 Pickles are assembled from the stdlib's opcode constants; plain values are spelled as the stdlib
 pickles them (protocol 2, ``pickletools.optimize``). Where the stdlib itself pickles an emulated
 builtin (``bytearray``, ``set``, ``complex``, ``OrderedDict``, protocol 0 instances), those bytes
 are unpickled and compared with ``pickle.loads``. Storage and dtype names follow spec sections 3
-and 4; torch-written fixtures give the parameter flags. Error texts are what ``ckptctl`` prints
-(``ckptctl: error: PATH: MESSAGE``, CLI-CONTRACT), so they are compared in full.
+and 4; torch-written fixtures give the parameter flags. Refusals are checked by class, exit code
+and the facts their message must carry (what was found, the argument, the global, the stream
+name, the byte position), matched with the safety walk's ``Says``; hints by a keyword.
 """
 
 from __future__ import annotations
@@ -64,16 +65,13 @@ from ckptctl.formats.pytorch._unpickler import (
     Stub,
     TensorRef,
     TorchDType,
-    _Callable,
-    _ints,
-    _stub_type,
     load_pickle,
 )
 from tests.conftest import VALID
+from tests.formats.test_pytorch_safety_walk import Says
 
 P2 = PROTO + b"\x02"
 WHERE = "data.pkl"
-DAMAGED = "the file is damaged or uses a construct ckptctl does not emulate"
 PT = VALID / "pytorch"
 
 # Spec section 4: legacy storage (and pre-0.4 tensor) class name prefixes -> torch dtype.
@@ -170,6 +168,11 @@ def error(body: bytes, cls: type[CkptError] = CorruptCheckpointError) -> CkptErr
     return info.value
 
 
+def says(body: bytes, *facts: str) -> None:
+    """``body`` is refused as corrupt, its message carrying each of ``facts``."""
+    assert error(body).message == Says(*facts)
+
+
 def fields(t: TensorRef) -> tuple[object, ...]:
     key = None if t.storage is None else t.storage.key
     return (key, t.offset, t.size, t.stride, t.dtype, t.flags, t.unsupported)
@@ -191,14 +194,8 @@ def fields(t: TensorRef) -> tuple[object, ...]:
 )
 def test_build_on_an_object_the_pickle_did_not_make(target: bytes, shown: str) -> None:
     err = error(target + EMPTY_DICT + BUILD)
-    assert err.message == f"BUILD on {shown}, which is not an object the pickle made"
+    assert err.message == Says(f"BUILD on {shown},", "the pickle made")
     assert err.hint is None
-
-
-def test_an_allowlisted_callable_passes_keyword_arguments_on() -> None:
-    wrapped = _Callable(dict, "builtins.dict")
-    assert wrapped(a=1) == {"a": 1}
-    assert wrapped([("b", 2)], c=3) == {"b": 2, "c": 3}
 
 
 # --- dense tensors: storage, offset, size, stride ---------------------------------------------
@@ -218,32 +215,34 @@ def test_a_tensor_over_an_untyped_storage_is_bytes() -> None:
     assert t.dtype == "uint8"
 
 
+NEGATIVE, RANK = "non-negative integer", f"at most {MAX_RANK} ints"
 LAYOUT_ERRORS = [
-    # (offset, size, stride, message)
-    (-1, (2,), (1,), "tensor storage offset must be a non-negative integer"),
-    (True, (2,), (1,), "tensor storage offset must be a non-negative integer"),
-    (1.0, (2,), (1,), "tensor storage offset must be a non-negative integer"),
-    (0, (2, -1), (1, 1), "tensor size must be a non-negative integer"),
-    (0, (True,), (1,), "tensor size must be a non-negative integer"),
-    (0, (1.5,), (1,), "tensor size must be a non-negative integer"),
-    (0, [2, -1], (1, 1), "tensor size must be a non-negative integer"),
-    (0, (2,), (-1,), "tensor stride must be a non-negative integer"),
-    (0, (2,), [None], "tensor stride must be a non-negative integer"),
-    (0, 5, (1,), f"tensor size must be a tuple of at most {MAX_RANK} ints"),
-    (0, "ab", (1,), f"tensor size must be a tuple of at most {MAX_RANK} ints"),
-    (0, (1,) * (MAX_RANK + 1), (1,), f"tensor size must be a tuple of at most {MAX_RANK} ints"),
-    (0, [1] * (MAX_RANK + 1), (1,), f"tensor size must be a tuple of at most {MAX_RANK} ints"),
-    (0, (1,), (0,) * (MAX_RANK + 1), f"tensor stride must be a tuple of at most {MAX_RANK} ints"),
+    # (offset, size, stride, what, the refusal)
+    (-1, (2,), (1,), "storage offset", NEGATIVE),
+    (True, (2,), (1,), "storage offset", NEGATIVE),
+    (1.0, (2,), (1,), "storage offset", NEGATIVE),
+    (0, (2, -1), (1, 1), "size", NEGATIVE),
+    (0, (True,), (1,), "size", NEGATIVE),
+    (0, (1.5,), (1,), "size", NEGATIVE),
+    (0, [2, -1], (1, 1), "size", NEGATIVE),
+    (0, (2,), (-1,), "stride", NEGATIVE),
+    (0, (2,), [None], "stride", NEGATIVE),
+    (0, 5, (1,), "size", RANK),
+    (0, "ab", (1,), "size", RANK),
+    (0, (1,) * (MAX_RANK + 1), (1,), "size", RANK),
+    (0, [1] * (MAX_RANK + 1), (1,), "size", RANK),
+    (0, (1,), (0,) * (MAX_RANK + 1), "stride", RANK),
     # At the rank limit a bad element is reported as such, not as a rank overflow.
-    (0, (1,) * (MAX_RANK - 1) + (-1,), (1,), "tensor size must be a non-negative integer"),
-    (0, [1] * (MAX_RANK - 1) + [-1], (1,), "tensor size must be a non-negative integer"),
+    (0, (1,) * (MAX_RANK - 1) + (-1,), (1,), "size", NEGATIVE),
+    (0, [1] * (MAX_RANK - 1) + [-1], (1,), "size", NEGATIVE),
 ]
 
 
-@pytest.mark.parametrize(("offset", "size", "stride", "message"), LAYOUT_ERRORS)
-def test_bad_layout_arguments(offset: object, size: object, stride: object, message: str) -> None:
-    err = error(dense(size, stride, offset))
-    assert err.message == message
+@pytest.mark.parametrize(("offset", "size", "stride", "what", "refusal"), LAYOUT_ERRORS)
+def test_bad_layout_arguments(
+    offset: object, size: object, stride: object, what: str, refusal: str
+) -> None:
+    says(dense(size, stride, offset), f"tensor {what} must be", refusal)
 
 
 def test_rank_limit_is_inclusive() -> None:
@@ -256,21 +255,13 @@ def test_rank_limit_is_inclusive() -> None:
     assert type(t.stride) is tuple
     t = tensor(dense([], []))
     assert (t.size, t.stride) == ((), ())
-
-
-def test_valid_tuples_are_handed_back_without_a_copy() -> None:
-    for value in ((0,), (0, 0), (3, 1, 0), (2**40,), (1,) * MAX_RANK, (0,) * MAX_RANK):
-        assert _ints(value, "size") is value
-    for listed in ([0], [3, 1, 0], [1] * MAX_RANK):
-        out = _ints(listed, "size")
-        assert type(out) is tuple
-        assert out == tuple(listed)
+    t = tensor(dense((2**40, 0), (0, 1)))
+    assert (t.size, t.stride) == ((2**40, 0), (0, 1))
 
 
 def test_tensor_storage_must_come_from_a_persistent_id() -> None:
     for st in (val(None), g("torch", "FloatStorage"), val("0")):
-        err = error(dense(st=st))
-        assert err.message == "tensor storage is not a storage from a persistent id"
+        says(dense(st=st), "tensor storage", "persistent id")
 
 
 # --- metadata flags, v3 dtypes, parameters ---------------------------------------------------
@@ -290,10 +281,9 @@ def test_metadata_flags() -> None:
 
 
 def test_metadata_errors() -> None:
-    assert error(v2_meta(val([("conj", True)]))).message == "tensor metadata is not a dict"
-    assert error(v2_meta(val("conj"))).message == "tensor metadata is not a dict"
-    err = error(v2_meta(val({"conj": True, "zero": True})))
-    assert err.message == "unknown tensor metadata key 'zero'"
+    says(v2_meta(val([("conj", True)])), "metadata", "not a dict")
+    says(v2_meta(val("conj")), "metadata", "not a dict")
+    says(v2_meta(val({"conj": True, "zero": True})), "unknown", "metadata key 'zero'")
 
 
 def v3(dtype: bytes, *metadata: bytes) -> bytes:
@@ -312,8 +302,7 @@ def test_v3_takes_its_dtype_and_flags_from_the_arguments() -> None:
 
 def test_v3_dtype_must_be_a_torch_dtype() -> None:
     for dtype in (val("float16"), val(None), g("torch", "HalfStorage")):
-        err = error(v3(dtype))
-        assert err.message == "_rebuild_tensor_v3 dtype argument is not a torch dtype"
+        says(v3(dtype), "_rebuild_tensor_v3", "not a torch dtype")
 
 
 def fixture_data_pkl(name: str) -> bytes:
@@ -347,8 +336,7 @@ def test_parameters(function: bytes) -> None:
     assert t.is_parameter is True
     assert fields(t) == ("0", 0, (2,), (1,), "float32", frozenset(), None)
     for data in (val(None), val((2,)), storage()):
-        err = error(call(function, data, val(True), hooks()))
-        assert err.message == "parameter data is not a tensor"
+        says(call(function, data, val(True), hooks()), "parameter data", "not a tensor")
 
 
 def test_newobj_builds_a_parameter_as_very_old_files_do() -> None:
@@ -387,8 +375,7 @@ def test_device_tensor_from_a_cpu_tensor_is_the_cpu_tensor() -> None:
         call(function, dense((4,), (1,), 0), g("torch", "float32"), val("xla:0"), val(False))
     )
     assert fields(t) == ("0", 0, (4,), (1,), "float32", frozenset(), None)
-    err = error(call(function, val(None), g("torch", "float32"), val("xla:0"), val(False)))
-    assert err.message == "parameter data is not a tensor"
+    says(call(function, val(None), g("torch", "float32"), val("xla:0"), val(False)), "not a tensor")
 
 
 # --- tensor subclasses: _rebuild_from_type_v2 ---------------------------------------------------
@@ -427,8 +414,7 @@ def test_a_subclass_rebuild_needs_a_function_and_an_argument_tuple() -> None:
         from_type(rebuild, g("mypkg", "MyTensor"), args_list),
         from_type(rebuild, g("mypkg", "MyTensor"), val(None)),
     ):
-        err = error(body)
-        assert err.message == "_rebuild_from_type_v2 with a bad function or arguments"
+        says(body, "_rebuild_from_type_v2", "bad function or arguments")
 
 
 def EMPTY_LIST_OF(tuple_body: bytes) -> bytes:  # reads as an opcode
@@ -446,12 +432,12 @@ UNSUPPORTED = [
     ("torch._utils", "_rebuild_sparse_tensor", "a sparse tensor"),
     ("torch._utils", "_rebuild_sparse_csr_tensor", "a sparse tensor"),
     ("torch._utils", "_rebuild_nested_tensor", "a nested tensor"),
-    ("torch._utils", "_rebuild_meta_tensor_no_storage", "a meta tensor (no data)"),
+    ("torch._utils", "_rebuild_meta_tensor_no_storage", Says("a meta tensor", "no data")),
     ("torch._utils", "_rebuild_wrapper_subclass", "a wrapper-subclass tensor"),
     ("torch._utils", "_rebuild_device_tensor_from_numpy", "a device tensor"),
     ("torch._utils", "_rebuild_xla_tensor", "an XLA tensor"),
     ("torch._utils", "_rebuild_mkldnn_tensor", "an MKL-DNN tensor"),
-    ("torch.jit._pickle", "build_tensor_from_id", "a TorchScript tensor by id"),
+    ("torch.jit._pickle", "build_tensor_from_id", Says("a TorchScript tensor", "by id")),
 ]
 
 
@@ -522,7 +508,7 @@ def test_a_legacy_variable_is_refused() -> None:
     body = legacy("torch", "FloatTensor") + state(
         storage(), val(0), val((2,)), val((1,)), val(False)
     )
-    assert error(body).message == "pre-0.4 Variable state is not supported here"
+    says(body, "pre-0.4 Variable")
 
 
 @pytest.mark.parametrize(
@@ -539,14 +525,14 @@ def test_unexpected_legacy_tensor_states(bad_state: bytes) -> None:
     body = legacy("torch", "FloatTensor")
     if not bad_state.endswith(BUILD):
         bad_state += BUILD
-    assert error(body + bad_state).message == "unexpected tensor state in pickle"
+    says(body + bad_state, "unexpected tensor state")
 
 
 def test_a_built_tensor_cannot_be_built_again() -> None:
     again = state(storage("FloatStorage", "9", 8), val(0), val((2,)), val((1,)))
-    assert error(dense() + again).message == "unexpected tensor state in pickle"
+    says(dense() + again, "unexpected tensor state")
     first = legacy("torch", "FloatTensor") + state(storage(), val(0), val((2,)), val((1,)))
-    assert error(first + again).message == "unexpected tensor state in pickle"
+    says(first + again, "unexpected tensor state")
 
 
 # --- stand-ins for unknown globals -------------------------------------------------------------
@@ -574,10 +560,6 @@ def test_a_stand_in_records_appended_and_set_items() -> None:
     obj = load(bag + val("k") + val(1) + SETITEM + MARK + val("j") + NONE + SETITEMS)
     assert isinstance(obj, Stub)
     assert obj.items == [("k", 1), ("j", None)]
-    direct = _stub_type("mypkg.Bag")()
-    direct.append(3)
-    direct.append((4, 5))
-    assert direct.items == [3, (4, 5)]
 
 
 class Thing:
@@ -600,7 +582,7 @@ def test_copyreg_reconstructor_makes_a_stand_in(protocol: int) -> None:
 def test_copyreg_reconstructor_of_anything_else_is_refused() -> None:
     for cls in (g("collections", "OrderedDict"), val(5), val(None)):
         body = call(g("copy_reg", "_reconstructor"), cls, g("__builtin__", "object"), NONE)
-        assert error(body).message == "copyreg._reconstructor of a non-stub class"
+        says(body, "copyreg._reconstructor", "non-stub class")
 
 
 # --- emulated builtins, against the stdlib ---------------------------------------------------
@@ -651,28 +633,26 @@ def test_codecs_encode_accepts_both_latin_1_spellings() -> None:
     ],
 )
 def test_codecs_encode_refuses_anything_but_latin_1_text(args: tuple[bytes, ...]) -> None:
-    err = error(call(g("_codecs", "encode"), *args))
-    assert err.message == "_codecs.encode is only accepted for latin-1 text"
+    says(call(g("_codecs", "encode"), *args), "_codecs.encode", "latin-1 text")
 
 
 BUILTIN_ERRORS = [
-    (call(g("builtins", "bytearray"), val(5)),
-     "bytearray from a non-bytes argument (an int would allocate)"),
-    (call(g("builtins", "bytearray"), val("ab")),
-     "bytearray from a non-bytes argument (an int would allocate)"),
-    (call(g("builtins", "set"), val(5)), "set from a non-sequence"),
-    (call(g("builtins", "frozenset"), val("ab")), "set from a non-sequence"),
-    (call(g("builtins", "complex"), val("1"), val(1.0)), "complex from non-numbers"),
-    (call(g("builtins", "complex"), val(1.0), val("1")), "complex from non-numbers"),
-    (call(g("builtins", "complex"), val(None)), "complex from non-numbers"),
-    (call(g("collections", "OrderedDict"), val(5)), "OrderedDict from a non-sequence"),
-    (call(g("collections", "OrderedDict"), val("ab")), "OrderedDict from a non-sequence"),
+    # (the call, what it would make, what it was given)
+    (call(g("builtins", "bytearray"), val(5)), "bytearray", "non-bytes"),
+    (call(g("builtins", "bytearray"), val("ab")), "bytearray", "non-bytes"),
+    (call(g("builtins", "set"), val(5)), "set", "non-sequence"),
+    (call(g("builtins", "frozenset"), val("ab")), "set", "non-sequence"),
+    (call(g("builtins", "complex"), val("1"), val(1.0)), "complex", "non-numbers"),
+    (call(g("builtins", "complex"), val(1.0), val("1")), "complex", "non-numbers"),
+    (call(g("builtins", "complex"), val(None)), "complex", "non-numbers"),
+    (call(g("collections", "OrderedDict"), val(5)), "OrderedDict", "non-sequence"),
+    (call(g("collections", "OrderedDict"), val("ab")), "OrderedDict", "non-sequence"),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("body", "message"), BUILTIN_ERRORS)
-def test_emulated_builtin_errors(body: bytes, message: str) -> None:
-    assert error(body).message == message
+@pytest.mark.parametrize(("body", "made", "given"), BUILTIN_ERRORS)
+def test_emulated_builtin_errors(body: bytes, made: str, given: str) -> None:
+    says(body, f"{made} from", given)
 
 
 def test_ordered_dict_from_a_dict_or_pairs_keeps_the_order() -> None:
@@ -687,9 +667,7 @@ def test_ordered_dict_from_a_dict_or_pairs_keeps_the_order() -> None:
 def test_torch_size_device_and_layout() -> None:
     assert load(call(g("torch", "Size"), val([2, 3]))) == (2, 3)
     assert load(call(g("torch", "Size"), val(()))) == ()
-    assert error(call(g("torch", "Size"), val([2, -3]))).message == (
-        "tensor size must be a non-negative integer"
-    )
+    says(call(g("torch", "Size"), val([2, -3])), "tensor size", NEGATIVE)
     # str(torch.device(...)), as torch prints it
     assert load(call(g("torch", "device"), val("cpu"))) == "cpu"
     assert load(call(g("torch", "device"), val("cuda"), val(1))) == "cuda:1"
@@ -743,8 +721,8 @@ def test_python_2_names_are_mapped_like_the_stdlib(py2: tuple[str, str]) -> None
 )
 def test_globals_only_an_attack_uses_are_refused(module: str, name: str, shown: str) -> None:
     err = error(g(module, name), UnsafePickleError)
-    assert err.message == f"unsafe pickle: global '{shown}' in {WHERE}"
-    assert err.hint == "this file tries to run code when loaded; do not open it with torch.load"
+    assert err.message == Says("unsafe", f"global '{shown}'", WHERE)
+    assert err.hint == Says("run code", "torch.load")
 
 
 STORAGE_TYPES = [
@@ -776,17 +754,17 @@ def test_an_unknown_storage_type_is_reported_by_name(tmp_path: Path) -> None:
         zf.writestr("archive/byteorder", b"little")
         zf.writestr("archive/data/0", bytes(8))
         zf.writestr("archive/version", b"3\n")
-    with pytest.raises(UnsupportedError) as info:
+    with pytest.raises(UnsupportedError, match="storage type") as info:
         open_checkpoint(path)
-    assert info.value.message == "unknown storage type torch.FooStorage"
+    assert info.value.message == Says("unknown", "torch.FooStorage")
     assert info.value.exit_code == ExitCode.UNSUPPORTED
 
 
 def test_a_persistent_id_without_a_loader_is_refused() -> None:
     data = P2 + storage() + STOP
-    with pytest.raises(CorruptCheckpointError) as info:
+    with pytest.raises(CorruptCheckpointError, match="persistent id") as info:
         load_pickle(data, WHERE)
-    assert info.value.message == f"unexpected persistent id in {WHERE}"
+    assert info.value.message == Says("unexpected", WHERE)
 
 
 @pytest.mark.parametrize(
@@ -837,15 +815,15 @@ def test_pickle_size_limit_is_inclusive(monkeypatch: pytest.MonkeyPatch) -> None
     data = bytes(100) + pickled  # the limit counts the pickle, not where it starts
     assert load_pickle(data, WHERE, start=100) == ("abc", len(data))
     bigger = P2 + val("abcd") + STOP
-    with pytest.raises(CorruptCheckpointError) as info:
+    with pytest.raises(CorruptCheckpointError, match="larger") as info:
         load_pickle(bytes(100) + bigger, WHERE, start=100)
-    assert info.value.message == f"{WHERE} is larger than {len(pickled)} bytes"
+    assert info.value.message == Says(WHERE, f"{len(pickled)} bytes")
 
 
 def test_malformed_pickles_are_reported_at_their_place() -> None:
-    with pytest.raises(CorruptCheckpointError) as info:
+    with pytest.raises(CorruptCheckpointError, match="malformed") as info:
         load_pickle(P2 + pickle.TUPLE1 + STOP, WHERE)
-    assert info.value.message == f"malformed pickle in {WHERE} at byte 2: stack underflow"
+    assert info.value.message == Says(WHERE, "byte 2", "stack underflow")
 
 
 def test_python_2_strings_are_utf_8_then_latin_1() -> None:
@@ -866,19 +844,19 @@ def test_text_that_no_encoding_decodes_is_reported() -> None:
     bad = P2 + pickle.BINUNICODE + b"\x01\x00\x00\x00\xff" + STOP  # BINUNICODE is always UTF-8
     with pytest.raises(UnicodeDecodeError) as stdlib:
         pickle.loads(bad, encoding="latin1")
-    with pytest.raises(CorruptCheckpointError) as info:
+    with pytest.raises(CorruptCheckpointError, match="cannot unpickle") as info:
         load_pickle(bad, WHERE)
-    assert info.value.message == f"cannot unpickle {WHERE}: {stdlib.value}"
+    assert info.value.message == Says(WHERE, str(stdlib.value))
 
 
 def test_other_unpickling_errors_name_the_exception() -> None:
     with pytest.raises(TypeError) as builtin:
         set([[1]])
     data = P2 + call(g("builtins", "set"), val([[1]])) + STOP
-    with pytest.raises(CorruptCheckpointError) as info:
+    with pytest.raises(CorruptCheckpointError, match="cannot unpickle") as info:
         load_pickle(data, WHERE)
-    assert info.value.message == f"cannot unpickle {WHERE}: TypeError: {builtin.value}"
-    assert info.value.hint == DAMAGED
+    assert info.value.message == Says(WHERE, f"TypeError: {builtin.value}")
+    assert info.value.hint == Says("damaged")
 
 
 def test_a_truncated_pickle_is_judged_unless_more_may_follow() -> None:
