@@ -19,12 +19,13 @@ from ckptctl.cli._options import (
     sarif_output_options,
     state_key_option,
 )
+from ckptctl.cli._progress import data_progress, file_name
 from ckptctl.errors import ExitCode
 from ckptctl.ops.config import SETTINGS
 from ckptctl.ops.verify import ALWAYS_REPORTED, CHECKS
 
 if TYPE_CHECKING:
-    from ckptctl.model import JSONValue
+    from ckptctl.model import JSONValue, Progress
     from ckptctl.report.verify import VerifyReport
 
 
@@ -218,10 +219,12 @@ def command(
     if show_config:
         return emit_verdict(shown, fmt, 0)
     values = {s.key: s.value for s in shown.settings}
-    report = _verify(
-        files, values, config.root, expect=expect, optimizer=optimizer, trust=trust, jobs=jobs,
-        hashes=hashes,
-    )  # fmt: skip
+    what = f"verifying {file_name(files[0])}" if len(files) == 1 else "verifying"
+    with data_progress(what, fmt, quiet=not (values["no-nan"] or hashes), thread=False) as bar:
+        report = _verify(
+            files, values, config.root, expect=expect, optimizer=optimizer, trust=trust,
+            jobs=jobs, hashes=hashes, progress=bar,
+        )  # fmt: skip
     code = ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
     return emit_verdict(report, fmt, code, quiet=quiet, verbose=verbose)
 
@@ -247,6 +250,7 @@ def _verify(
     trust: bool,
     jobs: int,
     hashes: str | None,
+    progress: Progress | None,
 ) -> VerifyReport:
     """The checks, with the settings in force (``values``: key -> value)."""
     from ckptctl.ops.verify import verify
@@ -267,4 +271,5 @@ def _verify(
         trust=trust,
         jobs=jobs,
         hashes=hashes,
+        progress=progress,
     )

@@ -34,6 +34,8 @@ from ckptctl.report.verify import FileResult, FileVerdict, Finding, Status, Veri
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
+    from ckptctl.model import Progress
+
 __all__ = [
     "ALWAYS_REPORTED",
     "CHECKS",
@@ -64,6 +66,7 @@ def verify(
     allow_globals_for: Mapping[str, Iterable[str]] | None = None,
     globs_root: str | os.PathLike[str] | None = None,
     hashes: str | os.PathLike[str] | None = None,
+    progress: Progress | None = None,
 ) -> VerifyReport:
     """Check checkpoint files for CI; bad files become failed findings, never exceptions.
 
@@ -88,6 +91,10 @@ def verify(
             ``no_nan``; the report does not depend on it.
         hashes: a manifest written by ``ckptctl hash``: every tensor's name, dtype, shape and
             digest must match it (no tensor missing, none extra).
+        progress: called as ``progress(nbytes, total)`` as ``no_nan`` and ``hashes`` read each
+            tensor; ``total`` grows as files are opened (each pass over a file's tensors adds
+            its bytes), and is None for files checked in worker processes (``jobs`` > 1),
+            which are counted when done.
 
     Returns:
         A :class:`VerifyReport`; ``report.ok`` is true when every file passed every check.
@@ -131,5 +138,6 @@ def verify(
         glob_root=os.path.abspath(os.fspath(globs_root) if globs_root is not None else os.curdir),
         hashes=None if hashes is None else os.fspath(hashes),
         manifest=None if hashes is None else load_manifest(hashes),
+        progress=progress,
     )
     return report_of(expand([os.fspath(p) for p in paths]), options)

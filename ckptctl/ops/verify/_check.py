@@ -5,7 +5,7 @@ helpers that word findings alike."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from ckptctl.dtypes import DType
     from ckptctl.errors import CkptError
-    from ckptctl.model import Checkpoint, TensorEntry
+    from ckptctl.model import Checkpoint, Progress, TensorEntry
     from ckptctl.ops._optimizer import OptimizerRecord
     from ckptctl.report.manifest import TensorHash
     from ckptctl.report.verify import FileVerdict
@@ -50,7 +50,10 @@ class Phase(Enum):
 @dataclass(frozen=True)
 class Options:
     """The settings of one :func:`~ckptctl.ops.verify.verify` run, with what it read once for
-    every file (the ``expect`` reference's specs, the optimizer record, the manifest)."""
+    every file (the ``expect`` reference's specs, the optimizer record, the manifest), and the
+    ``progress`` callback of the checks that read tensor data (``no-nan``, ``hashes``): every
+    pass over a file's tensors begins with ``progress(0, total)`` (:func:`ckptctl.ops._stream.
+    tracked`)."""
 
     checks: frozenset[str]
     allow_globals: frozenset[str]
@@ -67,6 +70,7 @@ class Options:
     glob_root: str | None = None
     hashes: str | None = None
     manifest: tuple[TensorHash, ...] | CkptError | None = None
+    progress: Progress | None = field(default=None, compare=False)
 
     def allowed(self, path: str) -> frozenset[str]:
         """The globals trusted for ``path``: everywhere, and by the globs it matches."""
