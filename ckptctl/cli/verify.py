@@ -183,8 +183,10 @@ def command(
 
     Settings come from [tool.ckptctl.verify] in pyproject.toml or [verify] in .ckptctl.toml,
     the first found from the current directory upwards (keys: check, skip, allow-global, also
-    as a table of path glob = [globals], min-tensors, no-nan, state-key); an option given on
-    the command line replaces the file's value. --show-config prints what is in force.
+    as a table of path glob = [globals], min-tensors, no-nan, state-key, also as a table of
+    path glob = "key"; a file two globs give different keys is refused, exit 2); an option
+    given on the command line replaces the file's value. --show-config prints what is in
+    force.
 
     \b
     Examples:
@@ -255,10 +257,11 @@ def _verify(
     """The checks, with the settings in force (``values``: key -> value)."""
     from ckptctl.ops.verify import verify
 
-    allow = values["allow-global"]
+    allow, key = values["allow-global"], values["state-key"]
     return verify(
         files,
-        state_key=values["state-key"],
+        state_key=key if isinstance(key, str) else None,
+        state_key_for=key if isinstance(key, dict) else None,
         no_nan=bool(values["no-nan"]),
         expect=expect,
         min_tensors=values["min-tensors"],

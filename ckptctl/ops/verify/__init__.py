@@ -67,6 +67,7 @@ def verify(
     globs_root: str | os.PathLike[str] | None = None,
     hashes: str | os.PathLike[str] | None = None,
     progress: Progress | None = None,
+    state_key_for: Mapping[str, str] | None = None,
 ) -> VerifyReport:
     """Check checkpoint files for CI; bad files become failed findings, never exceptions.
 
@@ -86,6 +87,8 @@ def verify(
         trust: accept needs-trust pickles (a warning, not a failure); unsafe ones still fail.
         allow_globals_for: path glob -> more globals to trust for the files it matches
             (``*`` within one segment, ``**`` across segments; see :mod:`ckptctl.ops.config`).
+        state_key_for: path glob -> the state key for the files it matches (as
+            ``allow_globals_for``); files matching none get ``state_key``.
         globs_root: the directory those globs are relative to (default: the current one).
         jobs: files checked at once (in worker processes) and tensors scanned at once for
             ``no_nan``; the report does not depend on it.
@@ -101,7 +104,7 @@ def verify(
 
     Raises:
         SelectionError: ``checks`` or ``skip`` names an unknown check, or ``skip`` one that is
-            always reported.
+            always reported, or ``state_key_for`` globs with different keys match one file.
 
     Example:
         >>> report = verify(["model.safetensors", "ckpt.pt"], state_key="model")  # doctest: +SKIP
@@ -139,5 +142,9 @@ def verify(
         hashes=None if hashes is None else os.fspath(hashes),
         manifest=None if hashes is None else load_manifest(hashes),
         progress=progress,
+        state_key_for=tuple((state_key_for or {}).items()),
     )
-    return report_of(expand([os.fspath(p) for p in paths]), options)
+    targets = expand([os.fspath(p) for p in paths])
+    for target in targets:
+        options.state_key_of(target.path)  # two state keys for one file: refused before any
+    return report_of(targets, options)

@@ -166,7 +166,7 @@ def _verify_file(path: str, opts: Options, skippable: bool = False) -> FileResul
             return None
         findings = _unreadable(path, exc, opts)
         return FileResult(path, None, None, None, tuple(findings), label=label(exc))
-    subject = Subject(path, fmt, opts)
+    subject = Subject(path, fmt, replace(opts, state_key=opts.state_key_of(path)))
     indexed = _run_phase(Phase.INDEX, subject)
     try:
         ckpt = open_checkpoint(path)
