@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 @click.option(
     "--no-nan",
     is_flag=True,
-    help="Also scan every float tensor for NaN and Inf (reads all tensor bytes, in chunks).",
+    help="Also scan every float tensor for NaN and Inf (reads all tensor bytes, in chunks; a "
+    "progress bar on a terminal).",
 )
 @click.option(
     "--expect",
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
     metavar="MANIFEST",
     type=click.Path(exists=True, dir_okay=False),
     help="Fail unless every tensor's name, dtype, shape and digest match MANIFEST (written by "
-    "ckptctl hash; reads every tensor byte).",
+    "ckptctl hash; reads every tensor byte, with a progress bar on a terminal).",
 )
 @click.option(
     "--check",
