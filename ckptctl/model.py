@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 #: Metadata values taken from files (JSON-like, validated by each reader).
 JSONValue: TypeAlias = Any
 #: Progress callbacks: ``progress(nbytes, total)`` once per tensor, with the bytes of that tensor
-#: and, when known, the bytes of every tensor the operation goes through.
+#: and, when known, the bytes of every tensor the operation goes through (``verify``: the bytes
+#: of every pass over the files opened so far, so its end grows as files are opened).
 Progress: TypeAlias = Callable[[int, "int | None"], None]
 
 #: In ``Checkpoint.objects``: the marker of a value cut at its size limit

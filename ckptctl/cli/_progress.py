@@ -30,19 +30,25 @@ ETA_COLUMNS = 7
 _GAPS = 4
 #: The bar's width: 40 when the line has room, never under 10 (the description shrinks first).
 BAR_COLUMNS = (10, 40)
+#: Least time between two frames of a bar its callback redraws (``thread=False``).
+REDRAW_SECONDS = 0.1
 
 
 @contextlib.contextmanager
 def data_progress(
-    description: str, fmt: OutputFormat, *, quiet: bool = False
+    description: str, fmt: OutputFormat, *, quiet: bool = False, thread: bool = True
 ) -> Iterator[Progress | None]:
     """The progress callback for work that reads tensor data, or None when no bar is shown:
-    with ``quiet``, a format other than text (JSON, SARIF), or stderr not a terminal."""
+    with ``quiet``, a format other than text (JSON, SARIF), or stderr not a terminal.
+
+    Without ``thread``, the bar is redrawn by the callback itself (at most every
+    ``REDRAW_SECONDS``) instead of by a thread, so the work may still fork worker processes
+    (``verify -j``, which forks only while the process has a single thread)."""
     err = make_console(stderr=True)
     if quiet or fmt is not OutputFormat.TEXT or not err.is_terminal:
         yield None
         return
-    with byte_progress(err, description) as advance:
+    with byte_progress(err, description, thread=thread) as advance:
         yield advance
 
 
@@ -52,11 +58,14 @@ def file_name(path: str) -> str:
 
 
 @contextlib.contextmanager
-def byte_progress(console: Console, description: str) -> Iterator[Progress]:
+def byte_progress(console: Console, description: str, *, thread: bool = True) -> Iterator[Progress]:
     """A transient progress bar (bytes, throughput, ETA) on ``console``, one line wide.
 
     Yields ``advance(nbytes, total=None)``; ``total`` (all bytes, when known) sets the bar's end.
+    Without ``thread``, ``advance`` redraws the bar (see :func:`data_progress`).
     """
+    import time
+
     from rich.progress import BarColumn, Progress, TimeRemainingColumn
     from rich.table import Column
 
@@ -81,12 +90,18 @@ def byte_progress(console: Console, description: str) -> Iterator[Progress]:
         TimeRemainingColumn(table_column=Column(width=ETA_COLUMNS, no_wrap=True)),
         console=console,
         transient=True,
+        auto_refresh=thread,
     )
     with progress:
         task = progress.add_task(description, total=None)
+        drawn = [0.0]
 
         def advance(nbytes: int, total: int | None = None) -> None:
             progress.update(task, advance=nbytes, total=total)
+            now = time.monotonic()
+            if not thread and now - drawn[0] >= REDRAW_SECONDS:
+                drawn[0] = now
+                progress.refresh()
 
         yield advance
 

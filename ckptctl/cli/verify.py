@@ -19,12 +19,13 @@ from ckptctl.cli._options import (
     sarif_output_options,
     state_key_option,
 )
+from ckptctl.cli._progress import data_progress, file_name
 from ckptctl.errors import ExitCode
 from ckptctl.ops.config import SETTINGS
 from ckptctl.ops.verify import ALWAYS_REPORTED, CHECKS
 
 if TYPE_CHECKING:
-    from ckptctl.model import JSONValue
+    from ckptctl.model import JSONValue, Progress
     from ckptctl.report.verify import VerifyReport
 
 
@@ -34,7 +35,8 @@ if TYPE_CHECKING:
 @click.option(
     "--no-nan",
     is_flag=True,
-    help="Also scan every float tensor for NaN and Inf (reads all tensor bytes, in chunks).",
+    help="Also scan every float tensor for NaN and Inf (reads all tensor bytes, in chunks; a "
+    "progress bar on a terminal).",
 )
 @click.option(
     "--expect",
@@ -61,7 +63,7 @@ if TYPE_CHECKING:
     metavar="MANIFEST",
     type=click.Path(exists=True, dir_okay=False),
     help="Fail unless every tensor's name, dtype, shape and digest match MANIFEST (written by "
-    "ckptctl hash; reads every tensor byte).",
+    "ckptctl hash; reads every tensor byte, with a progress bar on a terminal).",
 )
 @click.option(
     "--check",
@@ -182,8 +184,10 @@ def command(
 
     Settings come from [tool.ckptctl.verify] in pyproject.toml or [verify] in .ckptctl.toml,
     the first found from the current directory upwards (keys: check, skip, allow-global, also
-    as a table of path glob = [globals], min-tensors, no-nan, state-key); an option given on
-    the command line replaces the file's value. --show-config prints what is in force.
+    as a table of path glob = [globals], min-tensors, no-nan, state-key, also as a table of
+    path glob = "key"; a file two globs give different keys is refused, exit 2); an option
+    given on the command line replaces the file's value. --show-config prints what is in
+    force.
 
     \b
     Examples:
@@ -218,10 +222,12 @@ def command(
     if show_config:
         return emit_verdict(shown, fmt, 0)
     values = {s.key: s.value for s in shown.settings}
-    report = _verify(
-        files, values, config.root, expect=expect, optimizer=optimizer, trust=trust, jobs=jobs,
-        hashes=hashes,
-    )  # fmt: skip
+    what = f"verifying {file_name(files[0])}" if len(files) == 1 else "verifying"
+    with data_progress(what, fmt, quiet=not (values["no-nan"] or hashes), thread=False) as bar:
+        report = _verify(
+            files, values, config.root, expect=expect, optimizer=optimizer, trust=trust,
+            jobs=jobs, hashes=hashes, progress=bar,
+        )  # fmt: skip
     code = ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
     return emit_verdict(report, fmt, code, quiet=quiet, verbose=verbose)
 
@@ -247,14 +253,16 @@ def _verify(
     trust: bool,
     jobs: int,
     hashes: str | None,
+    progress: Progress | None,
 ) -> VerifyReport:
     """The checks, with the settings in force (``values``: key -> value)."""
     from ckptctl.ops.verify import verify
 
-    allow = values["allow-global"]
+    allow, key = values["allow-global"], values["state-key"]
     return verify(
         files,
-        state_key=values["state-key"],
+        state_key=key if isinstance(key, str) else None,
+        state_key_for=key if isinstance(key, dict) else None,
         no_nan=bool(values["no-nan"]),
         expect=expect,
         min_tensors=values["min-tensors"],
@@ -267,4 +275,5 @@ def _verify(
         trust=trust,
         jobs=jobs,
         hashes=hashes,
+        progress=progress,
     )

@@ -81,12 +81,14 @@ def tracked(
 ) -> Iterator[T]:
     """``results`` (one per entry, in order, computed lazily), telling ``progress`` each
     entry's bytes as its result arrives; first ``progress(0, total)``, so a bar knows its end
-    before the first tensor is read."""
+    before the first tensor is read. That is the only call with 0 bytes (an empty tensor is
+    not reported), so a caller making several passes can tell where each begins (``verify``)."""
     if progress is None:
         yield from results
         return
     total = sum(e.nbytes for e in entries)
     progress(0, total)
     for entry, result in zip(entries, results, strict=True):
-        progress(entry.nbytes, total)
+        if entry.nbytes:
+            progress(entry.nbytes, total)
         yield result

@@ -11,13 +11,20 @@ first found is the one used. Keys are spelled like ``verify``'s long options:
     skip = ["flat-reader"]                   # --skip
     min-tensors = 10                         # --min-tensors
     no-nan = true                            # --no-nan
-    state-key = "model"                      # --state-key
+    state-key = "model"                      # --state-key, for every file
     allow-global = ["argparse.Namespace"]    # --allow-global, for every file
 
     # or per path glob, relative to the configuration file's directory
     # ("*" stays within one path segment, "**" spans any number of them):
     [tool.ckptctl.verify.allow-global]
     "models/legacy/*.pt" = ["argparse.Namespace"]
+
+    [tool.ckptctl.verify.state-key]
+    "checkpoints/**/*.pt" = "model"
+
+A file matching several ``allow-global`` globs gets all their globals; a file matching
+``state-key`` globs with different keys is refused (exit 2) naming both, and one matching no
+``state-key`` glob is read flat.
 
 An unknown key, a wrong type or an unknown check name is a :class:`ConfigError` naming the file
 and the line (``tomllib`` gives no line numbers for valid documents, so the line is found by
@@ -255,8 +262,19 @@ def _flag(path: str, line: int, key: str, value: object) -> JSONValue:
 
 
 def _dotted_key(path: str, line: int, key: str, value: object) -> JSONValue:
+    """``state-key``: a dotted key, or a table of path glob -> dotted key."""
+    if isinstance(value, dict):
+        for one in value.values():
+            if not isinstance(one, str) or not one:
+                raise _fail(path, line, key, "a non-empty dotted key (such as 'model') per glob")
+        return {str(glob): one for glob, one in value.items()}
     if not isinstance(value, str) or not value:
-        raise _fail(path, line, key, "a non-empty string (a dotted key such as 'model')")
+        raise _fail(
+            path,
+            line,
+            key,
+            "a non-empty string (a dotted key such as 'model'), or a table of glob = 'key'",
+        )
     return value
 
 

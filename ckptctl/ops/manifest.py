@@ -125,11 +125,15 @@ def _parse_line(line: str, number: int, path: str) -> TensorHash:
 
 
 def check_hashes(
-    entries: Sequence[TensorEntry], manifest: Sequence[TensorHash], manifest_path: str
+    entries: Sequence[TensorEntry],
+    manifest: Sequence[TensorHash],
+    manifest_path: str,
+    progress: Progress | None = None,
 ) -> HashCheck:
     """Compare ``entries`` with a manifest: names, dtypes, shapes, then digests.
 
     A tensor whose dtype or shape already differs is not hashed. Returns every difference.
+    ``progress(nbytes, total)`` is told of each tensor hashed.
     """
     expected = {row.name: row for row in manifest}
     present = {e.name for e in entries}
@@ -149,7 +153,7 @@ def check_hashes(
             )
         else:
             to_hash.append(entry)
-    for found in hash_entries(to_hash):
+    for found in hash_entries(to_hash, progress=progress):
         want = expected[found.name].digest
         if found.digest != want:
             mismatched.append(HashMismatch(found.name, "digest", want, found.digest))

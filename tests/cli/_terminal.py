@@ -31,6 +31,10 @@ class TerminalRun:
         text = _CONTROL.sub("", self.terminal)
         return [line for line in re.split(r"[\r\n]", text) if line.strip()]
 
+    def bar_lines(self) -> list[str]:
+        """The lines that are frames of a progress bar (its bar, or a byte count)."""
+        return [line for line in self.lines() if "━" in line or "iB/" in line]
+
 
 def run_on_terminal(
     *args: str | Path, columns: int = 80, stdout_too: bool = False, timeout: float = 60

@@ -46,10 +46,6 @@ def _args(command: tuple[str, ...], file, out) -> list[str]:
     return [a.format(f=file, out=out) for a in command]
 
 
-def _bar_lines(lines: list[str]) -> list[str]:
-    return [line for line in lines if "━" in line or "MiB/" in line or "KiB/" in line]
-
-
 @pytest.mark.parametrize("command", list(READERS))
 def test_every_reading_command_shows_the_bar_on_one_line_of_an_80_column_terminal(
     command, eight, tmp_path
@@ -57,7 +53,7 @@ def test_every_reading_command_shows_the_bar_on_one_line_of_an_80_column_termina
     out = tmp_path / "a-long-output-name-for-a-converted-checkpoint.safetensors"
     run = run_on_terminal(*_args(READERS[command], eight, out), columns=COLUMNS)
     assert run.code == 0, run.terminal
-    bars = _bar_lines(run.lines())
+    bars = run.bar_lines()
     assert bars, run.terminal
     assert any("512.0 KiB/512.0 KiB" in line for line in bars), bars
     for line in bars:  # every frame is one whole line: nothing wraps onto a second
@@ -76,7 +72,7 @@ def test_no_bar_in_a_pipe_or_with_json(command, eight, tmp_path, run_cli):
     again = ["--force"] if command in ("convert", "hash") else []  # the output exists now
     json_run = run_on_terminal(*args, "--json", *again)
     assert json_run.code == 0, json_run.terminal
-    assert not _bar_lines(json_run.lines()), json_run.terminal
+    assert not json_run.bar_lines(), json_run.terminal
 
 
 # --- item 4: ls --tree follows the file's module order, and --sort is honoured or refused ---

@@ -190,6 +190,11 @@ def test_no_nan_from_the_file(run_cli, project: Path) -> None:
         (".ckptctl.toml", "[verify]\nstate-key = ''\n", "line 2: 'state-key' must be a non-empty"),
         (
             ".ckptctl.toml",
+            "[verify]\nno-nan = true\n\n[verify.state-key]\n'*.pt' = ['model']\n",
+            "line 4: 'state-key' must be a non-empty dotted key",
+        ),
+        (
+            ".ckptctl.toml",
             "[verify]\nallow-global = 'a.B'\n",
             "line 2: 'allow-global' must be a list",
         ),
@@ -204,6 +209,7 @@ def test_no_nan_from_the_file(run_cli, project: Path) -> None:
         "int",
         "bool",
         "str",
+        "state-key-glob",
         "list",
         "toml",
     ],
@@ -244,3 +250,90 @@ def test_an_unknown_key_gets_did_you_mean(run_cli, project: Path) -> None:
 )
 def test_glob_matches(pattern: str, path: str, matches: bool) -> None:
     assert glob_matches(pattern, path) is matches
+
+
+# --- state-key per path glob (issue 48) --------------------------------------------------------
+
+STATE_KEY_GLOBS = "[tool.ckptctl.verify.state-key]\n'**/*.pt' = 'model'\n"
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A repository holding a flat model.safetensors and a {model, optimizer} ckpt.pt (cwd)."""
+    root = tmp_path / "repo"
+    (root / "runs" / "1").mkdir(parents=True)
+    shutil.copy(VALID / "safetensors" / "tiny.safetensors", root / "model.safetensors")
+    shutil.copy(PT / "nested.pt", root / "runs" / "1" / "ckpt.pt")
+    monkeypatch.chdir(root)
+    return root
+
+
+def _flat_reader(result) -> dict[str, str]:
+    """flat-reader's status per file, by path relative to the repository."""
+    return {
+        Path(f["path"]).as_posix(): next(
+            g["status"] for g in f["findings"] if g["check"] == "flat-reader"
+        )
+        for f in json.loads(result.stdout)["files"]
+    }
+
+
+def test_state_key_per_glob_covers_flat_files_and_nested_checkpoints(run_cli, repo: Path) -> None:
+    failed = run_cli("verify", ".", "--json")
+    assert failed.code == 1  # no one state key fits both files
+    assert _flat_reader(failed) == {"model.safetensors": "ok", "runs/1/ckpt.pt": "fail"}
+    assert run_cli("verify", ".", "--state-key", "model").code == 1  # now the flat file fails
+
+    write(repo / "pyproject.toml", '[project]\nname = "x"\n\n' + STATE_KEY_GLOBS)
+    result = run_cli("verify", ".", "--json")
+    assert result.code == 0, result.stdout
+    assert _flat_reader(result) == {"model.safetensors": "ok", "runs/1/ckpt.pt": "ok"}
+    text = run_cli("verify", ".")
+    assert "below state key 'model'" in text.stdout
+    # the globs are relative to the configuration file's directory, wherever verify runs
+    assert run_cli("verify", repo / "runs").code == 0
+
+
+def test_state_key_globs_in_ckptctl_toml_and_show_config(run_cli, repo: Path) -> None:
+    path = write(repo / ".ckptctl.toml", "[verify]\nno-nan = true\n\n[verify.state-key]\n"
+                 "'runs/**' = 'model'\n'*.safetensors' = 'model'\n")  # fmt: skip
+    result = run_cli("verify", ".", "--json")
+    assert _flat_reader(result) == {"model.safetensors": "fail", "runs/1/ckpt.pt": "ok"}
+    shown = run_cli("verify", "--show-config", "--json")
+    settings = {s["key"]: s for s in json.loads(shown.stdout)["settings"]}
+    assert settings["state-key"]["value"] == {"runs/**": "model", "*.safetensors": "model"}
+    assert settings["state-key"]["source"] == str(path)
+    assert settings["state-key"]["line"] == 4
+    # the command line replaces the file's table, as it does allow-global's
+    replaced = run_cli("verify", "runs", "--state-key", "optimizer", "--json")
+    assert _flat_reader(replaced) == {"runs/1/ckpt.pt": "fail"}
+
+
+def test_globs_giving_one_file_two_state_keys_are_a_usage_error(run_cli, repo: Path) -> None:
+    write(
+        repo / ".ckptctl.toml",
+        "[verify.state-key]\n'**/*.pt' = 'model'\n'runs/**' = 'model'\n'runs/1/*' = 'state_dict'\n",
+    )
+    result = run_cli("verify", ".")
+    assert result.code == 2
+    assert result.stdout == ""
+    first = result.stderr.splitlines()[0]
+    assert "ckpt.pt" in first
+    assert "'**/*.pt'" in first
+    assert "'runs/1/*'" in first
+    assert "Traceback" not in result.stderr
+    # the command line replaces the globs (and the flat file fails below 'model')
+    assert run_cli("verify", ".", "--state-key", "model").code == 1
+    # the same key from several globs is no conflict
+    write(repo / ".ckptctl.toml", "[verify.state-key]\n'**/*.pt' = 'model'\n'runs/**' = 'model'\n")
+    assert run_cli("verify", ".").code == 0
+
+
+def test_the_library_takes_state_keys_per_glob(repo: Path) -> None:
+    from ckptctl.errors import SelectionError
+    from ckptctl.ops.verify import verify
+
+    report = verify([repo], state_key_for={"runs/**": "model"}, globs_root=repo)
+    assert report.ok
+    with pytest.raises(SelectionError, match="state-key globs"):
+        verify([repo], state_key_for={"runs/**": "model", "**.pt": "x"}, globs_root=repo)

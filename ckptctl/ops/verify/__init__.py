@@ -34,6 +34,8 @@ from ckptctl.report.verify import FileResult, FileVerdict, Finding, Status, Veri
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
+    from ckptctl.model import Progress
+
 __all__ = [
     "ALWAYS_REPORTED",
     "CHECKS",
@@ -64,6 +66,8 @@ def verify(
     allow_globals_for: Mapping[str, Iterable[str]] | None = None,
     globs_root: str | os.PathLike[str] | None = None,
     hashes: str | os.PathLike[str] | None = None,
+    progress: Progress | None = None,
+    state_key_for: Mapping[str, str] | None = None,
 ) -> VerifyReport:
     """Check checkpoint files for CI; bad files become failed findings, never exceptions.
 
@@ -83,18 +87,24 @@ def verify(
         trust: accept needs-trust pickles (a warning, not a failure); unsafe ones still fail.
         allow_globals_for: path glob -> more globals to trust for the files it matches
             (``*`` within one segment, ``**`` across segments; see :mod:`ckptctl.ops.config`).
+        state_key_for: path glob -> the state key for the files it matches (as
+            ``allow_globals_for``); files matching none get ``state_key``.
         globs_root: the directory those globs are relative to (default: the current one).
         jobs: files checked at once (in worker processes) and tensors scanned at once for
             ``no_nan``; the report does not depend on it.
         hashes: a manifest written by ``ckptctl hash``: every tensor's name, dtype, shape and
             digest must match it (no tensor missing, none extra).
+        progress: called as ``progress(nbytes, total)`` as ``no_nan`` and ``hashes`` read each
+            tensor; ``total`` grows as files are opened (each pass over a file's tensors adds
+            its bytes), and is None for files checked in worker processes (``jobs`` > 1),
+            which are counted when done.
 
     Returns:
         A :class:`VerifyReport`; ``report.ok`` is true when every file passed every check.
 
     Raises:
         SelectionError: ``checks`` or ``skip`` names an unknown check, or ``skip`` one that is
-            always reported.
+            always reported, or ``state_key_for`` globs with different keys match one file.
 
     Example:
         >>> report = verify(["model.safetensors", "ckpt.pt"], state_key="model")  # doctest: +SKIP
@@ -131,5 +141,10 @@ def verify(
         glob_root=os.path.abspath(os.fspath(globs_root) if globs_root is not None else os.curdir),
         hashes=None if hashes is None else os.fspath(hashes),
         manifest=None if hashes is None else load_manifest(hashes),
+        progress=progress,
+        state_key_for=tuple((state_key_for or {}).items()),
     )
-    return report_of(expand([os.fspath(p) for p in paths]), options)
+    targets = expand([os.fspath(p) for p in paths])
+    for target in targets:
+        options.state_key_of(target.path)  # two state keys for one file: refused before any
+    return report_of(targets, options)

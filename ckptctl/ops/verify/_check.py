@@ -5,10 +5,11 @@ helpers that word findings alike."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from ckptctl.errors import SelectionError
 from ckptctl.fix import hint_of
 from ckptctl.ops._walk import glob_matches
 from ckptctl.report.verify import Finding, Rule, Status
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
     from ckptctl.dtypes import DType
     from ckptctl.errors import CkptError
-    from ckptctl.model import Checkpoint, TensorEntry
+    from ckptctl.model import Checkpoint, Progress, TensorEntry
     from ckptctl.ops._optimizer import OptimizerRecord
     from ckptctl.report.manifest import TensorHash
     from ckptctl.report.verify import FileVerdict
@@ -50,7 +51,10 @@ class Phase(Enum):
 @dataclass(frozen=True)
 class Options:
     """The settings of one :func:`~ckptctl.ops.verify.verify` run, with what it read once for
-    every file (the ``expect`` reference's specs, the optimizer record, the manifest)."""
+    every file (the ``expect`` reference's specs, the optimizer record, the manifest), and the
+    ``progress`` callback of the checks that read tensor data (``no-nan``, ``hashes``): every
+    pass over a file's tensors begins with ``progress(0, total)`` (:func:`ckptctl.ops._stream.
+    tracked`)."""
 
     checks: frozenset[str]
     allow_globals: frozenset[str]
@@ -67,16 +71,45 @@ class Options:
     glob_root: str | None = None
     hashes: str | None = None
     manifest: tuple[TensorHash, ...] | CkptError | None = None
+    progress: Progress | None = field(default=None, compare=False)
+    state_key_for: tuple[tuple[str, str], ...] = ()
 
     def allowed(self, path: str) -> frozenset[str]:
         """The globals trusted for ``path``: everywhere, and by the globs it matches."""
-        if not self.allow_for or self.glob_root is None or "://" in path:
-            return self.allow_globals
+        matching = self._matching(path)
+        extra = [names for glob, names in self.allow_for if glob in matching]
+        return self.allow_globals.union(*extra)
+
+    def state_key_of(self, path: str) -> str | None:
+        """The state key for ``path``: the one of the ``state_key_for`` globs it matches, else
+        ``state_key``.
+
+        Raises:
+            SelectionError: globs with different state keys match ``path``.
+        """
+        matching = self._matching(path)
+        found = [(glob, key) for glob, key in self.state_key_for if glob in matching]
+        if not found:
+            return self.state_key
+        (glob, key), other = found[0], next((f for f in found if f[1] != found[0][1]), None)
+        if other is not None:
+            raise SelectionError(
+                f"matches the state-key globs {glob!r} ({key!r}) and {other[0]!r} ({other[1]!r})",
+                path=path,
+                hint="make the state-key globs match different files, or give --state-key",
+            )
+        return key
+
+    def _matching(self, path: str) -> set[str]:
+        """The globs of ``allow_for`` and ``state_key_for`` that ``path`` (relative to
+        ``glob_root``; a remote path or one outside it matches none) matches."""
+        if self.glob_root is None or "://" in path:
+            return set()
         relative = os.path.relpath(os.path.abspath(path), self.glob_root).replace(os.sep, "/")
         if relative.startswith("../"):
-            return self.allow_globals
-        extra = [names for glob, names in self.allow_for if glob_matches(glob, relative)]
-        return self.allow_globals.union(*extra)
+            return set()
+        globs = {g for g, _ in self.allow_for} | {g for g, _ in self.state_key_for}
+        return {g for g in globs if glob_matches(g, relative)}
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from ckptctl.report.verify import FileResult, FileVerdict, Finding, Status, Veri
 from ckptctl.safety import Verdict, carried_safety
 
 if TYPE_CHECKING:
-    from ckptctl.model import Checkpoint
+    from ckptctl.model import Checkpoint, Progress
     from ckptctl.ops._walk import Target
     from ckptctl.safety import PickleSafety
 
@@ -57,7 +57,9 @@ def _no_checkpoint_in(top: str) -> FileResult:
 
 def _check_all(targets: list[Target], opts: Options) -> list[FileResult | None]:
     """Every target's result in order; with ``jobs`` > 1, in that many forked processes (the
-    pickle walk is pure Python, so threads would share one core)."""
+    pickle walk is pure Python, so threads would share one core). ``progress`` is told of the
+    tensor bytes read: here as they are read, toward an end that grows as files are opened;
+    from worker processes, a file's bytes when it is done, with no end."""
     import multiprocessing
     import threading
 
@@ -68,6 +70,8 @@ def _check_all(targets: list[Target], opts: Options) -> list[FileResult | None]:
         or threading.active_count() > 1  # forking a threaded process can deadlock the child
         or any("://" in t.path for t in targets)  # remote reads count their traffic here
     ):
+        if opts.progress is not None:
+            opts = replace(opts, progress=_growing(opts.progress))
         return [_verify_one(t, opts) for t in targets]
     from concurrent.futures import ProcessPoolExecutor
 
@@ -76,13 +80,39 @@ def _check_all(targets: list[Target], opts: Options) -> list[FileResult | None]:
         workers,
         mp_context=multiprocessing.get_context("fork"),  # the options are inherited, not sent
         initializer=_WORKER_OPTIONS.append,
-        initargs=(opts,),
+        initargs=(replace(opts, progress=None),),
     ) as pool:
-        return list(pool.map(_verify_in_worker, targets, chunksize=_CHUNK_FILES))
+        results = []
+        for result, nbytes in pool.map(_verify_in_worker, targets, chunksize=_CHUNK_FILES):
+            if opts.progress is not None and nbytes:
+                opts.progress(nbytes, None)  # the bytes of a file once it is done; no end
+            results.append(result)
+        return results
 
 
-def _verify_in_worker(target: Target) -> FileResult | None:
-    return _verify_one(target, _WORKER_OPTIONS[-1])
+def _verify_in_worker(target: Target) -> tuple[FileResult | None, int]:
+    """One file's result in a worker process, with the tensor bytes its checks read."""
+    read = [0]
+
+    def count(nbytes: int, total: int | None) -> None:
+        read[0] += nbytes
+
+    result = _verify_one(target, replace(_WORKER_OPTIONS[-1], progress=count))
+    return result, read[0]
+
+
+def _growing(progress: Progress) -> Progress:
+    """``progress`` told of every pass over every file as one: each pass's total (its first
+    call, ``progress(0, total)``) is added to the end, which so grows as files are opened."""
+    end = 0
+
+    def report(nbytes: int, total: int | None) -> None:
+        nonlocal end
+        if nbytes == 0:
+            end += total or 0
+        progress(nbytes, end)
+
+    return report
 
 
 def _verify_one(target: Target, opts: Options) -> FileResult | None:
@@ -136,7 +166,7 @@ def _verify_file(path: str, opts: Options, skippable: bool = False) -> FileResul
             return None
         findings = _unreadable(path, exc, opts)
         return FileResult(path, None, None, None, tuple(findings), label=label(exc))
-    subject = Subject(path, fmt, opts)
+    subject = Subject(path, fmt, replace(opts, state_key=opts.state_key_of(path)))
     indexed = _run_phase(Phase.INDEX, subject)
     try:
         ckpt = open_checkpoint(path)

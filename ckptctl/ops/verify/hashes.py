@@ -33,7 +33,7 @@ def hashes(subject: Subject) -> Finding:
         return fail_from("hashes", manifest, f"manifest {where!r}: ")
     if manifest is None or where is None:  # only run with hashes, whose manifest has been read
         raise AssertionError("no manifest")
-    check = check_hashes(subject.tensors, manifest, where)
+    check = check_hashes(subject.tensors, manifest, where, subject.opts.progress)
     if check.ok:
         return Finding(
             "hashes",

@@ -10,12 +10,13 @@ import numpy as np
 from ckptctl.dtypes import DType, to_float
 from ckptctl.formats._base import ranged_step
 from ckptctl.model import StridedData, listed_dtype
+from ckptctl.ops._stream import tracked
 from ckptctl.ops.verify._check import MESSAGE_LIMIT, Check, Phase, more, plural
 from ckptctl.report.verify import Finding, Status
 from ckptctl.sources import CHUNK_BYTES
 
 if TYPE_CHECKING:
-    from ckptctl.model import JSONValue, TensorEntry
+    from ckptctl.model import JSONValue, Progress, TensorEntry
     from ckptctl.ops.verify._check import Subject
 
 #: Bytes read per ``os.pread`` call by the NaN/Inf scan (a multiple of every itemsize).
@@ -69,15 +70,18 @@ def _scan(entry: TensorEntry) -> tuple[int, int]:
     return nan, inf
 
 
-def _scan_all(entries: list[TensorEntry], jobs: int) -> list[tuple[int, int]]:
-    """``_scan`` of every entry, in order; with ``jobs`` > 1 on that many threads (``pread``
-    and numpy's reductions release the GIL, so tensors of different shards scan in parallel)."""
+def _scan_all(
+    entries: list[TensorEntry], jobs: int, progress: Progress | None
+) -> list[tuple[int, int]]:
+    """``_scan`` of every entry, in order, ``progress`` told of each; with ``jobs`` > 1 on that
+    many threads (``pread`` and numpy's reductions release the GIL, so tensors of different
+    shards scan in parallel)."""
     if jobs <= 1 or len(entries) < 2:
-        return [_scan(entry) for entry in entries]
+        return list(tracked(entries, (_scan(entry) for entry in entries), progress))
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(min(jobs, len(entries))) as pool:
-        return list(pool.map(_scan, entries))
+        return list(tracked(entries, pool.map(_scan, entries), progress))
 
 
 def no_nan(subject: Subject) -> Finding:
@@ -92,7 +96,7 @@ def no_nan(subject: Subject) -> Finding:
     # can be NaN or Inf), one tensor decoded at a time, as convert --dequantize decodes them
     pairs = [(e, dequantized(e) if can_decode(e) else e) for e in entries]
     floats = [(e, v) for e, v in pairs if v.dtype.is_float or v.dtype in _SCANNED]
-    counts = _scan_all([v for _, v in floats], subject.opts.jobs)
+    counts = _scan_all([v for _, v in floats], subject.opts.jobs, subject.opts.progress)
     for (entry, value), (nan, inf) in zip(floats, counts, strict=True):
         scanned += 1
         elements += value.numel
