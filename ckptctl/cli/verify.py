@@ -29,7 +29,64 @@ if TYPE_CHECKING:
     from ckptctl.report.verify import VerifyReport
 
 
-@click.command("verify")
+#: The command's --help (and man page) text; its Examples are run by tests/test_docs.py.
+HELP = """Check each FILE for CI: exit 0 when every file passes, 1 when any fails.
+
+Every file is checked for: readable (opens and passes every structural check; lfs-pointer
+instead when it, or a part of it such as a shard, is a git-lfs pointer: run git lfs pull),
+safe-pickle (pickle-based files: the verdict safe, needs-trust or unsafe, with every global
+named; safe means torch.load(weights_only=True) loads it, or, for a DCP directory or
+DeepSpeed save, that it names only the inert classes its producer's loader reads besides;
+unsafe always fails and needs-trust fails unless --trust or --allow-global), sharded-index
+(*.index.json against its shards), flat-reader (a reader expecting a top-level name ->
+tensor map, such as candle's from_pth, would find tensors: nested checkpoints, whole pickled
+models, TorchScript archives and empty files fail, with the fix; no flat reader opens a DCP
+directory, so a nested one passes) and quant-layout (files with GPTQ, AWQ, bitsandbytes, FP8
+or compressed-tensors modules: packed shapes, scales, zero points and group index agree; a
+broken module is named with the disagreement); GGUF files also get gguf-layout (offsets,
+types and names as llama.cpp's reader requires, where gguf-py is more lenient; a
+general.architecture key) and chat-template (a tokenizer.chat_template that reaches Python
+internals when rendered by Jinja, such as __globals__ or cycler's internals, is unsafe, the
+construct named); ONNX models whose external data declares a checksum get onnx-checksum
+(each data file hashed whole against the SHA-1 the model declares). Unreadable, corrupt or
+unsafe files are reported as failures, not errors, and never stop the other files; a file
+that is no checkpoint but holds pickles (a NumPy object array, a zip with a pickle under
+another name) still gets a safe-pickle verdict. --no-nan, --expect, --min-tensors,
+--optimizer and --hashes add checks; --check and --skip choose which are reported.
+
+A directory is walked (sorted, hidden directories left out): every file named like a
+checkpoint (*.safetensors, *.pt, *.pth, *.bin, *.ckpt, *.bpk, *.mpk[.gz], *.pkl, *.gguf,
+*.onnx, *.npy, *.npz, *.distcp, *.index.json) is checked and fails when no reader accepts
+it; files with other names that are no checkpoint and hold no pickle (configs, tokenizers)
+are skipped, counted, and listed with -v (--json: summary.skipped_paths); a directory with
+one *.index.json stays one sharded checkpoint. After several files the summary counts them
+by verdict (safe, needs-trust, unsafe, unreadable). -j N checks N files at once; the output
+is the same.
+
+Settings come from [tool.ckptctl.verify] in pyproject.toml or [verify] in .ckptctl.toml,
+the first found from the current directory upwards (keys: check, skip, allow-global, also
+as a table of path glob = [globals], min-tensors, no-nan, state-key, also as a table of
+path glob = "key"; a file two globs give different keys is refused, exit 2); an option
+given on the command line replaces the file's value. --show-config prints what is in
+force.
+
+\b
+Examples:
+  ckptctl verify weights.pt model.bpk
+  ckptctl verify checkpoint.pt  # exit 1: tensors are under 'model'
+  ckptctl verify checkpoint.pt --state-key model --no-nan
+  ckptctl verify trained.bpk --optimizer optim.bpk
+  ckptctl verify whole_model.pt --check safe-pickle --trust
+  ckptctl verify models/ -j 4 -q
+  ckptctl verify models/ -v
+  ckptctl verify models/ --format sarif
+  ckptctl verify args.pt --print-safe-globals
+  ckptctl verify --show-config
+  ckptctl verify model.safetensors --hashes model.manifest
+"""
+
+
+@click.command("verify", help=HELP)
 @click.argument("files", nargs=-1, type=InputPath(), metavar="FILES...")
 @state_key_option
 @click.option(
@@ -149,60 +206,7 @@ def command(
     verbose: bool,
     fmt: OutputFormat,
 ) -> int:
-    """Check each FILE for CI: exit 0 when every file passes, 1 when any fails.
-
-    Every file is checked for: readable (opens and passes every structural check; lfs-pointer
-    instead when it, or a part of it such as a shard, is a git-lfs pointer: run git lfs pull),
-    safe-pickle (pickle-based files: the verdict safe, needs-trust or unsafe, with every global
-    named; safe means torch.load(weights_only=True) loads it, or, for a DCP directory or
-    DeepSpeed save, that it names only the inert classes its producer's loader reads besides;
-    unsafe always fails and needs-trust fails unless --trust or --allow-global), sharded-index
-    (*.index.json against its shards), flat-reader (a reader expecting a top-level name ->
-    tensor map, such as candle's from_pth, would find tensors: nested checkpoints, whole pickled
-    models, TorchScript archives and empty files fail, with the fix; no flat reader opens a DCP
-    directory, so a nested one passes) and quant-layout (files with GPTQ, AWQ, bitsandbytes, FP8
-    or compressed-tensors modules: packed shapes, scales, zero points and group index agree; a
-    broken module is named with the disagreement); GGUF files also get gguf-layout (offsets,
-    types and names as llama.cpp's reader requires, where gguf-py is more lenient; a
-    general.architecture key) and chat-template (a tokenizer.chat_template that reaches Python
-    internals when rendered by Jinja, such as __globals__ or cycler's internals, is unsafe, the
-    construct named); ONNX models whose external data declares a checksum get onnx-checksum
-    (each data file hashed whole against the SHA-1 the model declares). Unreadable, corrupt or
-    unsafe files are reported as failures, not errors, and never stop the other files; a file
-    that is no checkpoint but holds pickles (a NumPy object array, a zip with a pickle under
-    another name) still gets a safe-pickle verdict. --no-nan, --expect, --min-tensors,
-    --optimizer and --hashes add checks; --check and --skip choose which are reported.
-
-    A directory is walked (sorted, hidden directories left out): every file named like a
-    checkpoint (*.safetensors, *.pt, *.pth, *.bin, *.ckpt, *.bpk, *.mpk[.gz], *.pkl, *.gguf,
-    *.onnx, *.npy, *.npz, *.distcp, *.index.json) is checked and fails when no reader accepts
-    it; files with other names that are no checkpoint and hold no pickle (configs, tokenizers)
-    are skipped, counted, and listed with -v (--json: summary.skipped_paths); a directory with
-    one *.index.json stays one sharded checkpoint. After several files the summary counts them
-    by verdict (safe, needs-trust, unsafe, unreadable). -j N checks N files at once; the output
-    is the same.
-
-    Settings come from [tool.ckptctl.verify] in pyproject.toml or [verify] in .ckptctl.toml,
-    the first found from the current directory upwards (keys: check, skip, allow-global, also
-    as a table of path glob = [globals], min-tensors, no-nan, state-key, also as a table of
-    path glob = "key"; a file two globs give different keys is refused, exit 2); an option
-    given on the command line replaces the file's value. --show-config prints what is in
-    force.
-
-    \b
-    Examples:
-      ckptctl verify weights.pt model.bpk
-      ckptctl verify checkpoint.pt  # exit 1: tensors are under 'model'
-      ckptctl verify checkpoint.pt --state-key model --no-nan
-      ckptctl verify trained.bpk --optimizer optim.bpk
-      ckptctl verify whole_model.pt --check safe-pickle --trust
-      ckptctl verify models/ -j 4 -q
-      ckptctl verify models/ -v
-      ckptctl verify models/ --format sarif
-      ckptctl verify args.pt --print-safe-globals
-      ckptctl verify --show-config
-      ckptctl verify model.safetensors --hashes model.manifest
-    """
+    """``ckptctl verify``: see ``HELP``."""
     from ckptctl.ops.config import VerifyConfig, load_verify_config, settings_in_force
 
     ctx = click.get_current_context()
