@@ -16,6 +16,8 @@ from ckptctl.report.sanitize import sanitize
 from ckptctl.report.summary import DISPLAY_LIMIT, AmbiguityKind, SummaryErrorKind
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ckptctl.report.summary import AmbiguousTensor, LoadingSummary, SummaryError
 
 WARNING = "\u26a0\ufe0f"
@@ -62,13 +64,20 @@ def error_line(error: SummaryError) -> str:
     return f"Load error for '{error.name}': Failed to load tensor data: {error.message}"
 
 
+#: Why a target tensor is unproven, by kind, when the reason is the same for every such tensor
+#: (said once over the list of them).
+_SHARED_REASONS = {
+    AmbiguityKind.ROPE: "Hugging Face's half-split RoPE layout, where wq/wk take the interleaved "
+    "one; add the rope-interleaved adapter with the head counts",
+    AmbiguityKind.LAYOUT: "square weights: nothing tells a Linear (transposed) from a tensor "
+    "kept as is; declare their module type",
+}
+
+
 def ambiguity_text(amb: AmbiguousTensor) -> str:
     """Why a target tensor is unproven, naming its candidates."""
     if amb.kind is AmbiguityKind.ROPE:
-        return (
-            f"from '{amb.candidates[0]}': Hugging Face's half-split RoPE layout, where wq/wk "
-            "take the interleaved one; add the rope-interleaved adapter with the head counts"
-        )
+        return f"from '{amb.candidates[0]}': {_SHARED_REASONS[amb.kind]}"
     if amb.kind is AmbiguityKind.LAYOUT:
         return (
             f"square weight from '{amb.candidates[0]}': nothing tells a Linear (transposed) "
@@ -76,6 +85,26 @@ def ambiguity_text(amb: AmbiguousTensor) -> str:
         )
     shown = " or ".join(f"'{c}'" for c in amb.candidates[:DISPLAY_LIMIT])
     return f"could be {shown}: same parameters and shapes; add a remap rule"
+
+
+def _ambiguous_lines(ambiguous: Sequence[AmbiguousTensor]) -> list[str]:
+    """The Ambiguous section's lines: a reason shared by several tensors once, over the list
+    of them (each with its source); other tensors one by one with theirs."""
+    lines: list[str] = []
+    shown = ambiguous[:DISPLAY_LIMIT]
+    for kind, reason in _SHARED_REASONS.items():
+        alike = [a for a in shown if a.kind is kind]
+        if len(alike) < 2:
+            continue
+        lines.append(f"│    {sanitize(reason)}:")
+        lines += [f"│    • {sanitize(a.name)} (from '{sanitize(a.candidates[0])}')" for a in alike]
+    grouped = {a.kind for a in shown if sum(b.kind is a.kind for b in shown) >= 2}
+    for amb in shown:
+        if amb.kind in _SHARED_REASONS and amb.kind in grouped:
+            continue
+        lines.append(f"│    • {sanitize(amb.name)}")
+        lines.append(f"│        {sanitize(ambiguity_text(amb))}")
+    return lines
 
 
 def _more(lines: list[str], total: int) -> None:
@@ -131,9 +160,7 @@ def render_summary(summary: LoadingSummary, *, extras: bool = True) -> str:
         _more(lines, len(summary.errors))
     if extras and summary.ambiguous:
         lines += ["│", "├─ Ambiguous (not applied: nothing decides; name them)", "│"]
-        for amb in summary.ambiguous[:DISPLAY_LIMIT]:
-            lines.append(f"│    • {sanitize(amb.name)}")
-            lines.append(f"│        {sanitize(ambiguity_text(amb))}")
+        lines += _ambiguous_lines(summary.ambiguous)
         _more(lines, len(summary.ambiguous))
     if extras and summary.dtype_notes:
         lines += ["│", "├─ Dtype Differences (applied; Burn does not check dtypes)", "│"]

@@ -425,17 +425,17 @@ def test_the_cli_names_the_rope_adapter_to_add(run_cli, tmp_path: Path) -> None:
     result = run_cli(*args)
     assert result.code == 1
     assert not (tmp_path / "o.bpk").exists()
-    assert (
-        f"ckptctl: nothing written to {tmp_path / 'o.bpk'}: 4 target tensors are unproven "
-        "('layers.0.attention.wk.weight', 'layers.0.attention.wq.weight', "
-        "'layers.1.attention.wk.weight', ...): Hugging Face's q/k projections in the half-split "
-        "RoPE layout where wq/wk take the interleaved one; add --adapter "
-        "rope-interleaved:HEADS,KV_HEADS with the model's num_attention_heads and "
-        "num_key_value_heads, or pass --allow-partial"
-    ) in " ".join(result.stderr.split())
+    stderr = " ".join(result.stderr.split())
+    assert "4 target tensors" in stderr
+    assert "rope-interleaved:HEADS,KV_HEADS" in stderr
+    assert "'layers.0.attention.wk.weight'" in stderr
     assert "│ ✓ Successfully applied: 17 tensors" in result.stdout  # 21 less q, k
-    shown = "│    • layers.0.attention.wk.weight\n│        from 'model.layers.0.self_attn.k_proj"
-    assert shown + ".weight': Hugging Face's half-split" in result.stdout
+    # the shared reason once, each tensor with its source under it
+    assert result.stdout.count("half-split RoPE layout") == 1
+    assert (
+        "• layers.0.attention.wk.weight (from 'model.layers.0.self_attn.k_proj.weight')"
+        in result.stdout
+    )
     result = run_cli(*args, "-a", LLAMA_ROPE)
     assert result.code == 0, result.stderr
     assert "RoPE" not in result.stderr
