@@ -24,7 +24,13 @@ import pytest
 from ckptctl.dtypes import DType
 from ckptctl.errors import CkptError, CorruptCheckpointError, ExitCode, UnsupportedError
 from ckptctl.formats import open_checkpoint
-from ckptctl.formats.pytorch._containers import MAX_STORAGES, MAX_TAR_MEMBERS, Parsed, read_tar
+from ckptctl.formats.pytorch._containers import (
+    MAX_STORAGES,
+    MAX_TAR_MEMBERS,
+    Parsed,
+    ViewReader,
+    read_tar,
+)
 from ckptctl.formats.pytorch._safety import Ledger
 from ckptctl.formats.pytorch._scan import PickleTruncatedError
 from ckptctl.formats.pytorch._unpickler import MAX_RANK, StorageRef, Stub, TensorRef
@@ -761,3 +767,18 @@ def test_tensor_dtype_from_class_else_storage(
     data = build(pickle_=main(w=pid("2001")), tensors_=recs,
                  storages_=storages(storage(1001, numel, b"\0" * 8, stype=stype)))  # fmt: skip
     assert ref(parse(tmp_path, data), "w").dtype == dtype
+
+
+# --- the byte view tarfile reads the archive through ------------------------------------------
+
+
+def test_view_reader_is_a_readable_seekable_raw_stream() -> None:
+    raw = ViewReader(memoryview(b"abcdefgh"))
+    assert (raw.readable(), raw.seekable(), raw.tell()) == (True, True, 0)
+    buffered = io.BufferedReader(raw)  # refuses an unreadable raw stream
+    assert buffered.read(3) == b"abc"
+    assert buffered.seek(-2, io.SEEK_END) == 6
+    assert buffered.read() == b"gh"
+    # back to the start, and before it (clamped at the start)
+    assert (raw.seek(0), raw.read(2)) == (0, b"ab")
+    assert (raw.seek(-5, io.SEEK_CUR), raw.read(1)) == (0, b"a")
