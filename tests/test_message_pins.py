@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 #: 21.2 % (434 of 2045) after those of convert, matching and the structural match were;
 #: 16.3 % (335 of 2053) after six of the formats' and io's mutant files were (each measured
 #: alone); 14.3 % (291 of 2038) with both; 11.2 % (226 of 2023) with verify's folded too;
-#: 8.7 % (181 of 2092) with burnpack's, the unpickler's and the last adapters' folded.
-CEILING = 0.09
+#: 8.7 % (181 of 2092) with burnpack's, the unpickler's and the last adapters' folded;
+#: 6.0 % (125 of 2089) with the PyTorch containers' (TAR, legacy, plain, ZIP) folded.
+CEILING = 0.06
 
 
 def test_the_share_of_tests_that_pin_messages_only_goes_down() -> None:
