@@ -5,7 +5,12 @@ Test tiers are markers: ``torch`` (needs torch installed; ``tests/torch_tier/``)
 ``../shared/corpus``; given automatically to every test that uses the ``corpus`` fixture).
 Such tests skip when what they need is absent -- fine in a user's clone, not in CI. With
 ``CKPTCTL_REQUIRE_TIERS=torch,corpus`` (comma-separated), a skipped test of a listed tier fails
-instead, and so does a run that selects no test of a listed tier (see ``.ci/run``).
+instead, and so does a run that selects no test of a listed tier (see ``.ci/run``), also when
+pytest-xdist runs the tests in worker processes.
+
+``bounded`` marks the tests that assert a time or memory bound on work (hostile inputs): the
+README's command leaves them out and runs the rest in parallel; ``.ci/run`` runs them on their
+own, serially (``-m bounded -p no:xdist``), where their CPU and wall-clock limits hold.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,6 +62,11 @@ os.environ.setdefault(
     "HYPOTHESIS_STORAGE_DIRECTORY",
     os.path.join(tempfile.gettempdir(), f"ckptctl-hypothesis-{os.getuid()}"),
 )
+# Hypothesis fails an example that takes longer than its deadline (200 ms by default): on a
+# loaded machine, with pytest-xdist workers sharing its cores, an ordinary example can. Time
+# bounds on work are the ``bounded`` tier's, measured in its serial run.
+hypothesis.settings.register_profile("ckptctl", deadline=None)
+hypothesis.settings.load_profile("ckptctl")
 
 
 #: Time bounds in tests (wall clock or CPU) guard against runaway work (a hang, a quadratic
@@ -115,12 +126,28 @@ class ChildRun:
     peak_rss: int
 
 
+#: Whether the running test is marked ``bounded`` (set by :func:`_note_bounded_test`).
+_in_bounded_test = False
+
+
+@pytest.fixture(autouse=True)
+def _note_bounded_test(request: pytest.FixtureRequest) -> Generator[None, None, None]:
+    global _in_bounded_test
+    _in_bounded_test = request.node.get_closest_marker("bounded") is not None
+    yield
+    _in_bounded_test = False
+
+
 def run_measured(args: list[str], cwd: Path, timeout: float = 120) -> ChildRun:
-    """Run ``ckptctl ARGS`` in a child Python (this checkout first on its path) and measure it."""
+    """Run ``ckptctl ARGS`` in a child Python (this checkout first on its path) and measure it.
+
+    Only a test marked ``bounded`` may call it: its measures hold only in that tier's serial run.
+    """
     import subprocess
     import sys
     import time
 
+    assert _in_bounded_test, "a test that measures a child process must be marked bounded"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     report = Path(tempfile.mkdtemp(prefix="child-")) / "measured"
     start = time.monotonic()
@@ -142,7 +169,7 @@ def time_bound(bound: float) -> float:
     return bound * TIME_SLACK
 
 
-TIERS = ("torch", "corpus", "quant")
+TIERS = ("torch", "corpus", "quant", "bounded")
 _tier_counts = pytest.StashKey[dict[str, int]]()
 REQUIRE_TIERS_ENV = "CKPTCTL_REQUIRE_TIERS"
 
@@ -236,19 +263,37 @@ def pytest_runtest_makereport(
     report = outcome.get_result()
     if not report.skipped or hasattr(report, "wasxfail"):
         return
-    # A test of several tiers (torch and corpus) must run only when all of them are required.
-    tiers = [t for t in TIERS if item.get_closest_marker(t) is not None]
-    if tiers and set(tiers) <= required_tiers():
+    # A test of several tiers (torch and corpus) must run only when all of them are required;
+    # ``bounded`` is how a test runs, not something it needs (a torch test may be bounded).
+    tiers = {t for t in TIERS if item.get_closest_marker(t) is not None}
+    required = required_tiers()
+    if tiers & required and tiers - {"bounded"} <= required:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
         report.longrepr = (
             f"{item.nodeid}: skipped ({reason}) but {REQUIRE_TIERS_ENV} requires the "
-            f"{'/'.join(tiers)} tier to run"
+            f"{'/'.join(sorted(tiers))} tier to run"
         )
+
+
+#: Where a pytest-xdist worker hands its counts to the controller, which collects nothing.
+_WORKER_COUNTS = "ckptctl_tier_counts"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist's controller: keep a worker's counts (every worker collects every test)."""
+    counts = getattr(node, "workeroutput", {}).get(_WORKER_COUNTS)
+    if counts is not None:
+        node.config.stash[_tier_counts] = counts
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     counts = session.config.stash.get(_tier_counts, {})
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: the controller checks and reports
+        workeroutput[_WORKER_COUNTS] = counts
+        return
     empty = sorted(tier for tier, n in counts.items() if n == 0)
     if empty and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -9,6 +9,8 @@ import struct
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO, VALID, copy_benchmarks
 
 BENCHMARKS = REPO / "benchmarks"
@@ -206,6 +208,7 @@ def test_bench_gguf_listing_smoke(tmp_path):
     assert all(r["wall_s"] > 0 for r in report["rows"])
 
 
+@pytest.mark.bounded  # the peak-RSS bound
 def test_bench_onnx_smoke(tmp_path):
     script = copy_benchmarks(tmp_path) / "bench_onnx.py"
     cmd = [sys.executable, str(script), "--tensors", "3", "--tensor-mib", "1", "--runs", "1"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shlex
 import sys
 
 import click
@@ -81,10 +82,22 @@ def test_changelog_has_unreleased_section():
 
 
 def test_readme_test_command_is_what_ci_runs():
+    """Each test command of the README (the suite in parallel, the bounded tier serially) is a
+    pytest run of .ci/run: the same options at the end, CI's own (no cache) before them."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
-    assert ".venv/bin/python -m pytest -q" in readme
-    assert "python -m pytest -q" in ci
+    documented = [
+        shlex.split(m) for m in re.findall(r"\.venv/bin/python -m pytest -q([^`\n]*)", readme)
+    ]
+    runs = [
+        shlex.split(line.partition("python -m pytest -q")[2])
+        for line in ci.splitlines()
+        if "python -m pytest -q" in line and not line.lstrip().startswith("#")
+    ]
+    assert ["-n", "auto", "-m", "not bounded"] in documented
+    assert ["-m", "bounded", "-p", "no:xdist"] in documented
+    for args in documented:
+        assert any(run[len(run) - len(args) :] == args for run in runs), args
 
 
 def _examples() -> list[tuple[str, str, int]]:

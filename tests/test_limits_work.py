@@ -33,6 +33,8 @@ from tests.hostile_work import (
     write_index,
 )
 
+pytestmark = pytest.mark.bounded
+
 CHILD_SECONDS = time_bound(10.0)
 CHILD_WALL_SECONDS = time_bound(60.0)
 CHILD_BYTES = 512 << 20

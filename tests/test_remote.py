@@ -396,6 +396,7 @@ def gzip_bomb() -> bytes:
     return b"".join([*(packer.compress(zeros) for _ in range(384)), packer.flush()])
 
 
+@pytest.mark.bounded
 def test_gzip_encoded_range_is_refused_never_inflated(
     server: LoopbackServer, gzip_bomb: bytes, tmp_path: Path
 ) -> None:
@@ -452,6 +453,7 @@ def test_a_200_serves_only_a_read_from_byte_0(run_cli, tmp_path: Path) -> None:
     assert url in hashed.stderr
 
 
+@pytest.mark.bounded
 def test_a_byte_at_a_time_meets_the_whole_request_deadline(
     server: LoopbackServer, run_cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -304,6 +304,7 @@ def _big_safetensors(path, numel, poke=None):
 
 
 @pytest.mark.slow
+@pytest.mark.bounded
 @pytest.mark.skipif(not hasattr(os, "wait4"), reason="needs os.wait4 for the child's peak RSS")
 def test_big_files_diff_in_bounded_memory(tmp_path):
     numel = 192 * 1024 * 1024  # 768 MiB per file

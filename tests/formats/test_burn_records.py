@@ -429,6 +429,7 @@ def test_good_hostile_base_is_valid() -> None:
     assert msgpack.unpackb(GOOD)["item"]["w"]["param"]["shape"] == [1]
 
 
+@pytest.mark.bounded
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 @pytest.mark.parametrize("wrap", ["mpk", "gz"])
 def test_hostile_records_exit_3(tmp_path: Path, run_cli, case: str, wrap: str) -> None:

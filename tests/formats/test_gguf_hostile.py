@@ -104,6 +104,7 @@ def test_hostile_file_is_corrupt_with_the_cause(name: str, tmp_path: Path) -> No
     assert info_.value.path == str(path)
 
 
+@pytest.mark.bounded
 @pytest.mark.parametrize("name", CORRUPT)
 @pytest.mark.parametrize("command", ["ls", "header", "verify"])
 def test_hostile_file_is_one_line_within_bounds(name: str, command: str, tmp_path: Path) -> None:

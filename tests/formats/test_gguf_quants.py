@@ -173,6 +173,7 @@ def test_dequantize_blocks_refuses_a_range_past_the_end(tmp_path) -> None:
         next(dequantize_blocks(source, 0, GGML_TYPES_BY_NAME["Q8_0"], 32 * 4))
 
 
+@pytest.mark.bounded
 def test_dequantize_blocks_memory_is_bounded_by_the_chunk(tmp_path) -> None:
     # 24 MiB of Q8_0 decode to 90 MiB of float32; the pass holds one 8 MiB piece at a time
     q8_0 = GGML_TYPES_BY_NAME["Q8_0"]

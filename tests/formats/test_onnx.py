@@ -637,6 +637,7 @@ def test_hostile_protobuf_is_one_line_exit_3(tmp_path: Path, run_cli, case: str)
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.bounded
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 @pytest.mark.parametrize("command", ["ls", "header"])
 def test_hostile_protobuf_is_bounded(tmp_path: Path, case: str, command: str) -> None:

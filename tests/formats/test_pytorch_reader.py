@@ -534,6 +534,7 @@ def test_header_only_listing(tmp_path: Path) -> None:
     assert_header_only(listing)
 
 
+@pytest.mark.bounded
 def test_listing_20000_tensors_is_fast(tmp_path: Path) -> None:
     n = 20_000
     items = [

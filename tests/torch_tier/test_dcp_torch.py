@@ -252,6 +252,7 @@ def test_safetensors_variant_of_values_only_accounts_for_its_empty_blob(tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.bounded
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
 def test_convert_of_a_1_gib_checkpoint_stays_within_64_mib_plus_the_largest_tensor(
     tmp_path: Path,

@@ -91,6 +91,7 @@ def test_torch_refuses_exactly_the_files_the_note_names(case: str) -> None:
 #: Runs ckptctl and writes its own peak RSS (VmHWM after exec): ``wait4``'s ``ru_maxrss`` would
 #: count the pytest process (with torch and the test's tensors) it forked from.
 @pytest.mark.slow
+@pytest.mark.bounded
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
 def test_convert_of_a_1_gib_save_stays_within_64_mib_plus_the_largest_tensor(
     tmp_path: Path,
