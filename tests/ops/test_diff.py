@@ -274,7 +274,13 @@ def test_streamed_from_files_equals_in_memory(pair, chunk, flat):
     assert turned.max_abs == expected.max_abs
     assert turned.allclose == expected.allclose
     in_memory = compare_values(array_entry("v", flat), array_entry("v", flat_b), rtol=1e-5, atol=0)
-    assert values == in_memory
+    # the norms behind the relative change and cosine add chunk by chunk: equal to rounding
+    assert replace(values, relative_change=0.0, cosine=None) == replace(
+        in_memory, relative_change=0.0, cosine=None
+    )
+    for got, whole in ((values.relative_change, in_memory.relative_change),
+                       (values.cosine, in_memory.cosine)):  # fmt: skip
+        assert got == (None if whole is None else pytest.approx(whole, rel=1e-9, nan_ok=True))
 
 
 def test_file_backed_entries_are_read_in_chunks_never_through_the_map(tmp_path, monkeypatch):
