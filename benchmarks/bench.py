@@ -106,12 +106,14 @@ def run(cmd: list[str]) -> Run:
     return Run(elapsed, max_rss, usage.ru_utime + usage.ru_stime)
 
 
-def write_safetensors(path: Path, size_mib: int, *, seed: int = 0) -> int:
-    """A safetensors file of about ``size_mib`` MiB of F32 tensors; returns the largest tensor."""
+def write_safetensors(path: Path, size_mib: int, *, seed: int = 0, dtype: str = "F32") -> int:
+    """A safetensors file of about ``size_mib`` MiB of ``dtype`` (F32 or F16) tensors; returns
+    the largest tensor."""
     rng = np.random.default_rng(seed)
+    itemsize = {"F32": 4, "F16": 2}[dtype]
     # A realistic mix: a few big matrices, many small vectors.
     shapes: list[tuple[int, ...]] = []
-    remaining = size_mib * (1 << 20) // 4
+    remaining = size_mib * (1 << 20) // itemsize
     big = max(1, min(remaining // 8, 4096 * 4096))
     while remaining > 0:
         n = min(big, remaining)
@@ -122,9 +124,9 @@ def write_safetensors(path: Path, size_mib: int, *, seed: int = 0) -> int:
     header: dict[str, object] = {}
     offset = 0
     for i, shape in enumerate(shapes):
-        nbytes = int(np.prod(shape)) * 4
+        nbytes = int(np.prod(shape)) * itemsize
         header[f"layers.{i // 2}.{'weight' if len(shape) == 2 else 'bias'}"] = {
-            "dtype": "F32",
+            "dtype": dtype,
             "shape": list(shape),
             "data_offsets": [offset, offset + nbytes],
         }
@@ -135,7 +137,7 @@ def write_safetensors(path: Path, size_mib: int, *, seed: int = 0) -> int:
     with open(path, "wb") as out:
         out.write(struct.pack("<Q", len(blob)) + blob)
         for shape in shapes:
-            array = rng.standard_normal(shape, dtype=np.float32)
+            array = rng.standard_normal(shape, dtype=np.float32).astype(f"<f{itemsize}")
             largest = max(largest, array.nbytes)
             out.write(array.tobytes())
     return largest
@@ -237,6 +239,15 @@ def _st_input(size_mib: int) -> Path:
     if not path.exists():
         WORK.mkdir(parents=True, exist_ok=True)
         meta.write_text(str(write_safetensors(path, size_mib)))
+    return path
+
+
+def _f16_input(size_mib: int) -> Path:
+    path = WORK / f"input16-{size_mib}m.safetensors"
+    meta = path.with_suffix(".largest")
+    if not path.exists():
+        WORK.mkdir(parents=True, exist_ok=True)
+        meta.write_text(str(write_safetensors(path, size_mib, dtype="F16")))
     return path
 
 
@@ -358,6 +369,22 @@ def _convert_bf16(src: Path, dst: Path) -> list[str]:
     return [*_convert_no_fsync(src, dst), "-a", "cast:bf16"]
 
 
+def _convert_f16(src: Path, dst: Path) -> list[str]:
+    return [*_convert_no_fsync(src, dst), "-a", "cast:f16"]
+
+
+def _convert_f32(src: Path, dst: Path) -> list[str]:
+    return [*_convert_no_fsync(src, dst), "-a", "cast:f32"]
+
+
+def _convert_half(src: Path, dst: Path) -> list[str]:
+    return [*_convert_no_fsync(src, dst), "--module-type", ".*=Linear", "-a", "half"]
+
+
+def _convert_transpose_bf16(src: Path, dst: Path) -> list[str]:
+    return [*_convert_transpose(src, dst), "-a", "cast:bf16"]
+
+
 def _cp_sync(src: Path, dst: Path) -> list[str]:
     return ["sh", "-c", 'cp "$1" "$2" && sync "$2"', "cp+sync", str(src), str(dst)]
 
@@ -399,6 +426,14 @@ CASES = [
          "--no-fsync", _fused_input, _convert_split, "cp", _cp, ".bpk"),
     Case("st-bpk-bf16", "every tensor cast F32 → BF16, --no-fsync", _st_input, _convert_bf16,
          "cp", _cp, ".bpk"),
+    Case("st-bpk-f16", "every tensor cast F32 → F16, --no-fsync", _st_input, _convert_f16,
+         "cp", _cp, ".bpk"),
+    Case("f16-bpk-f32", "every tensor cast F16 → F32 (an F16 input), --no-fsync", _f16_input,
+         _convert_f32, "cp", _cp, ".bpk"),
+    Case("st-bpk-half", "every tensor F32 → F16 by Burn's half (-a half, all Linear), "
+         "--no-fsync", _st_input, _convert_half, "cp", _cp, ".bpk"),
+    Case("st-bpk-t-bf16", "2-D weights transposed, then every tensor cast F32 → BF16, "
+         "--no-fsync", _st_input, _convert_transpose_bf16, "cp", _cp, ".bpk"),
     Case("st-pt-nofsync", "safetensors → .pt (zip, CRC per record), --no-fsync", _st_input,
          _convert_no_fsync, "cp", _cp, ".pt"),
     Case("pt-st-nofsync", ".pt → safetensors, --no-fsync", _pt_input, _convert_no_fsync, "cp",
@@ -422,6 +457,11 @@ CASES = [
     Case("hash-cold-j1", "hash -j 1 from a cold page cache, against the disk read with O_DIRECT",
          _st_input, _hash, "dd", _dd_direct, ".none", cold=True),
 ]  # fmt: skip
+
+
+#: ``--casts``: every cast path (issue #50); ``--transposes``: every transpose path.
+CAST_CASES = ("st-bpk-bf16", "st-bpk-f16", "f16-bpk-f32", "st-bpk-half", "st-pt-bf16")
+TRANSPOSE_CASES = ("st-bpk-transpose", "st-bpk-t-bf16")
 
 
 def startup(runs: int) -> list[dict[str, object]]:
@@ -646,6 +686,12 @@ def main() -> None:
     parser.add_argument("--size-mib", type=int, default=1024, help="input size (default 1024)")
     parser.add_argument("--runs", type=int, default=5, help="runs per command (default 5)")
     parser.add_argument("--case", action="append", help="run only these cases")
+    parser.add_argument(
+        "--casts", action="store_true", help="run the cast cases (with any --case given)"
+    )
+    parser.add_argument(
+        "--transposes", action="store_true", help="run the transpose cases (with any --case)"
+    )
     parser.add_argument("--quick", action="store_true", help="8 MiB, 1 run: a smoke test")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
     parser.add_argument(
@@ -662,7 +708,10 @@ def main() -> None:
     size, runs = (8, 1) if args.quick else (args.size_mib, args.runs)
     before = os.getloadavg()
     precompile()
-    results = [measure(c, size, runs) for c in CASES if not args.case or c.name in args.case]
+    chosen = set(args.case or ())
+    chosen |= set(CAST_CASES) if args.casts else set()
+    chosen |= set(TRANSPOSE_CASES) if args.transposes else set()
+    results = [measure(c, size, runs) for c in CASES if not chosen or c.name in chosen]
     kernels = micro(min(size, 256), runs) if args.micro else []
     copied = copies(size, runs) if args.copies else []
     starts = startup(runs) if args.micro else []
