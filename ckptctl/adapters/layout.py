@@ -20,15 +20,15 @@ converter has to rename for real, which is what this adapter does.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from ckptctl.adapters._base import Action, ActionKind, Adapted, BaseAdapter
 from ckptctl.adapters.modules import RENAMED_NORMS, Decision, resolve
-from ckptctl.model import ComputedData, iter_row_blocks
+from ckptctl.model import TensorData, iter_row_blocks
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -44,8 +44,16 @@ if TYPE_CHECKING:
 STRIP_ROWS = 16
 #: Columns per pass over a strip, so each pass's output rows stay in L2.
 STRIP_COLUMNS = 1024
+#: Elements per numpy call at least: a narrow band of columns is copied in strips of more
+#: rows, so that numpy's cost per call stays small against the copy.
+TILE_ELEMENTS = 1 << 14
 #: Below this many elements one numpy copy is faster than the strips.
 SMALL_TRANSPOSE_ELEMENTS = 1 << 16
+#: Output bytes per step of a transposed tensor written by ranges: a band of whole output rows
+#: (input columns), at least ``BAND_MIN_BYTES`` of each input row so that every cache line
+#: read serves a full line of output.
+TRANSPOSE_STEP_BYTES = 1 << 20
+BAND_MIN_BYTES = 64
 
 
 def transpose_into(out: NDArray[Any], array: NDArray[Any]) -> None:
@@ -58,11 +66,13 @@ def transpose_into(out: NDArray[Any], array: NDArray[Any]) -> None:
     if rows * cols <= SMALL_TRANSPOSE_ELEMENTS:
         np.copyto(out, array.T)
         return
-    for c in range(0, cols, STRIP_COLUMNS):
-        source = array[:, c : c + STRIP_COLUMNS]
-        target = out[c : c + STRIP_COLUMNS]
-        for r in range(0, rows, STRIP_ROWS):
-            np.copyto(target[:, r : r + STRIP_ROWS], source[r : r + STRIP_ROWS].T)
+    width = min(cols, STRIP_COLUMNS)
+    height = max(STRIP_ROWS, TILE_ELEMENTS // max(1, width))
+    for c in range(0, cols, width):
+        source = array[:, c : c + width]
+        target = out[c : c + width]
+        for r in range(0, rows, height):
+            np.copyto(target[:, r : r + height], source[r : r + height].T)
 
 
 def transpose_2d(array: NDArray[Any]) -> NDArray[Any]:
@@ -84,12 +94,75 @@ def _load_transposed(entry: TensorEntry) -> NDArray[Any]:
     return out
 
 
+@dataclass(frozen=True, eq=False)
+class TransposedData(TensorData):
+    """The transpose of the rank-2 ``entry`` (``[rows, cols]`` -> ``[cols, rows]``).
+
+    Whole (:meth:`read`), it is transposed block by block of input rows read with ``pread``.
+    When the input lies in a local file, a range of whole output rows (a band of input
+    columns) is also transposed on its own, straight from the file's memory map into the
+    caller's buffer, so a writer streams it a band at a time on the copy threads
+    (:meth:`compute_step`); the input's pages are unmapped again once every band was read.
+    """
+
+    entry: TensorEntry
+    _done: list[int] = field(default_factory=lambda: [0])  # bytes read since the last release
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def read(self) -> memoryview:
+        return np.ascontiguousarray(_load_transposed(self.entry)).reshape(-1).view(np.uint8).data
+
+    def is_ranged(self) -> bool:
+        where = self.entry.data.file_range()
+        return where is not None and not where[0].is_remote
+
+    def compute_step(self) -> int:
+        if not self.is_ranged() or not self.entry.nbytes:
+            return 0
+        rows, cols = self.entry.shape
+        row_bytes = rows * self.entry.dtype.itemsize  # one output row
+        least = -(-BAND_MIN_BYTES // self.entry.dtype.itemsize)
+        band = min(cols, max(least, TRANSPOSE_STEP_BYTES // row_bytes))
+        return band * row_bytes
+
+    def read_range(self, start: int, length: int) -> bytes | memoryview:
+        if start < 0 or length < 0 or start + length > self.entry.nbytes:
+            raise ValueError(
+                f"range {start}+{length} outside a tensor of {self.entry.nbytes} bytes"
+            )
+        if not self.is_ranged():
+            return self.read()[start : start + length]
+        row = self.entry.shape[0] * self.entry.dtype.itemsize
+        first, stop = start - start % row, -(-(start + length) // row) * row
+        out = np.empty(stop - first, dtype=np.uint8)
+        self.read_into(first, out.data)
+        return out.data[start - first : start - first + length]
+
+    def read_into(self, start: int, out: memoryview) -> None:
+        rows, cols = self.entry.shape
+        row = rows * self.entry.dtype.itemsize
+        where = self.entry.data.file_range()
+        if where is None or where[0].is_remote or start % row or len(out) % row:
+            out[:] = self.read_range(start, len(out))
+            return
+        source, offset = where
+        matrix = np.frombuffer(source.view(offset, self.entry.nbytes), self.entry.dtype.numpy)
+        first, count = start // row, len(out) // row
+        band = np.frombuffer(out, self.entry.dtype.numpy).reshape(count, rows)
+        transpose_into(band, matrix.reshape(rows, cols)[:, first : first + count])
+        with self._lock:
+            self._done[0] += len(out)
+            done = self._done[0] >= self.entry.nbytes
+            if done:
+                self._done[0] = 0
+        if done:  # every band read: the input's mapped pages leave this process's memory
+            source.release_pages(offset, self.entry.nbytes)
+
+
 def transposed(entry: TensorEntry) -> TensorEntry:
     """A rank-2 entry with swapped shape whose data transposes lazily."""
     rows, cols = entry.shape
-    return replace(
-        entry, shape=(cols, rows), offset=None, data=ComputedData(partial(_load_transposed, entry))
-    )
+    return replace(entry, shape=(cols, rows), offset=None, data=TransposedData(entry))
 
 
 def _fmt(shape: tuple[int, ...]) -> str:
