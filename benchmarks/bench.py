@@ -63,14 +63,17 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def precompile() -> None:
-    """Compile ckptctl (and what it imports) into the benchmark's bytecode cache once."""
+def precompile(older: Path | None = None) -> None:
+    """Compile ckptctl (and what it imports; ``older``'s ckptctl too) into the benchmark's
+    bytecode cache once."""
     WORK.mkdir(parents=True, exist_ok=True)
     code = "import ckptctl.cli, ckptctl.ops.convert, ckptctl.ops.diff, ckptctl.ops.verify"
     subprocess.run([sys.executable, "-c", code], env=child_env(), check=True)
     spec = importlib.util.find_spec("ckptctl")
+    packages = [str(older / "ckptctl")] if older else []
     if spec is not None and spec.origin is not None:
-        package = str(Path(spec.origin).parent)
+        packages.append(str(Path(spec.origin).parent))
+    for package in packages:
         subprocess.run(
             [sys.executable, "-m", "compileall", "-q", package],
             env=child_env(),
@@ -79,7 +82,7 @@ def precompile() -> None:
         )
 
 
-def run(cmd: list[str]) -> Run:
+def run(cmd: list[str], cwd: Path | None = None) -> Run:
     """Run ``cmd`` and return its wall time and peak RSS; raise if it fails.
 
     Peak RSS is the kernel's ``ru_maxrss`` of the child. It is read through GNU time where
@@ -90,7 +93,7 @@ def run(cmd: list[str]) -> Run:
     full = [GNU_TIME, "-f", "@@%M", *cmd] if timed else cmd
     start = time.perf_counter()
     proc = subprocess.Popen(
-        full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env()
+        full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env(), cwd=cwd
     )
     _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - start
@@ -614,12 +617,15 @@ def _mapped_copy(src: Path, dst: Path, gap: int, size: int, threads: int = 2) ->
         os.close(fd_out)
 
 
-def measure(case: Case, size_mib: int, runs: int) -> dict[str, object]:
-    """Median time and max peak RSS of ckptctl and the baseline, interleaved run by run."""
+def measure(case: Case, size_mib: int, runs: int, before: Path | None = None) -> dict[str, object]:
+    """Median time and max peak RSS of ckptctl and the baseline, interleaved run by run; with
+    ``before`` (a directory holding another ``ckptctl`` package, e.g. ``git archive`` of an
+    older commit), that ckptctl's too, in the same rounds."""
     src = case.prepare(size_mib)
     prime = evict if case.cold else warm
     ours: list[Run] = []
     base: list[Run] = []
+    old: list[Run] = []
     out = WORK / f"out{case.out_ext}"
     copy = WORK / f"copy{src.suffix}"
     for _ in range(runs):
@@ -635,6 +641,11 @@ def measure(case: Case, size_mib: int, runs: int) -> dict[str, object]:
         os.sync()
         prime(src)
         ours.append(run(case.ours(src, out)))
+        if before is not None:  # ``python -m`` puts the working directory first on the path
+            out.unlink(missing_ok=True)
+            os.sync()
+            prime(src)
+            old.append(run(case.ours(src, out), cwd=before))
     largest = _largest_of(src)
     t_ours = statistics.median(r.seconds for r in ours)
     t_base = statistics.median(r.seconds for r in base)
@@ -663,6 +674,19 @@ def measure(case: Case, size_mib: int, runs: int) -> dict[str, object]:
         "baseline_peak_rss_MiB": max(r.max_rss_kib for r in base) / 1024,
         # the memory goal of issues #6 and #15: 64 MiB plus the largest tensor
         "rss_budget_MiB": 64 + largest / (1 << 20),
+        **(_before(old, t_base) if old else {}),
+    }
+
+
+def _before(old: list[Run], t_base: float) -> dict[str, object]:
+    """The ``--before`` ckptctl's figures, as ``measure`` reports ckptctl's."""
+    t_old = statistics.median(r.seconds for r in old)
+    return {
+        "before_s": t_old,
+        "before_ratio": t_base / t_old if t_old else float("inf"),
+        "before_best_s": min(r.seconds for r in old),
+        "before_cpu_s": statistics.median(r.cpu_seconds for r in old),
+        "before_peak_rss_MiB": max(r.max_rss_kib for r in old) / 1024,
     }
 
 
@@ -692,6 +716,12 @@ def main() -> None:
     parser.add_argument(
         "--transposes", action="store_true", help="run the transpose cases (with any --case)"
     )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="also run the ckptctl package in this directory (e.g. `git archive` of an older "
+        "commit) in the same rounds",
+    )
     parser.add_argument("--quick", action="store_true", help="8 MiB, 1 run: a smoke test")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
     parser.add_argument(
@@ -707,11 +737,12 @@ def main() -> None:
     args = parser.parse_args()
     size, runs = (8, 1) if args.quick else (args.size_mib, args.runs)
     before = os.getloadavg()
-    precompile()
+    older = args.before.resolve() if args.before else None
+    precompile(older)
     chosen = set(args.case or ())
     chosen |= set(CAST_CASES) if args.casts else set()
     chosen |= set(TRANSPOSE_CASES) if args.transposes else set()
-    results = [measure(c, size, runs) for c in CASES if not chosen or c.name in chosen]
+    results = [measure(c, size, runs, older) for c in CASES if not chosen or c.name in chosen]
     kernels = micro(min(size, 256), runs) if args.micro else []
     copied = copies(size, runs) if args.copies else []
     starts = startup(runs) if args.micro else []
@@ -743,6 +774,11 @@ def main() -> None:
             f"{r['ckptctl_MB_per_cpu_s']:>8.0f} "
             f"{r['ckptctl_peak_rss_MiB']:>6.0f}MiB {r['rss_budget_MiB']:>6.0f}MiB"
         )
+        if "before_s" in r:
+            print(f"{'  before':<16} {'':>9} {r['before_s']:>8.3f}s {'':>15} "
+                  f"{r['before_ratio']:>5.2f}x {r['before_best_s']:>5.3f}s {'':>21} "
+                  f"{r['before_cpu_s']:>6.3f}s {'':>8} "
+                  f"{r['before_peak_rss_MiB']:>6.0f}MiB")  # fmt: skip
     for st in starts:
         print(f"startup {st['command']:<20} {st['median_ms']:>6.0f} ms")
     for c in copied:

@@ -44,15 +44,16 @@ if TYPE_CHECKING:
 STRIP_ROWS = 16
 #: Columns per pass over a strip, so each pass's output rows stay in L2.
 STRIP_COLUMNS = 1024
-#: Elements per numpy call at least: a narrow band of columns is copied in strips of more
-#: rows, so that numpy's cost per call stays small against the copy.
-TILE_ELEMENTS = 1 << 14
 #: Below this many elements one numpy copy is faster than the strips.
 SMALL_TRANSPOSE_ELEMENTS = 1 << 16
 #: Output bytes per step of a transposed tensor written by ranges: a band of whole output rows
-#: (input columns), at least ``BAND_MIN_BYTES`` of each input row so that every cache line
-#: read serves a full line of output.
-TRANSPOSE_STEP_BYTES = 1 << 20
+#: (input columns), up to ``STRIP_COLUMNS`` wide. numpy pays per call, so narrow bands are
+#: slow (16-64 columns of a 4096-row F32 matrix: 0.2-0.5 GiB/s in-process under load, where
+#: 512-2048 columns run at 1.0-1.3 GiB/s: benchmarks/RESULTS.md, issue 50); 8 MiB holds 512
+#: columns of 4096 F32 rows, and one such buffer per copy thread keeps the peak memory
+#: within its bound (64 MiB + the largest tensor, whose mapped input pages count too).
+TRANSPOSE_STEP_BYTES = 4 << 20
+#: The narrowest band: every input cache line read serves a whole line of output.
 BAND_MIN_BYTES = 64
 
 
@@ -66,13 +67,11 @@ def transpose_into(out: NDArray[Any], array: NDArray[Any]) -> None:
     if rows * cols <= SMALL_TRANSPOSE_ELEMENTS:
         np.copyto(out, array.T)
         return
-    width = min(cols, STRIP_COLUMNS)
-    height = max(STRIP_ROWS, TILE_ELEMENTS // max(1, width))
-    for c in range(0, cols, width):
-        source = array[:, c : c + width]
-        target = out[c : c + width]
-        for r in range(0, rows, height):
-            np.copyto(target[:, r : r + height], source[r : r + height].T)
+    for c in range(0, cols, STRIP_COLUMNS):
+        source = array[:, c : c + STRIP_COLUMNS]
+        target = out[c : c + STRIP_COLUMNS]
+        for r in range(0, rows, STRIP_ROWS):
+            np.copyto(target[:, r : r + STRIP_ROWS], source[r : r + STRIP_ROWS].T)
 
 
 def transpose_2d(array: NDArray[Any]) -> NDArray[Any]:
