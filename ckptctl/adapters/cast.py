@@ -75,24 +75,24 @@ def convert_into(raw: NDArray[Any], source: DType, target: DType, out: NDArray[A
     """Convert one block (at most ``CAST_BLOCK_ELEMENTS`` elements, 1-D) stored as ``source``
     into ``out``, stored as ``target``: :func:`convert_float` through this thread's reused
     scratch, so a pass over a tensor allocates nothing per block."""
-    if source is target or (source, target) in _NUMPY_CASTS:  # F64 -> F32: to nearest even
-        with np.errstate(over="ignore"):  # overflow to +-inf is the intended result
+    # overflow to +-inf and NaNs (signalling ones too) are results, not warnings
+    with np.errstate(over="ignore", invalid="ignore"):
+        if source is target or (source, target) in _NUMPY_CASTS:  # F64 -> F32: nearest even
             np.copyto(out, raw, casting="unsafe")
-        return
-    n = raw.size
-    with spare_buffer("cast_scratch", 16 * n) as space:
-        scratch = np.frombuffer(space, dtype=np.uint32)
-        values = raw  # F32: as it is; else widened (BF16/FP8/F16 exactly, F64 rounded: Burn)
-        if source is not DType.F32:
-            values = out if target is DType.F32 else scratch[3 * n :].view(np.float32)
-            with np.errstate(over="ignore"):
+            return
+        n = raw.size
+        with spare_buffer("cast_scratch", 16 * n) as space:
+            scratch = np.frombuffer(space, dtype=np.uint32)
+            values = raw  # F32 as it is; else widened (BF16/FP8/F16 exactly, F64 rounded)
+            if source is not DType.F32:
+                values = out if target is DType.F32 else scratch[3 * n :].view(np.float32)
                 widen_into(raw, source, values, scratch[:n])
-        if target is DType.BF16:
-            bf16_into(values, out, scratch[:n])
-        elif target is DType.F16:
-            f16_into(values, out.view(np.uint16), scratch[: 3 * n])
-        elif target is DType.F64:
-            np.copyto(out, values)
+            if target is DType.BF16:
+                bf16_into(values, out, scratch[:n])
+            elif target is DType.F16:
+                f16_into(values, out.view(np.uint16), scratch[: 3 * n])
+            elif target is DType.F64:
+                np.copyto(out, values)
 
 
 @dataclass(frozen=True, eq=False)
