@@ -158,9 +158,9 @@ class ConvertedData(TensorData):
         if start % size or len(out) % size:  # not whole elements: the covering ones
             out[:] = self.read_range(start, len(out))
             return
-        for done in range(0, len(out), CAST_BLOCK_ELEMENTS * size * CAST_STEP_BLOCKS):
-            piece = out[done : done + CAST_BLOCK_ELEMENTS * size * CAST_STEP_BLOCKS]
-            self._convert(start + done, piece, None)
+        step = self.compute_step() or CAST_BLOCK_ELEMENTS * size * CAST_STEP_BLOCKS
+        for done in range(0, len(out), step):  # the inner data read in its own steps
+            self._convert(start + done, out[done : done + step], None)
 
     def _convert(self, start: int, out: memoryview, whole: memoryview | None) -> None:
         """Convert the elements of output bytes ``[start, start + len(out))`` into ``out``,

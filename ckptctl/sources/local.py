@@ -660,6 +660,19 @@ def fill_ranges(
     dst.seek(position + nbytes)
 
 
+def fill_chunks(
+    fill: Callable[[int, memoryview], None], nbytes: int, step: int
+) -> Iterator[memoryview]:
+    """:func:`fill_ranges` for a writer that must see the bytes in order (a CRC): ``nbytes``
+    computed bytes, ``step`` at a time, each piece valid until the next is taken (one reused
+    buffer), computed in the calling thread."""
+    with spare_buffer("fill_chunk", min(step, nbytes)) as buffer:
+        for start in range(0, nbytes, step):
+            piece = buffer[: min(step, nbytes - start)]
+            fill(start, piece)
+            yield piece
+
+
 @dataclass(frozen=True)
 class _Fill:
     """A task of :func:`fill_ranges`: ``length`` computed bytes from ``start`` on, written at

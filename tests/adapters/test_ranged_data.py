@@ -172,3 +172,30 @@ def test_convert_streams_casts_and_transposes_on_the_copy_threads(tmp_path, monk
     with open_checkpoint(tmp_path / "out2.safetensors") as ckpt:
         weight = ckpt[next(n for n in ckpt if n.endswith("weight"))]
         assert weight.shape == ((300, 700) if "pytorch-to-burn" in adapters else (700, 300))
+
+
+@pytest.mark.parametrize("ext", [".pt", ".bpk", ".safetensors"])
+def test_every_writer_streams_the_same_cast_and_transpose(tmp_path, monkeypatch, ext):
+    """The ``.pt`` writer CRCs the bytes in order (``fill_chunks``), the others write them in
+    place (``fill_ranges``): each file holds the whole-tensor cast of the transpose."""
+    monkeypatch.setattr(layout, "TRANSPOSE_STEP_BYTES", 1 << 15)
+    chunks = []
+    fill_chunks = _src.fill_chunks
+
+    def spy(fill, nbytes, step):
+        chunks.append(step)
+        return fill_chunks(fill, nbytes, step)
+
+    monkeypatch.setattr("ckptctl.formats.pytorch._writer.fill_chunks", spy)
+    array = _values((900, 200))
+    src = tmp_path / "in.safetensors"
+    save_checkpoint(src, [array_entry("fc.weight", array)])
+    out = tmp_path / f"out{ext}"
+    adapters = ("pytorch-to-burn", "cast:bf16")
+    convert(src, out, ConvertOptions(adapters=adapters, module_types=(".*=Linear",)))
+    with open_checkpoint(out) as ckpt:
+        (entry,) = ckpt.values()
+        assert entry.shape == (200, 900)
+        want = cast_entry(transposed(array_entry("w", array)), DType.BF16).load()
+        assert entry.load().tobytes() == want.tobytes()
+    assert bool(chunks) == (ext == ".pt")
