@@ -605,7 +605,7 @@ def _fill(tmp_path, nbytes: int, step: int, threads: int | None, fill=None) -> b
         out.write(b"HDR")
         _src.fill_ranges(fill or pattern, nbytes, step, out, threads=threads)
         out.write(b"END")  # where fill_ranges left the position
-    return path.read_bytes()
+    return bytes(path.read_bytes())
 
 
 @pytest.mark.parametrize("threads", [1, 2])

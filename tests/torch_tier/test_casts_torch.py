@@ -29,7 +29,7 @@ TARGETS = ("F64", "F32", "F16", "BF16")
 TORCH = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
 
-def _numpy(tensor) -> np.ndarray:
+def _numpy(tensor):
     if tensor.dtype == torch.bfloat16:
         return tensor.view(torch.int16).numpy().view(np.uint16)
     return tensor.numpy()
