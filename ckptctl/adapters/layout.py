@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 STRIP_ROWS = 16
 #: Columns per pass over a strip, so each pass's output rows stay in L2.
 STRIP_COLUMNS = 1024
+#: Bands narrower than this are transposed in one numpy call (:func:`_transpose_narrow`).
+NARROW_COLUMNS = 128
 #: Below this many elements one numpy copy is faster than the strips.
 SMALL_TRANSPOSE_ELEMENTS = 1 << 16
 #: Output bytes per step of a transposed tensor written by ranges: a band of whole output rows
@@ -67,11 +69,31 @@ def transpose_into(out: NDArray[Any], array: NDArray[Any]) -> None:
     if rows * cols <= SMALL_TRANSPOSE_ELEMENTS:
         np.copyto(out, array.T)
         return
+    if cols < NARROW_COLUMNS and array.dtype.itemsize in (1, 2, 4, 8):
+        _transpose_narrow(out, array)
+        return
     for c in range(0, cols, STRIP_COLUMNS):
         source = array[:, c : c + STRIP_COLUMNS]
         target = out[c : c + STRIP_COLUMNS]
         for r in range(0, rows, STRIP_ROWS):
             np.copyto(target[:, r : r + STRIP_ROWS], source[r : r + STRIP_ROWS].T)
+
+
+def _transpose_narrow(out: NDArray[Any], array: NDArray[Any]) -> None:
+    """:func:`transpose_into` of a narrow band of columns in one numpy call: both arrays seen
+    as ``(row block, column, row in block)``, an order numpy's iterator keeps (the two
+    arrays' strides disagree on it), so it walks the strips as the loop above does without a
+    Python call per strip of a few hundred elements (1.0-1.25 GiB/s against 0.6-0.9 for 32-64
+    columns of 16,384 F32 rows, in-process under load). Elements are moved as unsigned integers
+    of their size (``positive`` of an integer is a copy; of a float it could quiet a NaN)."""
+    rows, cols = array.shape
+    full = rows - rows % STRIP_ROWS
+    bits = np.dtype(f"<u{array.dtype.itemsize}")
+    source = array[:full].view(bits).reshape(full // STRIP_ROWS, STRIP_ROWS, cols)
+    target = out[:, :full].view(bits).reshape(cols, full // STRIP_ROWS, STRIP_ROWS)
+    np.positive(source.transpose(0, 2, 1), out=target.transpose(1, 0, 2))
+    if full < rows:
+        np.copyto(out[:, full:], array[full:].T)
 
 
 def transpose_2d(array: NDArray[Any]) -> NDArray[Any]:
