@@ -659,3 +659,35 @@ def test_a_failed_fill_fails_once_every_task_ended(tmp_path, cores, monkeypatch)
     count = len(ended)
     time.sleep(0.05)
     assert len(ended) == count  # nothing runs after the failure was raised
+
+
+def test_threads_asking_for_the_map_at_once_share_one(tmp_path, monkeypatch):
+    """Bands of a transpose read the map on several threads: a second map of the file would
+    keep every page it touched resident after the first one's pages are released."""
+    import mmap
+
+    made: list[object] = []
+    real = mmap.mmap
+
+    def slow_map(*args, **kwargs):
+        time.sleep(0.05)  # widen the window two threads could both map in
+        made.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mmap, "mmap", slow_map)
+    (tmp_path / "f.bin").write_bytes(DATA)
+    barrier = threading.Barrier(3, timeout=20)
+    views: list[bytes] = []
+    with ByteSource(tmp_path / "f.bin") as source:
+
+        def read() -> None:
+            barrier.wait()
+            views.append(bytes(source.view(10, 5)))
+
+        workers = [threading.Thread(target=read) for _ in range(3)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    assert views == [DATA[10:15]] * 3
+    assert len(made) == 1

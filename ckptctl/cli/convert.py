@@ -224,8 +224,8 @@ def run_conversion(
     "element; without it such a tensor exits 4.",
 )
 @jobs_option(
-    "Copy tensor bytes with up to N threads (at most 4), and with --max-shard-size write N "
-    "shards at once; the files are the same for any N."
+    "Copy tensor bytes, and compute casts and transposes, with up to N threads (at most 4), "
+    "and with --max-shard-size write N shards at once; the files are the same for any N."
 )
 @write_options
 @remote_options

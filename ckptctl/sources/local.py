@@ -33,6 +33,12 @@ CHUNK_BYTES = 8 * 1024 * 1024
 MAX_READ_BYTES = 1 << 30
 
 
+#: Held while a source maps its file: the copy threads transposing bands of one tensor ask for
+#: the map at once, and a second map of the file would hold pages that releasing the first's
+#: leaves resident (a transpose's peak memory grew by the tensor's size, one run in five).
+_MAP_LOCK = threading.Lock()
+
+
 class ByteSource:
     """A read-only view of one input file: size, bounded reads and zero-copy slices.
 
@@ -86,7 +92,9 @@ class ByteSource:
         if self._map is None:
             if self.size == 0:
                 return memoryview(b"")
-            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            with _MAP_LOCK:  # threads that map at once would each fault the pages in (#50)
+                if self._map is None:
+                    self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         return memoryview(self._map)
 
     def read(self, offset: int, length: int) -> bytes:
@@ -666,7 +674,7 @@ def fill_chunks(
     """:func:`fill_ranges` for a writer that must see the bytes in order (a CRC): ``nbytes``
     computed bytes, ``step`` at a time, each piece valid until the next is taken (one reused
     buffer), computed in the calling thread."""
-    with spare_buffer("fill_chunk", min(step, nbytes)) as buffer:
+    with spare_buffer("fill", min(step, nbytes)) as buffer:
         for start in range(0, nbytes, step):
             piece = buffer[: min(step, nbytes - start)]
             fill(start, piece)
@@ -686,14 +694,11 @@ class _Fill:
 
     def run(self, fd: int) -> int:
         """Compute and write the task's bytes; returns where they end in ``fd``."""
-        buffer = _take_spare("fill_buffer", self.step)
-        try:
+        with spare_buffer("fill", self.step) as buffer:
             for done in range(0, self.length, self.step):
                 piece = buffer[: min(self.step, self.length - done)]
                 self.fill(self.start + done, piece)
                 _pwrite_all(fd, piece, self.position + done)
-        finally:
-            _SPARE.fill_buffer = buffer
         return self.position + self.length
 
 
@@ -857,15 +862,32 @@ def _take_spare(kind: str, size: int) -> memoryview:
 
 @contextlib.contextmanager
 def spare_buffer(kind: str, size: int) -> Iterator[memoryview]:
-    """This thread's reusable buffer ``kind`` of at least ``size`` bytes (its first ``size``
-    bytes are yielded), for the duration of the block: a computed pass (a cast's scratch)
-    reuses one buffer per thread instead of paying page faults for fresh memory each chunk.
-    Nested uses of one kind in a thread get a buffer each."""
-    buffer = _take_spare(kind, size)
+    """A reusable buffer ``kind`` of at least ``size`` bytes (its first ``size`` bytes are
+    yielded) for the duration of the block, taken from the process's idle ones: a computed
+    pass (a cast's scratch, a fill's output step) reuses the same few buffers, whichever
+    thread runs it, instead of paying page faults for fresh memory each chunk. Process-wide,
+    not per thread: the copy threads are new for every tensor, and buffers of a few MiB that
+    each new thread allocated and freed stayed in malloc's per-thread arenas (the peak memory
+    of a transposed cast grew by up to 50 MiB). Each use gets a buffer of its own."""
+    with _IDLE_LOCK:
+        idle = _IDLE.setdefault(kind, [])
+        fits = next((i for i, b in enumerate(idle) if len(b) >= size), None)
+        buffer = idle.pop(fits) if fits is not None else None
+        if buffer is None and idle:
+            idle.pop()  # too small for this pass: replaced by the larger one, not kept too
+    if buffer is None:
+        buffer = memoryview(bytearray(size))
     try:
         yield buffer[:size]
     finally:
-        setattr(_SPARE, kind, buffer)
+        with _IDLE_LOCK:
+            _IDLE[kind].append(buffer)
+
+
+#: :func:`spare_buffer`'s idle buffers by kind (at most as many per kind as ever were in use at
+#: once: one per copy thread).
+_IDLE: dict[str, list[memoryview]] = {}
+_IDLE_LOCK = threading.Lock()
 
 
 #: Each thread's idle read buffer (:func:`read_chunks`): one allocation per thread, not per

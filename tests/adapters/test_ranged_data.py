@@ -199,3 +199,34 @@ def test_every_writer_streams_the_same_cast_and_transpose(tmp_path, monkeypatch,
         want = cast_entry(transposed(array_entry("w", array)), DType.BF16).load()
         assert entry.load().tobytes() == want.tobytes()
     assert bool(chunks) == (ext == ".pt")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "adapters",
+    [("-a", "cast:bf16"), ("-a", "cast:f64"), ("-a", "pytorch-to-burn", "-a", "cast:f16")],
+)
+def test_big_casts_and_transposes_stay_within_64_mib_and_the_largest_tensor(tmp_path, adapters):
+    """Three 128 MiB F32 weights (a sparse file): the peak stays under 64 MiB + 128 MiB (the
+    largest output tensor of ``cast:f64`` is 256 MiB: its bound is 64 MiB + 256 MiB)."""
+    import json
+    import struct
+
+    from tests.conftest import run_measured
+
+    shape, count = (4096, 8192), 3
+    nbytes = shape[0] * shape[1] * 4
+    header = {f"l{i}.weight": {"dtype": "F32", "shape": list(shape),
+                               "data_offsets": [i * nbytes, (i + 1) * nbytes]}
+              for i in range(count)}  # fmt: skip
+    blob = json.dumps(header).encode()
+    blob += b" " * (-len(blob) % 8)
+    src = tmp_path / "big.safetensors"
+    with open(src, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)) + blob)
+        f.truncate(8 + len(blob) + count * nbytes)
+    args = ["convert", str(src), str(tmp_path / "out.bpk"), "--no-fsync", "-q"]
+    run = run_measured([*args, "--module-type", ".*=Linear", *adapters], cwd=tmp_path)
+    assert run.code == 0, run.output
+    largest = nbytes * (2 if "cast:f64" in adapters else 1)
+    assert run.peak_rss < (64 << 20) + largest, f"peak RSS {run.peak_rss >> 20} MiB"
