@@ -63,14 +63,17 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def precompile() -> None:
-    """Compile ckptctl (and what it imports) into the benchmark's bytecode cache once."""
+def precompile(older: Path | None = None) -> None:
+    """Compile ckptctl (and what it imports; ``older``'s ckptctl too) into the benchmark's
+    bytecode cache once."""
     WORK.mkdir(parents=True, exist_ok=True)
     code = "import ckptctl.cli, ckptctl.ops.convert, ckptctl.ops.diff, ckptctl.ops.verify"
     subprocess.run([sys.executable, "-c", code], env=child_env(), check=True)
     spec = importlib.util.find_spec("ckptctl")
+    packages = [str(older / "ckptctl")] if older else []
     if spec is not None and spec.origin is not None:
-        package = str(Path(spec.origin).parent)
+        packages.append(str(Path(spec.origin).parent))
+    for package in packages:
         subprocess.run(
             [sys.executable, "-m", "compileall", "-q", package],
             env=child_env(),
@@ -79,7 +82,7 @@ def precompile() -> None:
         )
 
 
-def run(cmd: list[str]) -> Run:
+def run(cmd: list[str], cwd: Path | None = None) -> Run:
     """Run ``cmd`` and return its wall time and peak RSS; raise if it fails.
 
     Peak RSS is the kernel's ``ru_maxrss`` of the child. It is read through GNU time where
@@ -90,7 +93,7 @@ def run(cmd: list[str]) -> Run:
     full = [GNU_TIME, "-f", "@@%M", *cmd] if timed else cmd
     start = time.perf_counter()
     proc = subprocess.Popen(
-        full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env()
+        full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env(), cwd=cwd
     )
     _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - start
@@ -106,12 +109,14 @@ def run(cmd: list[str]) -> Run:
     return Run(elapsed, max_rss, usage.ru_utime + usage.ru_stime)
 
 
-def write_safetensors(path: Path, size_mib: int, *, seed: int = 0) -> int:
-    """A safetensors file of about ``size_mib`` MiB of F32 tensors; returns the largest tensor."""
+def write_safetensors(path: Path, size_mib: int, *, seed: int = 0, dtype: str = "F32") -> int:
+    """A safetensors file of about ``size_mib`` MiB of ``dtype`` (F32 or F16) tensors; returns
+    the largest tensor."""
     rng = np.random.default_rng(seed)
+    itemsize = {"F32": 4, "F16": 2}[dtype]
     # A realistic mix: a few big matrices, many small vectors.
     shapes: list[tuple[int, ...]] = []
-    remaining = size_mib * (1 << 20) // 4
+    remaining = size_mib * (1 << 20) // itemsize
     big = max(1, min(remaining // 8, 4096 * 4096))
     while remaining > 0:
         n = min(big, remaining)
@@ -122,9 +127,9 @@ def write_safetensors(path: Path, size_mib: int, *, seed: int = 0) -> int:
     header: dict[str, object] = {}
     offset = 0
     for i, shape in enumerate(shapes):
-        nbytes = int(np.prod(shape)) * 4
+        nbytes = int(np.prod(shape)) * itemsize
         header[f"layers.{i // 2}.{'weight' if len(shape) == 2 else 'bias'}"] = {
-            "dtype": "F32",
+            "dtype": dtype,
             "shape": list(shape),
             "data_offsets": [offset, offset + nbytes],
         }
@@ -135,7 +140,7 @@ def write_safetensors(path: Path, size_mib: int, *, seed: int = 0) -> int:
     with open(path, "wb") as out:
         out.write(struct.pack("<Q", len(blob)) + blob)
         for shape in shapes:
-            array = rng.standard_normal(shape, dtype=np.float32)
+            array = rng.standard_normal(shape, dtype=np.float32).astype(f"<f{itemsize}")
             largest = max(largest, array.nbytes)
             out.write(array.tobytes())
     return largest
@@ -237,6 +242,15 @@ def _st_input(size_mib: int) -> Path:
     if not path.exists():
         WORK.mkdir(parents=True, exist_ok=True)
         meta.write_text(str(write_safetensors(path, size_mib)))
+    return path
+
+
+def _f16_input(size_mib: int) -> Path:
+    path = WORK / f"input16-{size_mib}m.safetensors"
+    meta = path.with_suffix(".largest")
+    if not path.exists():
+        WORK.mkdir(parents=True, exist_ok=True)
+        meta.write_text(str(write_safetensors(path, size_mib, dtype="F16")))
     return path
 
 
@@ -358,6 +372,22 @@ def _convert_bf16(src: Path, dst: Path) -> list[str]:
     return [*_convert_no_fsync(src, dst), "-a", "cast:bf16"]
 
 
+def _convert_f16(src: Path, dst: Path) -> list[str]:
+    return [*_convert_no_fsync(src, dst), "-a", "cast:f16"]
+
+
+def _convert_f32(src: Path, dst: Path) -> list[str]:
+    return [*_convert_no_fsync(src, dst), "-a", "cast:f32"]
+
+
+def _convert_half(src: Path, dst: Path) -> list[str]:
+    return [*_convert_no_fsync(src, dst), "--module-type", ".*=Linear", "-a", "half"]
+
+
+def _convert_transpose_bf16(src: Path, dst: Path) -> list[str]:
+    return [*_convert_transpose(src, dst), "-a", "cast:bf16"]
+
+
 def _cp_sync(src: Path, dst: Path) -> list[str]:
     return ["sh", "-c", 'cp "$1" "$2" && sync "$2"', "cp+sync", str(src), str(dst)]
 
@@ -399,6 +429,14 @@ CASES = [
          "--no-fsync", _fused_input, _convert_split, "cp", _cp, ".bpk"),
     Case("st-bpk-bf16", "every tensor cast F32 → BF16, --no-fsync", _st_input, _convert_bf16,
          "cp", _cp, ".bpk"),
+    Case("st-bpk-f16", "every tensor cast F32 → F16, --no-fsync", _st_input, _convert_f16,
+         "cp", _cp, ".bpk"),
+    Case("f16-bpk-f32", "every tensor cast F16 → F32 (an F16 input), --no-fsync", _f16_input,
+         _convert_f32, "cp", _cp, ".bpk"),
+    Case("st-bpk-half", "every tensor F32 → F16 by Burn's half (-a half, all Linear), "
+         "--no-fsync", _st_input, _convert_half, "cp", _cp, ".bpk"),
+    Case("st-bpk-t-bf16", "2-D weights transposed, then every tensor cast F32 → BF16, "
+         "--no-fsync", _st_input, _convert_transpose_bf16, "cp", _cp, ".bpk"),
     Case("st-pt-nofsync", "safetensors → .pt (zip, CRC per record), --no-fsync", _st_input,
          _convert_no_fsync, "cp", _cp, ".pt"),
     Case("pt-st-nofsync", ".pt → safetensors, --no-fsync", _pt_input, _convert_no_fsync, "cp",
@@ -422,6 +460,11 @@ CASES = [
     Case("hash-cold-j1", "hash -j 1 from a cold page cache, against the disk read with O_DIRECT",
          _st_input, _hash, "dd", _dd_direct, ".none", cold=True),
 ]  # fmt: skip
+
+
+#: ``--casts``: every cast path (issue #50); ``--transposes``: every transpose path.
+CAST_CASES = ("st-bpk-bf16", "st-bpk-f16", "f16-bpk-f32", "st-bpk-half", "st-pt-bf16")
+TRANSPOSE_CASES = ("st-bpk-transpose", "st-bpk-t-bf16")
 
 
 def startup(runs: int) -> list[dict[str, object]]:
@@ -574,12 +617,15 @@ def _mapped_copy(src: Path, dst: Path, gap: int, size: int, threads: int = 2) ->
         os.close(fd_out)
 
 
-def measure(case: Case, size_mib: int, runs: int) -> dict[str, object]:
-    """Median time and max peak RSS of ckptctl and the baseline, interleaved run by run."""
+def measure(case: Case, size_mib: int, runs: int, before: Path | None = None) -> dict[str, object]:
+    """Median time and max peak RSS of ckptctl and the baseline, interleaved run by run; with
+    ``before`` (a directory holding another ``ckptctl`` package, e.g. ``git archive`` of an
+    older commit), that ckptctl's too, in the same rounds."""
     src = case.prepare(size_mib)
     prime = evict if case.cold else warm
     ours: list[Run] = []
     base: list[Run] = []
+    old: list[Run] = []
     out = WORK / f"out{case.out_ext}"
     copy = WORK / f"copy{src.suffix}"
     for _ in range(runs):
@@ -595,6 +641,11 @@ def measure(case: Case, size_mib: int, runs: int) -> dict[str, object]:
         os.sync()
         prime(src)
         ours.append(run(case.ours(src, out)))
+        if before is not None:  # ``python -m`` puts the working directory first on the path
+            out.unlink(missing_ok=True)
+            os.sync()
+            prime(src)
+            old.append(run(case.ours(src, out), cwd=before))
     largest = _largest_of(src)
     t_ours = statistics.median(r.seconds for r in ours)
     t_base = statistics.median(r.seconds for r in base)
@@ -623,6 +674,19 @@ def measure(case: Case, size_mib: int, runs: int) -> dict[str, object]:
         "baseline_peak_rss_MiB": max(r.max_rss_kib for r in base) / 1024,
         # the memory goal of issues #6 and #15: 64 MiB plus the largest tensor
         "rss_budget_MiB": 64 + largest / (1 << 20),
+        **(_before(old, t_base) if old else {}),
+    }
+
+
+def _before(old: list[Run], t_base: float) -> dict[str, object]:
+    """The ``--before`` ckptctl's figures, as ``measure`` reports ckptctl's."""
+    t_old = statistics.median(r.seconds for r in old)
+    return {
+        "before_s": t_old,
+        "before_ratio": t_base / t_old if t_old else float("inf"),
+        "before_best_s": min(r.seconds for r in old),
+        "before_cpu_s": statistics.median(r.cpu_seconds for r in old),
+        "before_peak_rss_MiB": max(r.max_rss_kib for r in old) / 1024,
     }
 
 
@@ -646,6 +710,18 @@ def main() -> None:
     parser.add_argument("--size-mib", type=int, default=1024, help="input size (default 1024)")
     parser.add_argument("--runs", type=int, default=5, help="runs per command (default 5)")
     parser.add_argument("--case", action="append", help="run only these cases")
+    parser.add_argument(
+        "--casts", action="store_true", help="run the cast cases (with any --case given)"
+    )
+    parser.add_argument(
+        "--transposes", action="store_true", help="run the transpose cases (with any --case)"
+    )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="also run the ckptctl package in this directory (e.g. `git archive` of an older "
+        "commit) in the same rounds",
+    )
     parser.add_argument("--quick", action="store_true", help="8 MiB, 1 run: a smoke test")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
     parser.add_argument(
@@ -661,8 +737,12 @@ def main() -> None:
     args = parser.parse_args()
     size, runs = (8, 1) if args.quick else (args.size_mib, args.runs)
     before = os.getloadavg()
-    precompile()
-    results = [measure(c, size, runs) for c in CASES if not args.case or c.name in args.case]
+    older = args.before.resolve() if args.before else None
+    precompile(older)
+    chosen = set(args.case or ())
+    chosen |= set(CAST_CASES) if args.casts else set()
+    chosen |= set(TRANSPOSE_CASES) if args.transposes else set()
+    results = [measure(c, size, runs, older) for c in CASES if not chosen or c.name in chosen]
     kernels = micro(min(size, 256), runs) if args.micro else []
     copied = copies(size, runs) if args.copies else []
     starts = startup(runs) if args.micro else []
@@ -694,6 +774,11 @@ def main() -> None:
             f"{r['ckptctl_MB_per_cpu_s']:>8.0f} "
             f"{r['ckptctl_peak_rss_MiB']:>6.0f}MiB {r['rss_budget_MiB']:>6.0f}MiB"
         )
+        if "before_s" in r:
+            print(f"{'  before':<16} {'':>9} {r['before_s']:>8.3f}s {'':>15} "
+                  f"{r['before_ratio']:>5.2f}x {r['before_best_s']:>5.3f}s {'':>21} "
+                  f"{r['before_cpu_s']:>6.3f}s {'':>8} "
+                  f"{r['before_peak_rss_MiB']:>6.0f}MiB")  # fmt: skip
     for st in starts:
         print(f"startup {st['command']:<20} {st['median_ms']:>6.0f} ms")
     for c in copied:

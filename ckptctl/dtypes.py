@@ -201,33 +201,136 @@ BF16_BLOCK_ELEMENTS = 1 << 15
 
 
 def _to_bf16_bits(values: NDArray[np.generic]) -> NDArray[np.uint16]:
-    """F32 -> BF16 bits, round half to even: ``(bits + 0x7FFF + ((bits >> 16) & 1)) >> 16``.
-
-    NaN keeps its sign and payload's top bits and becomes quiet (``bits >> 16 | 0x0040``) instead
-    of rounding into inf. Computed in cache-sized blocks with in-place ufuncs (no temporaries the
-    size of the array); a block's NaN test is one ``max`` reduction, which propagates NaN.
-    """
+    """F32 -> BF16 bits block by block (:func:`bf16_into`), any shape and input float dtype."""
     import numpy as np
 
     f32 = np.ascontiguousarray(values, dtype=np.float32)
     flat = f32.reshape(-1)
-    bits = flat.view(np.uint32)
     out = np.empty(flat.shape, dtype=np.uint16)
     step = BF16_BLOCK_ELEMENTS
-    scratch = np.empty(min(step, bits.size), dtype=np.uint32)
-    with np.errstate(invalid="ignore"):
-        for start in range(0, bits.size, step):
-            block = bits[start : start + step]
-            work = scratch[: block.size]
-            np.right_shift(block, 16, out=work)
-            np.bitwise_and(work, 1, out=work)
-            np.add(work, 0x7FFF, out=work)
-            np.add(work, block, out=work)  # wraps only for NaN bit patterns, fixed below
-            np.right_shift(work, 16, out=work)
-            target = out[start : start + step]
-            np.copyto(target, work, casting="unsafe")
-            floats = flat[start : start + step]
-            if np.isnan(floats.max()):
-                nan = np.isnan(floats)
-                target[nan] = ((block[nan] >> 16) | 0x0040).astype(np.uint16)
+    scratch = np.empty(min(step, flat.size), dtype=np.uint32)
+    for start in range(0, flat.size, step):
+        block = flat[start : start + step]
+        bf16_into(block, out[start : start + step], scratch[: block.size])
     return out.reshape(np.shape(values))  # rank 0 stays rank 0 (ascontiguousarray gives 1-D)
+
+
+def bf16_into(
+    values: NDArray[np.float32], out: NDArray[np.uint16], scratch: NDArray[np.uint32]
+) -> None:
+    """Round one block of F32 ``values`` to BF16 bits in ``out``, half to even:
+    ``(bits + 0x7FFF + ((bits >> 16) & 1)) >> 16``, through ``scratch`` (all three 1-D and the
+    same length; a block of ``BF16_BLOCK_ELEMENTS`` keeps the passes in the CPU's cache).
+
+    NaN keeps its sign and payload's top bits and becomes quiet (``bits >> 16 | 0x0040``) instead
+    of rounding into inf. In-place ufuncs, no temporaries; the NaN test is one ``max``
+    reduction, which propagates NaN.
+    """
+    import numpy as np
+
+    bits = values.view(np.uint32)
+    np.right_shift(bits, 16, out=scratch)
+    np.bitwise_and(scratch, 1, out=scratch)
+    np.add(scratch, 0x7FFF, out=scratch)
+    np.add(scratch, bits, out=scratch)  # wraps only for NaN bit patterns, fixed below
+    np.right_shift(scratch, 16, out=scratch)
+    np.copyto(out, scratch, casting="unsafe")
+    with np.errstate(invalid="ignore"):
+        if values.size and np.isnan(values.max()):
+            nan = np.isnan(values)
+            out[nan] = ((bits[nan] >> 16) | 0x0040).astype(np.uint16)
+
+
+def f16_into(
+    values: NDArray[np.float32], out: NDArray[np.uint16], scratch: NDArray[np.uint32]
+) -> None:
+    """Round one block of F32 ``values`` to F16 bits in ``out``, exactly as numpy's
+    ``astype(float16)`` does (half to even; subnormals; overflow to inf; NaN keeps its sign and
+    payload's top bits, 0x7C01 when those are all zero), in integer passes: numpy's own cast
+    converts one element at a time in software (0.3-0.7 GiB/s here, benchmarks/RESULTS.md).
+    ``scratch`` holds three times as many elements as ``values``.
+
+    Normal results: ``(m + 0xC8000FFF + odd) >> 13`` of the magnitude ``m`` (at least 2**-14)
+    rebiases the exponent (-112 << 23, mod 2**32) and rounds half to even in one add.
+    Subnormal results: the bits of ``|x| + 0.5`` as F32, less those of 0.5 (the FPU rounds to
+    the F16 subnormal grid, 2**-24). Each is at least the other where the other is right, so
+    their minimum is the result; magnitudes from 2**16 up are set to inf or NaN apart.
+    """
+    import numpy as np
+
+    n = values.size
+    magnitude, normal, other = scratch[:n], scratch[n : 2 * n], scratch[2 * n : 3 * n]
+    bits = values.view(np.uint32)
+    np.bitwise_and(bits, 0x7FFFFFFF, out=magnitude)
+    np.maximum(magnitude, 0x38800000, out=normal)  # 2**-14: the subnormal path covers below
+    np.right_shift(normal, 13, out=other)
+    np.bitwise_and(other, 1, out=other)
+    np.add(normal, other, out=normal)
+    np.add(normal, 0xC8000FFF, out=normal)
+    np.right_shift(normal, 13, out=normal)
+    with np.errstate(invalid="ignore"):  # a signalling NaN; set apart below
+        np.add(magnitude.view(np.float32), np.float32(0.5), out=other.view(np.float32))
+    np.subtract(other, 0x3F000000, out=other)
+    np.minimum(normal, other, out=normal)
+    if n and magnitude.max() >= 0x47800000:  # 2**16 and up: inf, NaN
+        big = np.flatnonzero(magnitude >= 0x47800000)
+        normal[big] = _f16_specials(magnitude[big])
+    np.right_shift(bits, 16, out=other)
+    np.bitwise_and(other, 0x8000, out=other)
+    np.bitwise_or(normal, other, out=normal)
+    np.copyto(out, normal, casting="unsafe")
+
+
+def _f16_specials(absolute: NDArray[np.uint32]) -> NDArray[np.uint32]:
+    """F16 bits (no sign) of F32 magnitudes from 2**16 up: inf, or NaN as numpy makes it."""
+    import numpy as np
+
+    nan = absolute > 0x7F800000
+    out = np.where(nan, 0x7C00 + ((absolute & 0x7FFFFF) >> 13), 0x7C00).astype(np.uint32)
+    out[nan & (out == 0x7C00)] = 0x7C01  # a payload only in the dropped bits stays NaN
+    return out
+
+
+def f16_widen_into(
+    raw: NDArray[np.generic], out: NDArray[np.float32], scratch: NDArray[np.uint32]
+) -> None:
+    """F16 -> F32 of one block, exactly as numpy's ``astype(float32)`` (NaN payloads kept,
+    signalling ones too), in integer passes and one multiply by 2**112, which rescales the
+    F16 exponent (subnormals included) exactly; inf and NaN are set apart. ``scratch`` holds
+    as many elements as ``raw``."""
+    import numpy as np
+
+    half = raw.view(np.int16)
+    bits = out.view(np.uint32)
+    np.copyto(out.view(np.int32), half)  # sign-extended: bits 31-15 are the sign
+    np.left_shift(bits, 13, out=bits)
+    np.bitwise_and(bits, 0x8FFFE000, out=bits)  # sign at bit 31, exponent and mantissa below
+    top = scratch[: half.size].view(np.uint16)[: half.size]
+    np.left_shift(half.view(np.uint16), 1, out=top)  # without the sign: 0xF800 up is inf/NaN
+    special = np.flatnonzero(top >= 0xF800) if top.size and top.max() >= 0xF800 else None
+    np.multiply(out, np.float32(2.0**112), out=out)  # exact: 2**(127 - 15)
+    if special is not None:
+        bits[special] = (
+            ((half[special].view(np.uint16) & 0x7FFF).astype(np.uint32) << 13) + 0x70000000
+        ) | ((half[special].view(np.uint16) & 0x8000).astype(np.uint32) << 16)
+
+
+def widen_into(
+    raw: NDArray[np.generic],
+    dtype: DType,
+    out: NDArray[np.float32],
+    scratch: NDArray[np.uint32],
+) -> None:
+    """:func:`to_float` of one block of a float dtype, into ``out`` (F32, the same length;
+    ``scratch`` too): BF16, FP8 and F16 exactly, F64 rounded to nearest even (numpy's cast;
+    overflow to inf warns unless the caller silences it)."""
+    import numpy as np
+
+    if dtype is DType.BF16:
+        np.left_shift(raw, 16, out=out.view(np.uint32), dtype=np.uint32)
+    elif dtype in (DType.F8_E4M3, DType.F8_E5M2, DType.F8_E8M0):
+        np.take(_decode_table(dtype), raw.view(np.uint8), out=out, mode="clip")  # u8: in range
+    elif dtype is DType.F16:
+        f16_widen_into(raw, out, scratch)
+    else:
+        np.copyto(out, raw, casting="unsafe")

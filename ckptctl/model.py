@@ -184,6 +184,19 @@ class TensorData:
         """Whether :meth:`read_range` reads only the range (not the whole tensor each time)."""
         return False
 
+    def read_into(self, start: int, out: memoryview) -> None:
+        """Fill ``out`` with ``len(out)`` bytes from byte ``start`` of the tensor: what
+        :meth:`read_range` returns, written into a buffer the caller reuses (file-backed data
+        reads straight into it)."""
+        out[:] = memoryview(self.read_range(start, len(out))).cast("B")
+
+    def compute_step(self) -> int:
+        """Bytes per :meth:`read_into` call when the bytes are computed a range at a time from
+        local files (a cast, a transpose), so that a writer fills them a step at a time through
+        one reused buffer, on several threads at once (``read_into`` is then thread-safe);
+        0 when the data is read whole, copied, or read by ``read_range`` on one thread."""
+        return 0
+
     def file_pieces(self) -> Iterable[tuple[ByteSource, int, int]] | None:
         """``(source, absolute offset, length)`` ranges whose bytes, one after the other, are the
         tensor's (a tensor made of ranges of several files: :class:`PiecesData`, a split DCP
@@ -209,6 +222,11 @@ class FileData(TensorData):
         if start < 0 or length < 0 or start + length > self.nbytes:
             raise ValueError(f"range {start}+{length} outside a tensor of {self.nbytes} bytes")
         return self.source.read(self.offset + start, length)
+
+    def read_into(self, start: int, out: memoryview) -> None:
+        if start < 0 or start + len(out) > self.nbytes:
+            raise ValueError(f"range {start}+{len(out)} outside a tensor of {self.nbytes} bytes")
+        self.source.read_into(self.offset + start, out)
 
     def is_ranged(self) -> bool:
         return True
@@ -264,6 +282,16 @@ class PiecesData(TensorData):
                 parts.append(p.data.read_range(p.start + lo - at, hi - lo))
             at += p.length
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def read_into(self, start: int, out: memoryview) -> None:
+        if start < 0 or start + len(out) > self.nbytes:
+            raise ValueError(f"range {start}+{len(out)} outside a tensor of {self.nbytes} bytes")
+        at = 0
+        for p in self.pieces:
+            lo, hi = max(start, at), min(start + len(out), at + p.length)
+            if lo < hi:
+                p.data.read_into(p.start + lo - at, out[lo - start : hi - start])
+            at += p.length
 
     def is_ranged(self) -> bool:
         return True
@@ -454,6 +482,16 @@ def iter_row_blocks(
         raw = entry.data.read_range(first * row_bytes, count * row_bytes)
         block = np.frombuffer(raw, dtype=entry.dtype.numpy).reshape((count, *entry.shape[1:]))
         yield first, block
+
+
+def is_local_file(data: TensorData) -> bool:
+    """Whether ``data``'s bytes lie in local files (one range, or pieces of several): ranges of
+    them may then be read on several threads at once (a remote source is read by one)."""
+    where = data.file_range()
+    if where is not None:
+        return not where[0].is_remote
+    pieces = data.file_pieces()
+    return pieces is not None and all(not source.is_remote for source, _, _ in pieces)
 
 
 def expected_nbytes(dtype: DType, shape: tuple[int, ...]) -> int:

@@ -219,9 +219,11 @@ class FormatContract:
 #: ``test_spy_knows_every_byte_source_member`` until it is added here (and spied on if it reads).
 BYTE_SOURCE_MEMBERS = {
     "read": "recorded: (offset, length)",
+    "read_into": "recorded: (offset, length of the buffer)",
     "view": "recorded: (offset, length)",
     "buffer": "a memory map with tensor pages PROT_NONE: touching them kills the spied child",
-    "fileno": "os.pread/os.read on any descriptor of the file are recorded; mmap.mmap is guarded",
+    "fileno": "os.pread/os.preadv/os.read on any descriptor of the file are recorded; mmap.mmap "
+    "is guarded",
     "check_range": "reads nothing",
     "close": "reads nothing",
     "is_remote": "a class constant (False), reads nothing",
@@ -322,6 +324,7 @@ def _spied_listing(
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     real_mmap, real_pread, real_read = mmap.mmap, os.pread, os.read
+    real_preadv = os.preadv
 
     def ours(fd: int) -> bool:
         with contextlib.suppress(OSError):
@@ -350,6 +353,11 @@ def _spied_listing(
             record("os.pread", offset, length)
         return real_pread(fd, length, offset)
 
+    def preadv(fd: int, buffers: Any, offset: int, flags: int = 0) -> int:
+        if ours(fd):
+            record("os.preadv", offset, sum(len(b) for b in buffers))
+        return real_preadv(fd, buffers, offset, flags)
+
     def read(fd: int, length: int) -> bytes:
         if ours(fd):
             record("os.read", os.lseek(fd, 0, os.SEEK_CUR), length)
@@ -366,6 +374,15 @@ def _spied_listing(
 
         return spy
 
+    def read_into(self: ByteSource, offset: int, out: memoryview) -> None:
+        record("ByteSource.read_into", offset, len(out))
+        depth[0] += 1
+        try:
+            real_read_into(self, offset, out)
+        finally:
+            depth[0] -= 1
+
+    real_read_into = ByteSource.read_into
     maps: dict[int, mmap.mmap] = {}
 
     def buffer(self: ByteSource) -> memoryview:
@@ -382,7 +399,8 @@ def _spied_listing(
         self._file = _RecordingFile(self._file, record)  # type: ignore[assignment]  # a proxy
 
     mmap.mmap = guarded_mmap  # type: ignore[misc,assignment]  # the child is thrown away
-    os.pread, os.read = pread, read
+    os.pread, os.read, os.preadv = pread, read, preadv
+    ByteSource.read_into = read_into  # type: ignore[method-assign]
     ByteSource.read = method("read", ByteSource.read)  # type: ignore[method-assign]
     ByteSource.view = method("view", ByteSource.view)  # type: ignore[method-assign]
     ByteSource.buffer = property(buffer)  # type: ignore[method-assign,assignment]

@@ -56,6 +56,25 @@ def test_bench_smoke(tmp_path):
         assert result["input_bytes"] >= 8 << 20
 
 
+def test_bench_casts_with_an_older_ckptctl_in_the_same_rounds(tmp_path):
+    """``--casts``/``--transposes`` select their rows; ``--before DIR`` times DIR's ckptctl."""
+    script = copy_benchmarks(tmp_path) / "bench.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--quick", "--casts", "--transposes", "--before", str(REPO),
+         "--json"],
+        capture_output=True, text=True, check=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    report = json.loads(out.stdout)
+    cases = [r["case"] for r in report["results"]]
+    assert cases == ["st-bpk-transpose", "st-bpk-bf16", "st-bpk-f16", "f16-bpk-f32",
+                     "st-bpk-half", "st-bpk-t-bf16", "st-pt-bf16"]  # fmt: skip
+    for result in report["results"]:
+        assert result["before_s"] > 0
+        assert result["before_peak_rss_MiB"] > 0
+    f16 = next(r for r in report["results"] if r["case"] == "f16-bpk-f32")
+    assert f16["input_bytes"] >= 8 << 20  # an F16 input of the size asked for
+
+
 def test_floor_copy_puts_every_tensor_at_its_aligned_offset(tmp_path):
     src = VALID / "safetensors" / "dtypes.safetensors"
     out = tmp_path / "floor.bin"

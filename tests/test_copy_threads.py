@@ -588,3 +588,106 @@ def test_interleaved_rows_reuse_the_threads_copy_buffer(tmp_path, files, monkeyp
     assert len(owners) == 12  # 4 rows to a buffer: 3 buffer-fulls of 2 reads, twice
     assert all(owner is owners[0] for owner in owners)
     assert _src._SPARE.copy_buffer.obj is owners[0]  # given back
+
+
+# --- Computed bytes (casts, transposes): fill_ranges, a step at a time on the threads (#50) ---
+
+
+def _fill(tmp_path, nbytes: int, step: int, threads: int | None, fill=None) -> bytes:
+    """``fill_ranges`` of bytes ``i % 251`` between a head and a tail."""
+
+    def pattern(start: int, out: memoryview) -> None:
+        assert len(out) <= step
+        out[:] = bytes((start + i) % 251 for i in range(len(out)))
+
+    path = tmp_path / "dst.bin"
+    with open(path, "wb") as out:
+        out.write(b"HDR")
+        _src.fill_ranges(fill or pattern, nbytes, step, out, threads=threads)
+        out.write(b"END")  # where fill_ranges left the position
+    return bytes(path.read_bytes())
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    ("nbytes", "step", "task_bytes"),
+    [(0, 8, 64), (1, 8, 64), (1000, 7, 64), (1000, 8, 8), (999, 100, 4096)],
+)
+def test_fill_ranges_writes_every_step_at_its_place_and_ends_after_them(
+    tmp_path, monkeypatch, threads, nbytes, step, task_bytes
+):
+    monkeypatch.setattr(_src, "FILL_TASK_BYTES", task_bytes)
+    want = bytes(i % 251 for i in range(nbytes))
+    assert _fill(tmp_path, nbytes, step, threads) == b"HDR" + want + b"END"
+
+
+def test_fill_ranges_runs_tasks_on_threads_at_once(tmp_path, cores, monkeypatch):
+    """Two tasks must be computing together to pass the barrier: a serial fill breaks it."""
+    cores(2)
+    monkeypatch.setattr(_src, "FILL_TASK_BYTES", 100)
+    barrier = threading.Barrier(2, timeout=20)
+    threads: set[int] = set()
+
+    def meet(start: int, out: memoryview) -> None:
+        if start in (0, 100):  # the first step of the first two tasks
+            barrier.wait()
+        threads.add(threading.get_ident())
+        out[:] = bytes((start + i) % 251 for i in range(len(out)))
+
+    got = _fill(tmp_path, 300, 50, None, meet)  # threads: the default, the cores
+    assert got == b"HDR" + bytes(i % 251 for i in range(300)) + b"END"
+    assert len(threads) == 2
+    assert threading.get_ident() not in threads
+
+
+def test_a_failed_fill_fails_once_every_task_ended(tmp_path, cores, monkeypatch):
+    cores(2)
+    monkeypatch.setattr(_src, "FILL_TASK_BYTES", 10)
+    running = threading.Lock()
+    ended: list[int] = []
+
+    def fill(start: int, out: memoryview) -> None:
+        with running:
+            ended.append(start)
+        if start == 30:
+            raise CorruptCheckpointError("short read at byte 30")
+        time.sleep(0.01)
+        out[:] = bytes(len(out))
+
+    with pytest.raises(CorruptCheckpointError, match="byte 30"):
+        _fill(tmp_path, 200, 10, 2, fill)
+    count = len(ended)
+    time.sleep(0.05)
+    assert len(ended) == count  # nothing runs after the failure was raised
+
+
+def test_threads_asking_for_the_map_at_once_share_one(tmp_path, monkeypatch):
+    """Bands of a transpose read the map on several threads: a second map of the file would
+    keep every page it touched resident after the first one's pages are released."""
+    import mmap
+
+    made: list[object] = []
+    real = mmap.mmap
+
+    def slow_map(*args, **kwargs):
+        time.sleep(0.05)  # widen the window two threads could both map in
+        made.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mmap, "mmap", slow_map)
+    (tmp_path / "f.bin").write_bytes(DATA)
+    barrier = threading.Barrier(3, timeout=20)
+    views: list[bytes] = []
+    with ByteSource(tmp_path / "f.bin") as source:
+
+        def read() -> None:
+            barrier.wait()
+            views.append(bytes(source.view(10, 5)))
+
+        workers = [threading.Thread(target=read) for _ in range(3)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    assert views == [DATA[10:15]] * 3
+    assert len(made) == 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -118,3 +119,20 @@ def test_transpose_into_a_column_slice() -> None:
     assert np.array_equal(out[:, 50:350], array.T)
     assert not out[:, :50].any()
     assert not out[:, 350:].any()
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.float64, np.complex128])
+@pytest.mark.parametrize(("rows", "cols"), [(70001, 3), (9000, 127), (4099, 64), (1030, 128)])
+def test_transpose_of_a_narrow_band_of_a_tall_matrix(dtype: type, rows: int, cols: int) -> None:
+    """A band of columns (a strided view), rows not a multiple of the strip, into a column
+    slice; every element moved as its bits (a signalling NaN stays one)."""
+    rng = np.random.default_rng(rows)
+    wide = rng.integers(0, 2**8, size=(rows, 3 * cols * np.dtype(dtype).itemsize), dtype=np.uint8)
+    matrix: np.ndarray = wide.view(dtype)[:, cols : 2 * cols]
+    if dtype is np.float32:
+        matrix[::7, 0] = np.array([0x7F800001], dtype=np.uint32).view(np.float32)[0]
+    out: np.ndarray = np.zeros((cols, rows + 9), dtype=dtype)
+    transpose_into(out[:, 4 : 4 + rows], matrix)
+    assert out[:, 4 : 4 + rows].tobytes() == np.ascontiguousarray(matrix.T).tobytes()
+    assert not out[:, :4].any()
+    assert not out[:, 4 + rows :].any()

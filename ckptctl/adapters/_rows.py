@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from ckptctl.model import TensorEntry
+    from ckptctl.sources import ByteSource
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,6 +40,15 @@ class RowsData(TensorData):
 
     def is_ranged(self) -> bool:
         return self.inner.is_ranged()
+
+    def read_into(self, start: int, out: memoryview) -> None:
+        if start < 0 or start + len(out) > self.nbytes:
+            raise ValueError(f"range {start}+{len(out)} outside a tensor of {self.nbytes} bytes")
+        self.inner.read_into(self.start + start, out)
+
+    def file_range(self) -> tuple[ByteSource, int] | None:
+        where = self.inner.file_range()  # a block of rows of a contiguous tensor lies in the file
+        return None if where is None else (where[0], where[1] + self.start)
 
 
 def row_slice(entry: TensorEntry, first: int, count: int, name: str) -> TensorEntry:

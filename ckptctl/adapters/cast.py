@@ -1,7 +1,9 @@
 """Float casts: ``cast:DTYPE`` (``FloatCastAdapter``) and ``half`` (``HalfPrecisionAdapter``).
 
-Both round to nearest even (``ckptctl.dtypes.from_float``). Like Burn, F64 goes to F16/BF16
-through F32 (two roundings, burn-store spec §2.1), so results match Burn bit for bit.
+Both round to nearest even (the block kernels of ``ckptctl.dtypes``: numpy's own results for
+F16, torch's for BF16, NaNs kept). Like Burn, F64 goes to F16/BF16 through F32 (two roundings,
+burn-store spec §2.1), so results match Burn bit for bit. A cast entry's data
+(:class:`ConvertedData`) converts a range at a time: writers stream it like a copy.
 
 * ``cast:DTYPE`` (§2.2) converts every float tensor not already in DTYPE, whatever its module.
 * ``half`` (§2.1) converts F32 -> F16 and F16 -> F32 (direction follows each tensor's dtype),
@@ -13,16 +15,16 @@ through F32 (two roundings, burn-store spec §2.1), so results match Burn bit fo
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ckptctl.adapters._base import Action, ActionKind, Adapted, BaseAdapter
 from ckptctl.adapters.modules import Decision, resolve
-from ckptctl.dtypes import DType, from_float, to_float
-from ckptctl.errors import SelectionError
-from ckptctl.model import ComputedData, expected_nbytes, iter_row_blocks
+from ckptctl.dtypes import DType, bf16_into, f16_into, widen_into
+from ckptctl.errors import CorruptCheckpointError, SelectionError
+from ckptctl.model import TensorData, expected_nbytes, is_local_file
+from ckptctl.sources import spare_buffer
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -39,44 +41,166 @@ HALF_PRECISION_MODULES = frozenset(
         "InstanceNorm", "RmsNorm", "PRelu",
     }
 )  # fmt: skip
-#: Dtypes a cast may produce (FP8 casts are not supported by ``from_float``).
+#: Dtypes a cast may produce (no FP8: ``from_float`` refuses it, and so does ``Cast``).
 CAST_TARGETS = (DType.F64, DType.F32, DType.F16, DType.BF16)
+
+
+#: Elements per step of a cast: a block of F32 and its scratch stay in the CPU's cache, so
+#: the passes of a conversion run from cache instead of from memory.
+CAST_BLOCK_ELEMENTS = 1 << 16
+#: Blocks per :meth:`ConvertedData.compute_step`: enough that the read, the conversion and the
+#: write of a step cost little Python per byte; few enough that the step stays in the cache.
+CAST_STEP_BLOCKS = 2
 
 
 def convert_float(raw: NDArray[Any], source: DType, target: DType) -> NDArray[Any]:
     """Convert an array stored as ``source`` (raw bits for BF16/FP8) to ``target`` storage.
 
-    Rounds to nearest even; F64 reaches F16/BF16 through F32, as Burn does.
+    Rounds to nearest even; F64 reaches F16/BF16 through F32, as Burn does. Computed a block
+    of ``CAST_BLOCK_ELEMENTS`` at a time (:func:`convert_into`).
     """
-    # overflow to +-inf is the intended result (half crate semantics), not a warning
-    with np.errstate(over="ignore"):
-        values = to_float(raw, source)
-        if target in (DType.F16, DType.BF16) and values.dtype == np.float64:
-            values = values.astype(np.float32)
-        return from_float(values, target)
+    flat = np.ascontiguousarray(raw).reshape(-1)
+    out = np.empty(flat.shape, dtype=target.numpy)
+    for start in range(0, flat.size, CAST_BLOCK_ELEMENTS):
+        stop = start + CAST_BLOCK_ELEMENTS
+        convert_into(flat[start:stop], source, target, out[start:stop])
+    return out.reshape(np.shape(raw))
 
 
-def _load_converted(entry: TensorEntry, target: DType) -> NDArray[Any]:
-    """Convert block by block of rows: memory is the output plus one input block."""
-    out = np.empty(entry.shape, dtype=target.numpy)
-    for first, block in iter_row_blocks(entry):
-        converted = convert_float(block, entry.dtype, target)
-        if out.ndim:
-            out[first : first + block.shape[0]] = converted
-        else:
-            out[()] = converted
-    return out
+#: Casts numpy does fast and as specified (F16's it does one element at a time: ``dtypes``).
+_NUMPY_CASTS = frozenset({(DType.F32, DType.F64), (DType.F64, DType.F32)})
+
+
+def convert_into(raw: NDArray[Any], source: DType, target: DType, out: NDArray[Any]) -> None:
+    """Convert one block (at most ``CAST_BLOCK_ELEMENTS`` elements, 1-D) stored as ``source``
+    into ``out``, stored as ``target``: :func:`convert_float` through this thread's reused
+    scratch, so a pass over a tensor allocates nothing per block."""
+    # overflow to +-inf and NaNs (signalling ones too) are results, not warnings
+    with np.errstate(over="ignore", invalid="ignore"):
+        if source is target or (source, target) in _NUMPY_CASTS:  # F64 -> F32: nearest even
+            np.copyto(out, raw, casting="unsafe")
+            return
+        n = raw.size
+        with spare_buffer("cast_scratch", 16 * n) as space:
+            scratch = np.frombuffer(space, dtype=np.uint32)
+            values = raw  # F32 as it is; else widened (BF16/FP8/F16 exactly, F64 rounded)
+            if source is not DType.F32:
+                values = out if target is DType.F32 else scratch[3 * n :].view(np.float32)
+                widen_into(raw, source, values, scratch[:n])
+            if target is DType.BF16:
+                bf16_into(values, out, scratch[:n])
+            elif target is DType.F16:
+                f16_into(values, out.view(np.uint16), scratch[: 3 * n])
+            elif target is DType.F64:
+                np.copyto(out, values)
+
+
+@dataclass(frozen=True, eq=False)
+class ConvertedData(TensorData):
+    """The elements of ``entry`` converted to ``target``, a range at a time: a range of the
+    output reads only the elements it needs (``read_into`` of the entry's data, into a reused
+    buffer) and converts them block by block, so a writer streams a cast like a copy, on the
+    copy threads (:meth:`compute_step`). Read whole, it is converted the same way.
+    """
+
+    entry: TensorEntry
+    target: DType
+
+    @property
+    def inner(self) -> TensorData:
+        """The data converted."""
+        return self.entry.data
+
+    @property
+    def source(self) -> DType:
+        """The dtype converted from."""
+        return self.entry.dtype
+
+    @property
+    def numel(self) -> int:
+        """Elements converted."""
+        return self.entry.numel
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the converted tensor."""
+        return self.numel * self.target.itemsize
+
+    def read(self) -> memoryview:
+        if not self.numel:  # refused as the entry itself is, when numpy cannot hold its shape
+            return memoryview(self.entry.load().tobytes()[:0])
+        out = np.empty(self.nbytes, dtype=np.uint8)
+        whole = None
+        if not self.inner.is_ranged():  # computed whole anyway: once, not once per block
+            whole = memoryview(self.inner.read()).cast("B")
+            if len(whole) != self.numel * self.source.itemsize:
+                raise CorruptCheckpointError(
+                    f"a tensor to cast has {len(whole)} bytes, expected "
+                    f"{self.numel * self.source.itemsize}"
+                )
+        step = CAST_BLOCK_ELEMENTS * self.target.itemsize
+        for start in range(0, self.nbytes, step):
+            self._convert(start, out[start : start + step].data, whole)
+        return out.data
+
+    def read_range(self, start: int, length: int) -> bytes | memoryview:
+        size = self.target.itemsize
+        first = start - start % size
+        stop = min(self.nbytes, -(-(start + length) // size) * size)
+        if start < 0 or length < 0 or start + length > self.nbytes:
+            raise ValueError(f"range {start}+{length} outside a tensor of {self.nbytes} bytes")
+        out = np.empty(stop - first, dtype=np.uint8)
+        self.read_into(first, out.data)
+        return out.data[start - first : start - first + length]
+
+    def read_into(self, start: int, out: memoryview) -> None:
+        size = self.target.itemsize
+        if start % size or len(out) % size:  # not whole elements: the covering ones
+            out[:] = self.read_range(start, len(out))
+            return
+        step = self.compute_step() or CAST_BLOCK_ELEMENTS * size * CAST_STEP_BLOCKS
+        for done in range(0, len(out), step):  # the inner data read in its own steps
+            self._convert(start + done, out[done : done + step], None)
+
+    def _convert(self, start: int, out: memoryview, whole: memoryview | None) -> None:
+        """Convert the elements of output bytes ``[start, start + len(out))`` into ``out``,
+        reading them from ``whole`` or else from the inner data into a reused buffer."""
+        first, count = start // self.target.itemsize, len(out) // self.target.itemsize
+        isize = self.source.itemsize
+        dst = np.frombuffer(out, dtype=self.target.numpy)
+        with spare_buffer("cast_in", count * isize) as space:
+            if whole is None:
+                self.inner.read_into(first * isize, space)
+                raw = np.frombuffer(space, dtype=self.source.numpy)
+            else:
+                raw = np.frombuffer(
+                    whole[first * isize : (first + count) * isize], self.source.numpy
+                )
+            for at in range(0, count, CAST_BLOCK_ELEMENTS):
+                stop = at + CAST_BLOCK_ELEMENTS
+                convert_into(raw[at:stop], self.source, self.target, dst[at:stop])
+
+    def is_ranged(self) -> bool:
+        return self.inner.is_ranged()
+
+    def compute_step(self) -> int:
+        inner = self.inner.compute_step()
+        if inner:  # whole steps of the inner data (a transpose's band of rows)
+            return max(1, inner // self.source.itemsize) * self.target.itemsize
+        if self.inner.is_ranged() and is_local_file(self.inner):
+            return CAST_BLOCK_ELEMENTS * CAST_STEP_BLOCKS * self.target.itemsize
+        return 0
 
 
 def cast_entry(entry: TensorEntry, target: DType) -> TensorEntry:
-    """A new entry with ``target`` dtype whose data converts lazily."""
+    """A new entry with ``target`` dtype whose data converts lazily, a range at a time."""
     return replace(
         entry,
         dtype=target,
         nbytes=expected_nbytes(target, entry.shape),
         offset=None,
         source_dtype=None,
-        data=ComputedData(partial(_load_converted, entry, target)),
+        data=ConvertedData(entry, target),
     )
 
 

@@ -20,15 +20,15 @@ converter has to rename for real, which is what this adapter does.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from ckptctl.adapters._base import Action, ActionKind, Adapted, BaseAdapter
 from ckptctl.adapters.modules import RENAMED_NORMS, Decision, resolve
-from ckptctl.model import ComputedData, iter_row_blocks
+from ckptctl.model import TensorData, iter_row_blocks
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -44,8 +44,19 @@ if TYPE_CHECKING:
 STRIP_ROWS = 16
 #: Columns per pass over a strip, so each pass's output rows stay in L2.
 STRIP_COLUMNS = 1024
+#: Bands narrower than this are transposed in one numpy call (:func:`_transpose_narrow`).
+NARROW_COLUMNS = 128
 #: Below this many elements one numpy copy is faster than the strips.
 SMALL_TRANSPOSE_ELEMENTS = 1 << 16
+#: Output bytes per step of a transposed tensor written by ranges: a band of whole output rows
+#: (input columns), up to ``STRIP_COLUMNS`` wide. numpy pays per call, so narrow bands are
+#: slow (16-64 columns of a 4096-row F32 matrix: 0.2-0.5 GiB/s in-process under load, where
+#: 512-2048 columns run at 1.0-1.3 GiB/s: benchmarks/RESULTS.md, issue 50); 8 MiB holds 512
+#: columns of 4096 F32 rows, and one such buffer per copy thread keeps the peak memory
+#: within its bound (64 MiB + the largest tensor, whose mapped input pages count too).
+TRANSPOSE_STEP_BYTES = 4 << 20
+#: The narrowest band: every input cache line read serves a whole line of output.
+BAND_MIN_BYTES = 64
 
 
 def transpose_into(out: NDArray[Any], array: NDArray[Any]) -> None:
@@ -58,11 +69,31 @@ def transpose_into(out: NDArray[Any], array: NDArray[Any]) -> None:
     if rows * cols <= SMALL_TRANSPOSE_ELEMENTS:
         np.copyto(out, array.T)
         return
+    if cols < NARROW_COLUMNS and array.dtype.itemsize in (1, 2, 4, 8):
+        _transpose_narrow(out, array)
+        return
     for c in range(0, cols, STRIP_COLUMNS):
         source = array[:, c : c + STRIP_COLUMNS]
         target = out[c : c + STRIP_COLUMNS]
         for r in range(0, rows, STRIP_ROWS):
             np.copyto(target[:, r : r + STRIP_ROWS], source[r : r + STRIP_ROWS].T)
+
+
+def _transpose_narrow(out: NDArray[Any], array: NDArray[Any]) -> None:
+    """:func:`transpose_into` of a narrow band of columns in one numpy call: both arrays seen
+    as ``(row block, column, row in block)``, an order numpy's iterator keeps (the two
+    arrays' strides disagree on it), so it walks the strips as the loop above does without a
+    Python call per strip of a few hundred elements (1.0-1.25 GiB/s against 0.6-0.9 for 32-64
+    columns of 16,384 F32 rows, in-process under load). Elements are moved as unsigned integers
+    of their size (``positive`` of an integer is a copy; of a float it could quiet a NaN)."""
+    rows, cols = array.shape
+    full = rows - rows % STRIP_ROWS
+    bits = np.dtype(f"<u{array.dtype.itemsize}")
+    source = array[:full].view(bits).reshape(full // STRIP_ROWS, STRIP_ROWS, cols)
+    target = out[:, :full].view(bits).reshape(cols, full // STRIP_ROWS, STRIP_ROWS)
+    np.positive(source.transpose(0, 2, 1), out=target.transpose(1, 0, 2))
+    if full < rows:
+        np.copyto(out[:, full:], array[full:].T)
 
 
 def transpose_2d(array: NDArray[Any]) -> NDArray[Any]:
@@ -84,12 +115,75 @@ def _load_transposed(entry: TensorEntry) -> NDArray[Any]:
     return out
 
 
+@dataclass(frozen=True, eq=False)
+class TransposedData(TensorData):
+    """The transpose of the rank-2 ``entry`` (``[rows, cols]`` -> ``[cols, rows]``).
+
+    Whole (:meth:`read`), it is transposed block by block of input rows read with ``pread``.
+    When the input lies in a local file, a range of whole output rows (a band of input
+    columns) is also transposed on its own, straight from the file's memory map into the
+    caller's buffer, so a writer streams it a band at a time on the copy threads
+    (:meth:`compute_step`); the input's pages are unmapped again once every band was read.
+    """
+
+    entry: TensorEntry
+    _done: list[int] = field(default_factory=lambda: [0])  # bytes read since the last release
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def read(self) -> memoryview:
+        return np.ascontiguousarray(_load_transposed(self.entry)).reshape(-1).view(np.uint8).data
+
+    def is_ranged(self) -> bool:
+        where = self.entry.data.file_range()
+        return where is not None and not where[0].is_remote
+
+    def compute_step(self) -> int:
+        if not self.is_ranged() or not self.entry.nbytes:
+            return 0
+        rows, cols = self.entry.shape
+        row_bytes = rows * self.entry.dtype.itemsize  # one output row
+        least = -(-BAND_MIN_BYTES // self.entry.dtype.itemsize)
+        band = min(cols, max(least, TRANSPOSE_STEP_BYTES // row_bytes))
+        return band * row_bytes
+
+    def read_range(self, start: int, length: int) -> bytes | memoryview:
+        if start < 0 or length < 0 or start + length > self.entry.nbytes:
+            raise ValueError(
+                f"range {start}+{length} outside a tensor of {self.entry.nbytes} bytes"
+            )
+        if not self.is_ranged():
+            return self.read()[start : start + length]
+        row = self.entry.shape[0] * self.entry.dtype.itemsize
+        first, stop = start - start % row, -(-(start + length) // row) * row
+        out = np.empty(stop - first, dtype=np.uint8)
+        self.read_into(first, out.data)
+        return out.data[start - first : start - first + length]
+
+    def read_into(self, start: int, out: memoryview) -> None:
+        rows, cols = self.entry.shape
+        row = rows * self.entry.dtype.itemsize
+        where = self.entry.data.file_range()
+        if where is None or where[0].is_remote or start % row or len(out) % row:
+            out[:] = self.read_range(start, len(out))
+            return
+        source, offset = where
+        matrix = np.frombuffer(source.view(offset, self.entry.nbytes), self.entry.dtype.numpy)
+        first, count = start // row, len(out) // row
+        band = np.frombuffer(out, self.entry.dtype.numpy).reshape(count, rows)
+        transpose_into(band, matrix.reshape(rows, cols)[:, first : first + count])
+        with self._lock:
+            self._done[0] += len(out)
+            done = self._done[0] >= self.entry.nbytes
+            if done:
+                self._done[0] = 0
+        if done:  # every band read: the input's mapped pages leave this process's memory
+            source.release_pages(offset, self.entry.nbytes)
+
+
 def transposed(entry: TensorEntry) -> TensorEntry:
     """A rank-2 entry with swapped shape whose data transposes lazily."""
     rows, cols = entry.shape
-    return replace(
-        entry, shape=(cols, rows), offset=None, data=ComputedData(partial(_load_transposed, entry))
-    )
+    return replace(entry, shape=(cols, rows), offset=None, data=TransposedData(entry))
 
 
 def _fmt(shape: tuple[int, ...]) -> str:

@@ -302,8 +302,8 @@ Examples:
     help="GGUF output: leave out SRC's key KEY, repeatable (a key SRC lacks exits 2).",
 )
 @jobs_option(
-    "Copy tensor bytes with up to N threads (at most 4), and with --max-shard-size write N "
-    "shards at once; the files are the same for any N."
+    "Copy tensor bytes, and compute casts and transposes, with up to N threads (at most 4), "
+    "and with --max-shard-size write N shards at once; the files are the same for any N."
 )
 @write_options
 @remote_options

@@ -10,7 +10,7 @@ from typing import IO, TYPE_CHECKING
 from ckptctl._io import libc_function, start_writeback
 from ckptctl.errors import CorruptCheckpointError
 from ckptctl.model import HeaderLayout, Region, RegionKind
-from ckptctl.sources import CHUNK_BYTES, copy_range, copy_ranges
+from ckptctl.sources import CHUNK_BYTES, copy_range, copy_ranges, fill_ranges
 
 if TYPE_CHECKING:
     from ckptctl.model import Checkpoint, JSONValue, TensorEntry
@@ -145,13 +145,22 @@ def write_entry_bytes(out: IO[bytes], entry: TensorEntry) -> None:
 
     File-backed bytes (one range, or the ranges of :meth:`TensorData.file_pieces`) are copied
     with ``sources.copy_ranges`` when ``out`` is a real file, else through ``CHUNK_BYTES``
-    views of the memory map; computed bytes are read once.
+    views of the memory map; bytes computed a range at a time (:meth:`TensorData.compute_step`:
+    casts, transposes) with ``sources.fill_ranges``; other computed bytes are read once.
     """
     where = entry.data.file_range()
     pieces = entry.data.file_pieces() if where is None and has_fileno(out) else None
     if pieces is not None:  # ranges of several files (PiecesData, split DCP tensors)
         start = out.tell()
         copy_ranges(pieces, out)
+        start_writeback(out, start, entry.nbytes)
+        return
+    step = entry.data.compute_step() if where is None and has_fileno(out) else 0
+    if step and entry.nbytes > step:
+        # A cast or a transpose: computed a step at a time into a reused buffer on the copy
+        # threads and written from the CPU's cache, as a copy is (issue 50).
+        start = out.tell()
+        fill_ranges(entry.data.read_into, entry.nbytes, step, out)
         start_writeback(out, start, entry.nbytes)
         return
     if where is None and entry.nbytes > CHUNK_BYTES and entry.data.is_ranged():

@@ -1133,6 +1133,13 @@ class _ProgressData(TensorData):
     def is_ranged(self) -> bool:
         return self.inner.is_ranged()
 
+    def read_into(self, start: int, out: memoryview) -> None:
+        self._tick()
+        self.inner.read_into(start, out)
+
+    def compute_step(self) -> int:
+        return self.inner.compute_step()
+
 
 def _with_progress(entry: TensorEntry, report: Callable[[int], None]) -> TensorEntry:
     return replace(entry, data=_ProgressData(entry.data, entry.nbytes, report))

@@ -22,8 +22,11 @@ from ckptctl.sources.local import (
     copy_range,
     copy_ranges,
     file_pool,
+    fill_chunks,
+    fill_ranges,
     read_chunks,
     set_copy_threads,
+    spare_buffer,
 )
 
 if TYPE_CHECKING:
@@ -41,9 +44,12 @@ __all__ = [
     "copy_range",
     "copy_ranges",
     "file_pool",
+    "fill_chunks",
+    "fill_ranges",
     "open_source",
     "read_chunks",
     "set_copy_threads",
+    "spare_buffer",
 ]
 
 

@@ -14,18 +14,29 @@ import os
 import stat
 import threading
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, TypeVar
 
 from ckptctl.errors import CorruptCheckpointError, InputError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
+_T = TypeVar("_T")
+
 #: What to do about a file (or directory) this process may not read.
 PERMISSION_HINT = "check its permissions (ls -l): ckptctl needs to read it, nothing more"
 
 #: Chunk size for streamed copies and chunked comparisons.
 CHUNK_BYTES = 8 * 1024 * 1024
+#: Bytes per ``preadv`` call of :meth:`ByteSource.read_into` (Linux moves at most
+#: 0x7FFFF000 bytes per read).
+MAX_READ_BYTES = 1 << 30
+
+
+#: Held while a source maps its file: the copy threads transposing bands of one tensor ask for
+#: the map at once, and a second map of the file would hold pages that releasing the first's
+#: leaves resident (a transpose's peak memory grew by the tensor's size, one run in five).
+_MAP_LOCK = threading.Lock()
 
 
 class ByteSource:
@@ -81,7 +92,9 @@ class ByteSource:
         if self._map is None:
             if self.size == 0:
                 return memoryview(b"")
-            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            with _MAP_LOCK:  # threads that map at once would each fault the pages in (#50)
+                if self._map is None:
+                    self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         return memoryview(self._map)
 
     def read(self, offset: int, length: int) -> bytes:
@@ -103,6 +116,23 @@ class ByteSource:
         if length == 0:
             return memoryview(b"")
         return self.buffer[offset : offset + length]
+
+    def read_into(self, offset: int, out: memoryview) -> None:
+        """Fill ``out`` with the ``len(out)`` bytes at ``offset``: read straight into it with
+        ``preadv`` where the source has a descriptor (a buffer reused for every chunk of a pass
+        costs no page faults), else read and copied.
+
+        Raises:
+            CorruptCheckpointError: the range is not inside the file, or the file shrank.
+        """
+        self.check_range(offset, len(out), "read")
+        fd = _descriptor(self)
+        if fd is None:
+            out[:] = self.read(offset, len(out))
+            return
+        for done in range(0, len(out), MAX_READ_BYTES):  # Linux reads at most 2 GiB per call
+            piece = out[done : done + MAX_READ_BYTES]
+            _preadv(self, fd, [piece], offset + done, len(piece))
 
     def release_pages(self, offset: int, length: int) -> None:
         """Unmap the pages of ``[offset, offset+length)`` from this process (they stay in the
@@ -417,7 +447,7 @@ def copy_ranges(ranges: Iterable[tuple[ByteSource, int, int]], dst: IO[bytes]) -
     head = list(itertools.islice(tasks, 2))
     threads = copy_threads()
     if len(head) == 2 and threads > 1:
-        end = _run_tasks(fd, itertools.chain(head, tasks), threads)
+        end = _run_tasks(fd, itertools.chain(head, tasks), threads, _copy_task, _on_threads)
     else:  # one task, or one thread: no pool to start
         end = start
         for task in itertools.chain(head, tasks):
@@ -559,9 +589,16 @@ def _tasks(ranges: Iterable[tuple[ByteSource, int, int]], position: int) -> Iter
         yield position, batch
 
 
-def _run_tasks(fd: int, tasks: Iterable[_Task], threads: int) -> int:
-    """Run the tasks, those of local files on ``threads`` threads (at most twice as many
-    queued), those with a range of a source without a descriptor (remote sources are read by
+def _run_tasks(
+    fd: int,
+    tasks: Iterable[_T],
+    threads: int,
+    run: Callable[[int, _T], int],
+    on_threads: Callable[[_T], bool],
+) -> int:
+    """Run the tasks (``run(fd, task)`` returns where the task's output ends), those
+    ``on_threads`` accepts (of local files) on ``threads`` threads (at most twice as many
+    queued), the others (a range of a source without a descriptor: remote sources are read by
     one thread) in this one; returns where the output ends. A failure is raised once every
     task started has ended: no thread writes after the return (nor after a failure)."""
     from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -577,10 +614,10 @@ def _run_tasks(fd: int, tasks: Iterable[_Task], threads: int) -> int:
                     errors.extend(e for f in done if (e := f.exception()) is not None)
                 if errors:
                     break
-                if _on_threads(task):
-                    pending.add(pool.submit(_copy_task, fd, task))
+                if on_threads(task):
+                    pending.add(pool.submit(run, fd, task))
                 else:
-                    end = max(end, _copy_task(fd, task))
+                    end = max(end, run(fd, task))
         except BaseException as exc:  # a bad range, an interrupt: stop once the others end
             errors.insert(0, exc)
         for future in wait(pending).done:
@@ -592,6 +629,77 @@ def _run_tasks(fd: int, tasks: Iterable[_Task], threads: int) -> int:
     if errors:
         raise errors[0]
     return end
+
+
+#: Output bytes per task of :func:`fill_ranges` (whole steps): small enough that a tensor of a
+#: few dozen MiB is shared among the threads.
+FILL_TASK_BYTES = 4 * 1024 * 1024
+
+
+def fill_ranges(
+    fill: Callable[[int, memoryview], None],
+    nbytes: int,
+    step: int,
+    dst: IO[bytes],
+    *,
+    threads: int | None = None,
+) -> None:
+    """Write ``nbytes`` computed bytes (a cast or transposed tensor) to ``dst`` (a real file)
+    at its position, leaving it positioned after them.
+
+    ``fill(start, buffer)`` computes the bytes from ``start`` on into ``buffer`` (``step``
+    bytes, the last one shorter), which is then written with ``pwrite`` while it is still in
+    the CPU's cache. Tasks of whole steps (about ``FILL_TASK_BYTES``) run on ``threads``
+    threads (default :func:`copy_threads`, ``convert -j``), each thread through one reused
+    buffer: ``fill`` must be safe to call from several threads at once.
+    """
+    dst.flush()
+    fd, position = dst.fileno(), dst.tell()
+    per = max(1, FILL_TASK_BYTES // step) * step
+    tasks = [
+        _Fill(fill, position + s, s, min(per, nbytes - s), step) for s in range(0, nbytes, per)
+    ]
+    count = copy_threads() if threads is None else threads
+    if len(tasks) > 1 and count > 1:
+        _run_tasks(fd, tasks, count, lambda fd, task: task.run(fd), lambda _: True)
+    else:
+        for task in tasks:
+            task.run(fd)
+    dst.seek(position + nbytes)
+
+
+def fill_chunks(
+    fill: Callable[[int, memoryview], None], nbytes: int, step: int
+) -> Iterator[memoryview]:
+    """:func:`fill_ranges` for a writer that must see the bytes in order (a CRC): ``nbytes``
+    computed bytes, ``step`` at a time, each piece valid until the next is taken (one reused
+    buffer), computed in the calling thread."""
+    with spare_buffer("fill", min(step, nbytes)) as buffer:
+        for start in range(0, nbytes, step):
+            piece = buffer[: min(step, nbytes - start)]
+            fill(start, piece)
+            yield piece
+
+
+@dataclass(frozen=True)
+class _Fill:
+    """A task of :func:`fill_ranges`: ``length`` computed bytes from ``start`` on, written at
+    ``position`` a ``step`` at a time."""
+
+    fill: Callable[[int, memoryview], None]
+    position: int
+    start: int
+    length: int
+    step: int
+
+    def run(self, fd: int) -> int:
+        """Compute and write the task's bytes; returns where they end in ``fd``."""
+        with spare_buffer("fill", self.step) as buffer:
+            for done in range(0, self.length, self.step):
+                piece = buffer[: min(self.step, self.length - done)]
+                self.fill(self.start + done, piece)
+                _pwrite_all(fd, piece, self.position + done)
+        return self.position + self.length
 
 
 def _on_threads(task: _Task) -> bool:
@@ -750,6 +858,36 @@ def _take_spare(kind: str, size: int) -> memoryview:
     if buffer is None or len(buffer) < size:
         buffer = memoryview(bytearray(size))
     return buffer
+
+
+@contextlib.contextmanager
+def spare_buffer(kind: str, size: int) -> Iterator[memoryview]:
+    """A reusable buffer ``kind`` of at least ``size`` bytes (its first ``size`` bytes are
+    yielded) for the duration of the block, taken from the process's idle ones: a computed
+    pass (a cast's scratch, a fill's output step) reuses the same few buffers, whichever
+    thread runs it, instead of paying page faults for fresh memory each chunk. Process-wide,
+    not per thread: the copy threads are new for every tensor, and buffers of a few MiB that
+    each new thread allocated and freed stayed in malloc's per-thread arenas (the peak memory
+    of a transposed cast grew by up to 50 MiB). Each use gets a buffer of its own."""
+    with _IDLE_LOCK:
+        idle = _IDLE.setdefault(kind, [])
+        fits = next((i for i, b in enumerate(idle) if len(b) >= size), None)
+        buffer = idle.pop(fits) if fits is not None else None
+        if buffer is None and idle:
+            idle.pop()  # too small for this pass: replaced by the larger one, not kept too
+    if buffer is None:
+        buffer = memoryview(bytearray(size))
+    try:
+        yield buffer[:size]
+    finally:
+        with _IDLE_LOCK:
+            _IDLE[kind].append(buffer)
+
+
+#: :func:`spare_buffer`'s idle buffers by kind (at most as many per kind as ever were in use at
+#: once: one per copy thread).
+_IDLE: dict[str, list[memoryview]] = {}
+_IDLE_LOCK = threading.Lock()
 
 
 #: Each thread's idle read buffer (:func:`read_chunks`): one allocation per thread, not per

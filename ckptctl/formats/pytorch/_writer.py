@@ -46,7 +46,7 @@ from ckptctl._io import start_writeback
 from ckptctl.dtypes import TORCH_NAMES, DType
 from ckptctl.errors import CorruptCheckpointError, OutputError
 from ckptctl.formats._base import ranged_step
-from ckptctl.sources import CHUNK_BYTES, read_chunks
+from ckptctl.sources import CHUNK_BYTES, fill_chunks, read_chunks
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -276,6 +276,10 @@ def _storage_chunks(storage: _Storage) -> Iterator[bytes | memoryview]:
         return
     entry = storage.members[0].entry
     where = entry.data.file_range()
+    step = entry.data.compute_step() if where is None else 0
+    if step and entry.nbytes > step:  # a cast or a transpose: through one reused buffer (#50)
+        yield from fill_chunks(entry.data.read_into, entry.nbytes, step)
+        return
     if where is None and entry.nbytes > CHUNK_BYTES and entry.data.is_ranged():
         # A strided (perhaps expanded) view: gathered a slab at a time, never whole (#25).
         step = ranged_step(entry)
