@@ -21,16 +21,6 @@ TORCH_BATCHNORM_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 COMMAND_NAMES = ["ls", "header", "convert", "remap", "diff", "verify", "show", "hash", "man"]
 
 
-@pytest.fixture
-def eight(tmp_path):
-    """Eight 64 KiB F32 tensors (512 KiB): enough for a bar with a total, speed and ETA."""
-    rng = np.random.default_rng(48)
-    tensors = {f"layer{i}.weight": rng.random((128, 128), dtype=np.float32) for i in range(8)}
-    path = tmp_path / "model.safetensors"
-    save_file(tensors, str(path))
-    return path
-
-
 # --- item 1: every command that reads tensor data shows the same bar, one line wide ---------
 
 READERS = {

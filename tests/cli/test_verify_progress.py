@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 
-import numpy as np
 import pytest
-from safetensors.numpy import save_file
 
 from ckptctl.ops.verify import verify
 from tests.cli._terminal import run_on_terminal
@@ -18,16 +16,6 @@ from tests.cli._terminal import run_on_terminal
 COLUMNS = 80
 #: Eight 128x128 F32 tensors.
 TENSOR_BYTES = 8 * 128 * 128 * 4
-
-
-@pytest.fixture
-def eight(tmp_path):
-    """Eight 64 KiB F32 tensors (512 KiB), and their manifest written by ``ckptctl hash``."""
-    rng = np.random.default_rng(48)
-    tensors = {f"layer{i}.weight": rng.random((128, 128), dtype=np.float32) for i in range(8)}
-    path = tmp_path / "model.safetensors"
-    save_file(tensors, str(path))
-    return path
 
 
 @pytest.fixture

@@ -348,6 +348,16 @@ def _safetensors(path: Path) -> dict[str, tuple[str, list[int], bytes]]:
     }
 
 
+def _one_tensor_gguf(path: Path, blocks, ggml_type, endian=None) -> None:
+    """A llama GGUF written by gguf-py holding one tensor ``w`` of raw ``blocks``."""
+    writer = gguf.GGUFWriter(path, "llama", endianess=endian or gguf.GGUFEndian.LITTLE)
+    writer.add_tensor("w", blocks, raw_dtype=ggml_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_dequantize_gives_gguf_pys_values(run_cli, tmp_path: Path, dtype: str) -> None:
     """Every quantized tensor decoded as gguf.quants.dequantize decodes it; f16/bf16 are those
@@ -383,13 +393,8 @@ def test_dequantize_gives_gguf_pys_values(run_cli, tmp_path: Path, dtype: str) -
 def test_dequantize_refuses_a_type_nothing_decodes(run_cli, tmp_path: Path) -> None:
     """Q8_1 blocks have no decoder in gguf-py either: refused by name even with --dequantize."""
     path = tmp_path / "q8_1.gguf"
-    writer = gguf.GGUFWriter(path, "llama")
     raw = np.zeros((2, 40), dtype=np.uint8)  # two rows of one Q8_1 block: 64 values
-    writer.add_tensor("w", raw, raw_dtype=gguf.GGMLQuantizationType.Q8_1)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    _one_tensor_gguf(path, raw, gguf.GGMLQuantizationType.Q8_1)
     out = tmp_path / "out.safetensors"
     result = run_cli("convert", path, out, "--dequantize")
     assert result.code == 4
@@ -402,14 +407,9 @@ def test_big_endian_blocks_are_never_decoded_as_little_endian(run_cli, tmp_path:
     """A big-endian file's Q8_0 scales are byte-swapped: decoding them as little-endian would
     give wrong values silently, so --dequantize refuses (exit 4) and ls --stats has none."""
     path = tmp_path / "be_q8.gguf"
-    writer = gguf.GGUFWriter(path, "llama", endianess=gguf.GGUFEndian.BIG)
     blocks = np.zeros((2, 34), dtype=np.uint8)
     blocks[:, 0:2] = [0x3C, 0x00]  # f16 1.0 stored big-endian
-    writer.add_tensor("w", blocks, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    _one_tensor_gguf(path, blocks, gguf.GGMLQuantizationType.Q8_0, gguf.GGUFEndian.BIG)
     out = tmp_path / "out.safetensors"
     result = run_cli("convert", path, out, "--dequantize")
     assert result.code == 4
