@@ -202,6 +202,7 @@ def test_every_writer_streams_the_same_cast_and_transpose(tmp_path, monkeypatch,
 
 
 @pytest.mark.slow
+@pytest.mark.bounded
 @pytest.mark.parametrize(
     "adapters",
     [("-a", "cast:bf16"), ("-a", "cast:f64"), ("-a", "pytorch-to-burn", "-a", "cast:f16")],
