@@ -1060,3 +1060,15 @@ def test_release_pages_without_a_map_maps_nothing(four_mib):
     memory = _src.MemorySource(b"abc", "m")
     memory.release_pages(0, 3)  # no map: nothing to do
     assert memory.read(0, 3) == b"abc"
+
+
+def test_a_path_with_a_nul_byte_is_an_input_error() -> None:
+    """No file can be named so (the OS refuses it): one clear refusal, not a ValueError."""
+    from ckptctl import InputError, open_checkpoint
+    from ckptctl.ops.verify import verify
+
+    with pytest.raises(InputError, match="NUL"):
+        open_checkpoint("bad\0.pt")
+    (result,) = verify(["bad\0.pt"]).files
+    assert [(f.check, f.status.value) for f in result.findings] == [("readable", "fail")]
+    assert "NUL" in result.findings[0].message

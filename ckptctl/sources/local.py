@@ -51,6 +51,8 @@ class ByteSource:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
+        if "\0" in self.path:  # os.stat would raise ValueError: no file can have this name
+            raise InputError("the path holds a NUL byte: no file has such a name", path=self.path)
         try:
             mode = os.stat(self.path).st_mode
         except FileNotFoundError:
