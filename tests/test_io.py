@@ -1071,4 +1071,4 @@ def test_a_path_with_a_nul_byte_is_an_input_error() -> None:
         open_checkpoint("bad\0.pt")
     (result,) = verify(["bad\0.pt"]).files
     assert [(f.check, f.status.value) for f in result.findings] == [("readable", "fail")]
-    assert "NUL" in result.findings[0].message
+    assert "NUL" in str(result.findings[0].message)
