@@ -62,33 +62,27 @@ def test_unreadable_path_error_gives_the_os_reason(tmp_path):
     assert info.value.path == str(path)
 
 
-def test_open_failure_after_stat_gives_the_os_reason(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("error", "message", "hint"),
+    [
+        (OSError(errno.EMFILE, os.strerror(errno.EMFILE)),
+         f"cannot open: {os.strerror(errno.EMFILE)}", None),
+        (PermissionError(errno.EACCES, os.strerror(errno.EACCES)), "permission denied",
+         _src.PERMISSION_HINT),  # root ignores chmod 000: the open is made to fail
+    ],
+    ids=["too-many-files", "permission"],
+)  # fmt: skip
+def test_open_failure_after_stat_gives_the_os_reason(tmp_path, monkeypatch, error, message, hint):
     path = tmp_path / "busy.bin"
     path.write_bytes(b"x")
 
     def refuse(*args: object, **kwargs: object) -> object:
-        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), str(path))
+        raise error
 
     monkeypatch.setattr(_src, "open", refuse, raising=False)
     with pytest.raises(InputError) as info:
         ByteSource(path)
-    assert info.value.message == f"cannot open: {os.strerror(errno.EMFILE)}"
-    assert info.value.path == str(path)
-
-
-def test_permission_denied_after_stat_says_so(tmp_path, monkeypatch):
-    path = tmp_path / "locked.bin"
-    path.write_bytes(b"x")
-
-    def refuse(*args: object, **kwargs: object) -> object:
-        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
-
-    monkeypatch.setattr(_src, "open", refuse, raising=False)  # root ignores chmod 000
-    with pytest.raises(InputError) as info:
-        ByteSource(path)
-    assert info.value.message == "permission denied"
-    assert info.value.path == str(path)
-    assert info.value.hint == _src.PERMISSION_HINT
+    assert (info.value.message, info.value.path, info.value.hint) == (message, str(path), hint)
 
 
 def assert_past_end(
