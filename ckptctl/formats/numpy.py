@@ -93,6 +93,11 @@ class _Array(NamedTuple):
     header_end: int  # the dict literal and its padding end here: the data starts
     dict_end: int  # the dict literal ends here (then spaces and a newline)
 
+    @property
+    def data_bytes(self) -> int:
+        """The bytes of the array's data, as the header declares it."""
+        return math.prod(self.shape) * self.dtype.itemsize
+
 
 # --- detection ------------------------------------------------------------------------------
 
@@ -201,15 +206,11 @@ def _object_array(data: bytes, where: str, path: str) -> UnsafePickleError:
 # --- entries --------------------------------------------------------------------------------
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    return math.prod(shape)
-
-
 def _entry(
     name: str, array: _Array, data: TensorData, offset: int | None, where: str
 ) -> TensorEntry:
     dtype = _dtype_of(array, where)
-    nbytes = _numel(array.shape) * dtype.itemsize
+    nbytes = math.prod(array.shape) * dtype.itemsize
     native = array.dtype.byteorder in ("<", "|", "=") and not (
         array.fortran and len(array.shape) > 1
     )
@@ -238,7 +239,7 @@ def _canonical(data: TensorData, array: _Array, dtype: DType) -> np.ndarray[Any,
 
 def _checked_data(source: ByteSource, start: int, array: _Array, end: int, where: str) -> int:
     """The data's byte count, refusing an array that runs past ``end``."""
-    count = _numel(array.shape) * array.dtype.itemsize
+    count = array.data_bytes
     if start + count > end:
         raise _short(source, start, count, end, where)
     return count
@@ -299,7 +300,7 @@ def _member(records: ZipRecords, info: ZipRecord) -> TensorEntry:
         start = records.data_offset(info)
         array = _stored_header(records.source, start, info.file_size, where)
     else:
-        array = _parse_header(_inflate_head(records, info), where)
+        array = _parse_header(_record_head(records, info, 12 + MAX_NPY_HEADER_BYTES), where)
     if array.dtype.hasobject:
         raise _object_array(_record_head(records, info), where, records.source.path)
     nbytes = _checked_data(records.source, array.header_end, array, info.file_size, where)
@@ -308,10 +309,6 @@ def _member(records: ZipRecords, info: ZipRecord) -> TensorEntry:
         return _entry(name, array, FileData(records.source, offset, nbytes), offset, where)
     compressed = ComputedData(lambda: _inflated(records, info, array.header_end, nbytes))
     return _entry(name, array, compressed, None, where)
-
-
-def _inflate_head(records: ZipRecords, info: ZipRecord) -> bytes:
-    return _record_head(records, info, 12 + MAX_NPY_HEADER_BYTES)
 
 
 def _record_head(records: ZipRecords, info: ZipRecord, cap: int = MAX_PICKLE_BYTES) -> bytes:
@@ -392,7 +389,7 @@ def layout_numpy(source: ByteSource) -> HeaderLayout:
     if source.read(0, min(source.size, len(NPY_MAGIC))) == NPY_MAGIC:
         name = _npy_name(source.path)
         array = _stored_header(source, 0, source.size, "the array")
-        declared = _numel(array.shape) * array.dtype.itemsize
+        declared = array.data_bytes
         count = min(declared, source.size - array.header_end)
         regions = tile_regions(_npy_regions(array, 0, count, name), source.size)
         layout = HeaderLayout(
@@ -463,7 +460,7 @@ def _member_regions(records: ZipRecords, info: ZipRecord) -> list[Region]:
             Region(RegionKind.TENSOR, data, data + info.compress_size, name=name, note=note),
         ]
     array = _stored_header(records.source, data, info.file_size, f"member {name!r}")
-    count = min(_numel(array.shape) * array.dtype.itemsize, info.file_size - array.header_end)
+    count = min(array.data_bytes, info.file_size - array.header_end)
     return regions + _npy_regions(array, data, count, name)
 
 
