@@ -176,7 +176,7 @@ Examples:
     "Check N files at once (worker processes), and with --no-nan scan N tensors at once; the "
     "report is the same, in the same order, for any N."
 )
-@quiet_option("Show only files that fail or warn.")
+@quiet_option("Show only files that fail or warn, and no progress bar.")
 @click.option(
     "--verbose",
     "-v",
@@ -227,7 +227,8 @@ def command(
         return emit_verdict(shown, fmt, 0)
     values = {s.key: s.value for s in shown.settings}
     what = f"verifying {file_name(files[0])}" if len(files) == 1 else "verifying"
-    with data_progress(what, fmt, quiet=not (values["no-nan"] or hashes), thread=False) as bar:
+    reads_data = bool(values["no-nan"] or hashes)
+    with data_progress(what, fmt, quiet=quiet or not reads_data, thread=False) as bar:
         report = _verify(
             files, values, config.root, expect=expect, optimizer=optimizer, trust=trust,
             jobs=jobs, hashes=hashes, progress=bar,

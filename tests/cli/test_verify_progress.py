@@ -71,6 +71,12 @@ def test_no_bar_in_a_pipe_or_with_json(case, eight, manifest, run_cli):
     assert json.loads(json_run.stdout)["ok"] is True
 
 
+def test_quiet_hides_the_bar_as_it_does_for_the_writing_commands(eight):
+    run = run_on_terminal("verify", eight, "--no-nan", "-q", columns=COLUMNS)
+    assert run.code == 0, run.terminal
+    assert not run.bar_lines(), run.terminal
+
+
 def test_no_bar_when_no_check_reads_tensor_data(eight):
     run = run_on_terminal("verify", eight, columns=COLUMNS)
     assert run.code == 0, run.terminal
