@@ -20,6 +20,7 @@ from safetensors.numpy import load_file
 
 from ckptctl import CorruptCheckpointError, UnsupportedError, open_checkpoint
 from ckptctl.formats import sharded
+from ckptctl.ops.verify import verify
 from tests.conftest import REPO, load_module, run_measured, time_bound
 from tests.hostile_work import (
     Chunk,
@@ -232,6 +233,15 @@ def test_many_misplaced_names_are_counted_past_the_first(tmp_path: Path) -> None
     assert problems[-1] == "and 399 more problems of these kinds"
     with pytest.raises(CorruptCheckpointError, match=r"'t1' .* \(498 more problems\)"):
         open_checkpoint(index)
+
+
+def test_verify_counts_every_problem_not_the_sentences_shown(tmp_path: Path) -> None:
+    # verify said "101 problems" here: the 100 described plus the sentence counting the rest.
+    index = write_index(tmp_path / "model", 500)
+    report = verify([str(index)], checks=("sharded-index",))
+    finding = next(f for f in report.files[0].findings if f.check == "sharded-index")
+    assert finding.message.startswith("499 problems:"), finding.message
+    assert len(finding.details["problems"]) == sharded.MAX_PROBLEMS + 1
 
 
 def test_an_index_within_its_shards_sizes_opens(tmp_path: Path) -> None:

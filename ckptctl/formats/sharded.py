@@ -59,7 +59,15 @@ if TYPE_CHECKING:
 
     from ckptctl.model import TensorEntry
 
-__all__ = ["MAX_INDEX_BYTES", "SPEC", "check_index", "open_index", "sniff"]
+__all__ = [
+    "MAX_INDEX_BYTES",
+    "SPEC",
+    "IndexProblems",
+    "check_index",
+    "find_index_problems",
+    "open_index",
+    "sniff",
+]
 
 #: Largest index file read. Real ones are well under 1 MiB even for 1000-shard models.
 MAX_INDEX_BYTES = 64 * 1024 * 1024
@@ -411,8 +419,9 @@ def _try_open(index: _Index, shard: str) -> Checkpoint | str:
 MAX_PROBLEMS = 100
 
 
-class _Problems:
-    """The first ``MAX_PROBLEMS`` problems found, and how many more there are."""
+class IndexProblems:
+    """The first ``MAX_PROBLEMS`` problems found, and how many more there are; ``len()`` counts
+    them all."""
 
     def __init__(self) -> None:
         self.shown: list[str] = []
@@ -433,7 +442,7 @@ class _Problems:
         return [*self.shown, *more]
 
 
-def _raise_hard(hard: _Problems) -> None:
+def _raise_hard(hard: IndexProblems) -> None:
     if hard:
         more = f" ({len(hard) - 1} more problems)" if len(hard) > 1 else ""
         raise CorruptCheckpointError(
@@ -441,12 +450,12 @@ def _raise_hard(hard: _Problems) -> None:
         )
 
 
-def _compare(index: _Index, shards: dict[str, Checkpoint]) -> tuple[_Problems, _Problems]:
+def _compare(index: _Index, shards: dict[str, Checkpoint]) -> tuple[IndexProblems, IndexProblems]:
     """Cross-check the index against the opened shards: (hard problems, soft problems).
 
     ``total_size`` is checked only when every shard is open (a missing one would make it wrong).
     """
-    hard, soft = _Problems(), _Problems()
+    hard, soft = IndexProblems(), IndexProblems()
     found: dict[str, str] = {}  # tensor -> first shard holding it
     for shard, ckpt in shards.items():
         for name in ckpt:
@@ -524,6 +533,15 @@ def check_index(path: str | os.PathLike[str]) -> list[str]:
     """Every problem with a sharded checkpoint, as sentences; an empty list when consistent.
     Past ``MAX_PROBLEMS`` of them, the last sentence says how many more there are.
 
+    :func:`find_index_problems` gives the same problems with their count.
+    """
+    return find_index_problems(path).sentences()
+
+
+def find_index_problems(path: str | os.PathLike[str]) -> IndexProblems:
+    """Every problem with a sharded checkpoint (none when consistent), the first
+    ``MAX_PROBLEMS`` as sentences and the rest counted.
+
     Reports missing, unreadable or corrupt shards, tensors the index misplaces, tensors in two
     shards, shard tensors the index does not list, and a wrong ``metadata.total_size``.
 
@@ -538,7 +556,7 @@ def check_index(path: str | os.PathLike[str]) -> list[str]:
             index = _read_index(source)
         except CkptError as exc:
             raise exc.with_path(source.path) from None
-    problems = _Problems()
+    problems = IndexProblems()
     opened: dict[str, Checkpoint] = {}
     for shard in index.shards:
         result = _try_open(index, shard)
@@ -555,7 +573,7 @@ def check_index(path: str | os.PathLike[str]) -> list[str]:
         for problem in found.shown:
             problems.add(problem)
         problems.more += found.more
-    return problems.sentences()
+    return problems
 
 
 def layout_index(source: ByteSource) -> HeaderLayout:

@@ -1,5 +1,5 @@
 """``sharded-index``: a ``*.index.json`` (or the directory that holds one) against its shards
-(:func:`ckptctl.formats.sharded.check_index`); checked before the checkpoint is opened, so a
+(:func:`ckptctl.formats.sharded.find_index_problems`); checked before the checkpoint is opened, so a
 missing shard is named here as well as failing ``readable``."""
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ if TYPE_CHECKING:
 def sharded_index(subject: Subject) -> Finding | None:
     """The index checked against its shards; None when the file is no index or the index
     itself is unreadable (``readable`` reports that once)."""
-    from ckptctl.formats.sharded import check_index
+    from ckptctl.formats.sharded import find_index_problems
 
     if subject.fmt != "safetensors-index":
         return None
     try:
-        problems = check_index(resolve_path(subject.path))  # a directory: its index
+        problems = find_index_problems(resolve_path(subject.path))  # a directory: its index
     except CkptError:
         return None
     if not problems:
@@ -32,10 +32,10 @@ def sharded_index(subject: Subject) -> Finding | None:
         "sharded-index",
         Status.FAIL,
         f"{plural(len(problems), 'problem')}: "
-        + "; ".join(problems[:MESSAGE_LIMIT])
+        + "; ".join(problems.shown[:MESSAGE_LIMIT])
         + more(len(problems)),
         "re-download the checkpoint or regenerate its index",
-        details={"problems": list(problems)},
+        details={"problems": problems.sentences()},
     )
 
 
