@@ -240,7 +240,7 @@ def test_verify_counts_every_problem_not_the_sentences_shown(tmp_path: Path) -> 
     index = write_index(tmp_path / "model", 500)
     report = verify([str(index)], checks=("sharded-index",))
     finding = next(f for f in report.files[0].findings if f.check == "sharded-index")
-    assert finding.message.startswith("499 problems:"), finding.message
+    assert str(finding.message).startswith("499 problems:"), finding.message
     assert len(finding.details["problems"]) == sharded.MAX_PROBLEMS + 1
 
 
