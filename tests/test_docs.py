@@ -217,3 +217,32 @@ def test_readme_examples_show_real_output(run_cli, tmp_path, monkeypatch, update
         readme_path.write_text(rebuilt, encoding="utf-8")
     commands_shown = {b.split()[2] for b in blocks if b.startswith("$ ckptctl ")}
     assert commands_shown == set(_commands())
+
+
+def test_changelog_is_one_line_per_change() -> None:
+    """CHANGELOG.md keeps one line per user-visible change: under every `###` heading each line is
+    a single `- ` bullet (nothing continues one onto the next line), the headings are Keep a
+    Changelog's sections, each once per release, and [Unreleased] bullets end with their issue."""
+    keep_a_changelog = {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
+    issue_at_end = re.compile(r"\(#\d+(?:, #\d+)*\)$")
+    text = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
+    problems: list[str] = []
+    release, section, seen = "", "", set[str]()
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.startswith("## "):
+            release, section, seen = line, "", set()
+        elif line.startswith("### "):
+            section = line.removeprefix("### ")
+            if section not in keep_a_changelog or section in seen:
+                problems.append(
+                    f"line {number}: section {section!r} (one of each Keep a Changelog's)"
+                )
+            seen.add(section)
+        elif re.match(r"\[[^\]]+\]: ", line):
+            section = ""
+        elif section and line.strip():
+            if not line.startswith("- "):
+                problems.append(f"line {number}: continues a bullet; write one line per change")
+            elif release == "## [Unreleased]" and not issue_at_end.search(line):
+                problems.append(f"line {number}: no issue reference such as (#44) at its end")
+    assert not problems, "\n".join(problems)
