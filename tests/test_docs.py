@@ -98,6 +98,14 @@ def test_command_is_documented(name, run_cli):
             assert param.help, f"{name} {param.opts} has no help text"
 
 
+def test_exit_codes_page_lists_every_exit_status():
+    """docs/exit-codes.md (hand-written) has the codes the generated pages list."""
+    from ckptctl.cli._manpage import EXIT_STATUS
+
+    text = (DOCS / "exit-codes.md").read_text(encoding="utf-8")
+    assert re.findall(r"^\| (\d+) \|", text, re.M) == [code for code, _ in EXIT_STATUS]
+
+
 def test_changelog_has_unreleased_section():
     text = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
     assert "## [Unreleased]" in text
