@@ -56,6 +56,15 @@ def _see_also(title: str) -> list[str]:
     return ["## See also", "", ", ".join(links), ""]
 
 
+def _indent_continuations(lines: list[str]) -> list[str]:
+    """Example lines with the continuation of a ``\\``-ended line indented, as a shell user
+    writes it."""
+    return [
+        ("    " + line) if i and lines[i - 1].endswith("\\") else line
+        for i, line in enumerate(lines)
+    ]
+
+
 def _page(name: str, title: str, summary: str, command: click.Command, ctx: click.Context) -> str:
     paragraphs, examples = split_help(command.help or "")
     usage = " ".join(command.collect_usage_pieces(ctx))
@@ -71,7 +80,7 @@ def _page(name: str, title: str, summary: str, command: click.Command, ctx: clic
     out += [f"| {code} | {_md(meaning)} |" for code, meaning in EXIT_STATUS]
     out.append("")
     if examples:
-        out += ["## Examples", "", "```sh", *examples, "```", ""]
+        out += ["## Examples", "", "```sh", *_indent_continuations(examples), "```", ""]
     out += _see_also(title)
     return "\n".join(out)
 
