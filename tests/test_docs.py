@@ -1,4 +1,6 @@
-"""The docs cover the CLI: help text, man pages (not stale), README mentions, CHANGELOG form."""
+"""The docs cover the CLI: help text, man pages and the command reference under docs/commands/
+(generated, never stale), the README tutorial and the reference pages under docs/ (every console
+example run, links resolve), CHANGELOG form."""
 
 from __future__ import annotations
 
@@ -12,6 +14,11 @@ import pytest
 
 from ckptctl.cli import COMMANDS, cli
 from tests.conftest import REPO
+
+DOCS = REPO / "docs"
+COMMAND_PAGES = DOCS / "commands"
+#: The README tutorial stays short; the reference lives under docs/ (#47).
+README_MAX_LINES = 600
 
 
 def _load_generator():
@@ -53,6 +60,19 @@ def test_man_pages_are_current():
         )
 
 
+def test_command_reference_is_current():
+    """docs/commands/ holds one page per command, written from the click definitions."""
+    generator = _load_generator()
+    pages = generator.render_markdown_pages()
+    on_disk = {p.name for p in COMMAND_PAGES.glob("*.md")}
+    assert on_disk == set(pages), "run: python man/generate.py"
+    assert set(pages) == {"index.md"} | {f"{name}.md" for name in _commands()}
+    for name, text in pages.items():
+        assert (COMMAND_PAGES / name).read_text(encoding="utf-8") == text, (
+            f"docs/commands/{name} is stale; run: python man/generate.py"
+        )
+
+
 @pytest.mark.parametrize("name", list(_commands()))
 def test_command_is_documented(name, run_cli):
     command = _commands()[name]
@@ -60,19 +80,30 @@ def test_command_is_documented(name, run_cli):
     result = run_cli(name, "--help")
     assert result.code == 0
     page = (REPO / "man" / f"ckptctl-{name}.1").read_text(encoding="utf-8")
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert f"ckptctl {name}" in readme
+    reference = (COMMAND_PAGES / f"{name}.md").read_text(encoding="utf-8")
+    guide = (DOCS / "guide.md").read_text(encoding="utf-8")
+    assert f"\n## ckptctl {name}\n" in guide, f"docs/guide.md has no section for {name}"
     for section in ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "EXIT STATUS", "EXAMPLES"):
         assert f".SH {section}" in page, (name, section)
+    for section in ("Options", "Exit status", "Examples"):
+        assert f"\n## {section}\n" in reference, (name, section)
     for option in _options(command):
         assert option in result.stdout, (name, option)
         assert option.replace("-", "\\-") in page, (name, option)
-        assert re.search(rf"`[^`]*{re.escape(option)}\b", readme), (
-            f"README does not mention {name} {option}"
+        assert re.search(rf"`[^`]*{re.escape(option)}\b", reference), (
+            f"docs/commands/{name}.md does not list {option}"
         )
     for param in command.params:
         if isinstance(param, click.Option):
             assert param.help, f"{name} {param.opts} has no help text"
+
+
+def test_exit_codes_page_lists_every_exit_status():
+    """docs/exit-codes.md (hand-written) has the codes the generated pages list."""
+    from ckptctl.cli._manpage import EXIT_STATUS
+
+    text = (DOCS / "exit-codes.md").read_text(encoding="utf-8")
+    assert re.findall(r"^\| (\d+) \|", text, re.M) == [code for code, _ in EXIT_STATUS]
 
 
 def test_changelog_has_unreleased_section():
@@ -198,25 +229,96 @@ def _run_console_block(block: str, run_cli, cwd) -> str:
     return "\n".join(out) + "\n"
 
 
-def test_readme_examples_show_real_output(run_cli, tmp_path, monkeypatch, update_golden):
-    """Every README console example is run; its output must be what the README shows."""
+def _written_pages() -> list[str]:
+    """README.md and every hand-written page under docs/ (the generated command pages aside)."""
+    pages = sorted(p for p in DOCS.rglob("*.md") if p.parent != COMMAND_PAGES)
+    return ["README.md", *(str(p.relative_to(REPO)) for p in pages)]
+
+
+@pytest.mark.parametrize("page", _written_pages())
+def test_console_examples_show_real_output(page, run_cli, tmp_path, monkeypatch, update_golden):
+    """Every console example of the README and the docs is run (a page's blocks in order, in one
+    directory); its output must be what the page shows (``--update-golden`` rewrites it)."""
     (tmp_path / "fixtures").symlink_to(REPO / "fixtures")
     monkeypatch.chdir(tmp_path)
-    readme_path = REPO / "README.md"
-    readme = readme_path.read_text(encoding="utf-8")
-    blocks = _CONSOLE.findall(readme)
-    assert len(blocks) >= 6
-    rebuilt = readme
-    for block in blocks:
+    path = REPO / page
+    text = path.read_text(encoding="utf-8")
+    rebuilt = text
+    for block in _CONSOLE.findall(text):
         fresh = _run_console_block(block, run_cli, tmp_path)
         if update_golden:
             rebuilt = rebuilt.replace(f"```console\n{block}```", f"```console\n{fresh}```", 1)
         else:
-            assert fresh == block
-    if update_golden and rebuilt != readme:
-        readme_path.write_text(rebuilt, encoding="utf-8")
-    commands_shown = {b.split()[2] for b in blocks if b.startswith("$ ckptctl ")}
-    assert commands_shown == set(_commands())
+            assert fresh == block, f"{page}: a console example shows other output"
+    if update_golden and rebuilt != text:
+        path.write_text(rebuilt, encoding="utf-8")
+
+
+def _commands_shown(text: str) -> set[str]:
+    blocks = _CONSOLE.findall(text)
+    return {line.split()[2] for b in blocks for line in b.splitlines() if line.startswith("$ ")}
+
+
+def test_every_command_has_a_console_example():
+    """Each command is shown with its real output somewhere under docs/, and the README walks
+    through its journeys with real output too."""
+    shown: set[str] = set()
+    for page in _written_pages()[1:]:
+        shown |= _commands_shown((REPO / page).read_text(encoding="utf-8"))
+    assert shown == set(_commands())
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(_CONSOLE.findall(readme)) >= 3
+    assert {"convert", "verify"} <= _commands_shown(readme)
+
+
+def test_readme_is_a_short_tutorial():
+    lines = (REPO / "README.md").read_text(encoding="utf-8").count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines: move reference text to docs/"
+
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(path) -> set[str]:
+    text = _CODE_BLOCK.sub("", path.read_text(encoding="utf-8"))
+    return {_anchor(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
+_CODE_BLOCK = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+def _links(path) -> list[tuple[str, str]]:
+    text = _CODE_BLOCK.sub("", path.read_text(encoding="utf-8"))
+    out = []
+    for target in _LINK.findall(text):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        file, _, anchor = target.partition("#")
+        out.append((file, anchor))
+    return out
+
+
+@pytest.mark.parametrize(
+    "page",
+    [*_written_pages(), *sorted(str(p.relative_to(REPO)) for p in COMMAND_PAGES.glob("*.md"))],
+)
+def test_doc_links_resolve(page):
+    """Every relative link of the README and the docs names a file that exists, and a heading
+    in it when it has an anchor."""
+    path = REPO / page
+    for file, anchor in _links(path):
+        target = (path.parent / file).resolve() if file else path
+        if not target.exists() and target.parent == DOCS / "formats" and not target.parent.exists():
+            continue  # the per-format pages of #47, written on another branch
+        assert target.exists(), f"{page} links to {file}, which does not exist"
+        if anchor and target.suffix == ".md":
+            assert anchor in _anchors(target), f"{page} links to {file}#{anchor}: no such heading"
 
 
 def test_changelog_is_one_line_per_change() -> None:

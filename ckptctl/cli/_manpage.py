@@ -44,7 +44,7 @@ def _esc(text: str) -> str:
     return "\n".join(lines)
 
 
-def _split_help(help_text: str) -> tuple[list[str], list[str]]:
+def split_help(help_text: str) -> tuple[list[str], list[str]]:
     """Split a command's help into description paragraphs and example lines."""
     body, _, examples = help_text.partition("Examples:")
     paragraphs = [
@@ -56,7 +56,8 @@ def _split_help(help_text: str) -> tuple[list[str], list[str]]:
     return paragraphs, example_lines
 
 
-def _options(command: click.Command, ctx: click.Context) -> list[tuple[str, str]]:
+def option_rows(command: click.Command, ctx: click.Context) -> list[tuple[str, str]]:
+    """(flags, help) of each documented option, as ``--help`` lists them."""
     rows = []
     for param in command.get_params(ctx):
         if not isinstance(param, click.Option):
@@ -68,7 +69,7 @@ def _options(command: click.Command, ctx: click.Context) -> list[tuple[str, str]
 
 
 def _page(name: str, title: str, summary: str, command: click.Command, ctx: click.Context) -> str:
-    paragraphs, examples = _split_help(command.help or "")
+    paragraphs, examples = split_help(command.help or "")
     usage = " ".join(command.collect_usage_pieces(ctx))
     out = [
         f'.TH "{title.upper()}" "1" "{DATE}" "ckptctl {__version__}" "ckptctl manual"',
@@ -87,7 +88,7 @@ def _page(name: str, title: str, summary: str, command: click.Command, ctx: clic
             sub_help = _root.commands()[sub][1]
             out += [".TP", f".B {_esc(sub)}", f"{_esc(sub_help)} See \\fBckptctl\\-{sub}\\fR(1)."]
     out.append(".SH OPTIONS")
-    for flags, help_text in _options(command, ctx):
+    for flags, help_text in option_rows(command, ctx):
         out += [".TP", f".B {_esc(flags)}", _esc(help_text)]
     out.append(".SH EXIT STATUS")
     for code, meaning in EXIT_STATUS:
@@ -109,27 +110,28 @@ def _page(name: str, title: str, summary: str, command: click.Command, ctx: clic
     return "\n".join(out) + "\n"
 
 
-def render_pages() -> dict[str, str]:
-    """Every page's file name and roff text, as this script would write them now."""
+#: One page of the command tree: (name, title, summary, command, context).
+PageSource = tuple[str, str, str, click.Command, click.Context]
+
+
+def command_tree() -> list[PageSource]:
+    """``ckptctl`` and each of its commands in ``--help`` order, with the context to render them
+    in: what the manual pages and the generated command reference (``docs/commands/``) walk."""
     root_ctx = click.Context(_root.root(), info_name="ckptctl", **_root.root().context_settings)
-    pages = {
-        "ckptctl.1": _page(
-            "ckptctl",
-            "ckptctl",
-            "inspect, verify and convert deep-learning checkpoints",
-            _root.root(),
-            root_ctx,
-        )
-    }
-    for sub, (_, summary) in _root.commands().items():
+    summary = "inspect, verify and convert deep-learning checkpoints"
+    out: list[PageSource] = [("ckptctl", "ckptctl", summary, _root.root(), root_ctx)]
+    for sub, (_, sub_summary) in _root.commands().items():
         command = _root.root().get_command(root_ctx, sub)
         if command is None:
             continue
         ctx = click.Context(command, info_name=f"ckptctl {sub}", parent=root_ctx)
-        pages[f"ckptctl-{sub}.1"] = _page(
-            f"ckptctl {sub}", f"ckptctl-{sub}", summary.rstrip("."), command, ctx
-        )
-    return pages
+        out.append((f"ckptctl {sub}", f"ckptctl-{sub}", sub_summary.rstrip("."), command, ctx))
+    return out
+
+
+def render_pages() -> dict[str, str]:
+    """Every page's file name and roff text, as this script would write them now."""
+    return {f"{source[1]}.1": _page(*source) for source in command_tree()}
 
 
 def page_name(command: str | None) -> str:

@@ -344,7 +344,7 @@ def test_plain_values_are_kept_in_a_bounded_json_able_form() -> None:
 
 
 def test_plain_value_limits_are_the_documented_ones() -> None:
-    # README's "JSON output" table states them
+    # docs/json.md (the `ls` row) states them
     assert (MAX_OBJECTS, MAX_OBJECT_TEXT, MAX_OBJECT_LIST) == (1000, 4096, 1024)
     assert MAX_OBJECT_BYTES == 1 << 20
 

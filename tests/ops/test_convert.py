@@ -732,7 +732,7 @@ def test_a_share_without_a_shard_writes_nothing_and_says_so(tmp_path: Path) -> N
 
 
 def test_the_index_only_run_reports_a_safetensors_index(run_cli, tmp_path: Path) -> None:
-    """Shares 1/2 and 2/2 write the shards, then the index is written alone (README)."""
+    """Shares 1/2 and 2/2 write the shards, then the index alone (docs/distributed.md)."""
     src = sharded_source(tmp_path)
     (tmp_path / "out").mkdir()
     dst = tmp_path / "out" / "model.safetensors"

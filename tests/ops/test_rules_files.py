@@ -7,7 +7,7 @@ starts a rule's comment. What ``write_rules`` writes reads back as the same rule
 (``#`` comments) and as Rust (``//`` comments, raw strings with enough ``#`` to hold a ``"#``
 of the rule), the module types the target's values decided as comments after them; an
 inferred rule for a tensor name holding ``=`` escapes it, so it applies and reads back.
-Expected values come from the format described in README.md and man/ckptctl-convert.1, the
+Expected values come from the format described in docs/porting.md and man/ckptctl-convert.1, the
 Rust reference's raw string literals (``r#"..."#`` ends at the first ``"#``), the OS's own
 ``strerror`` text and files built in each test.
 """
