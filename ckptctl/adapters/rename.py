@@ -259,120 +259,156 @@ def translate_pattern(pattern: str, what: str = "rule") -> str:
     Raises:
         SelectionError: the pattern uses syntax Rust rejects or Python cannot express.
     """
-    # the m and x flags where we are (set first in the pattern, or by a scoped group), and their
-    # values outside each open group
-    multiline = verbose = False
-    outer: list[tuple[bool, bool]] = []
-    out: list[str] = []
-    i = 0
-    repeat = ""  # after a repetition: "open" (a lazy '?' may follow), "lazy", else ""
-    while i < len(pattern):
-        c = pattern[i]
-        after = ""
-        if verbose and (c == "#" or c.isspace()) and (j := _skip_verbose(pattern, i)) > i:
-            i = j  # 'a *' is 'a*' under the x flag: a repetition may follow
-            continue
+    return _Translator(pattern, what).run()
+
+
+class _Translator:
+    """One pass over a pattern, token by token: each ``_token`` method appends the Python
+    spelling of the token at ``i`` to ``out``, moves ``i`` past it and returns the repetition
+    state after it ("open" after a repetition, where a lazy '?' may follow; "lazy" after that
+    '?'; else "")."""
+
+    def __init__(self, pattern: str, what: str) -> None:
+        self.pattern = pattern
+        self.what = what
+        # the m and x flags where we are (set first in the pattern, or by a scoped group), and
+        # their values outside each open group
+        self.multiline = self.verbose = False
+        self.outer: list[tuple[bool, bool]] = []
+        self.out: list[str] = []
+        self.i = 0
+
+    def run(self) -> str:
+        pattern = self.pattern
+        repeat = ""
+        while self.i < len(pattern):
+            c = pattern[self.i]
+            if self.verbose and (c == "#" or c.isspace()):
+                j = _skip_verbose(pattern, self.i)
+                if j > self.i:
+                    self.i = j  # 'a *' is 'a*' under the x flag: a repetition may follow
+                    continue
+            repeat = self._token(c, repeat)
+        return "".join(self.out)
+
+    def _token(self, c: str, repeat: str) -> str:
         if c == "\\":
-            nxt = pattern[i + 1 : i + 2]
-            if not nxt:
-                raise SelectionError(f"{what}: pattern {quote(pattern)} ends with a backslash")
-            if nxt.isdigit():
-                raise _reject(pattern, what, f"the back-reference \\{nxt}")
-            if nxt in "pP":
-                raise _untranslatable(pattern, what, "Unicode classes (\\p)")
-            if nxt in "gkZG":
-                raise _reject(pattern, what, f"the escape \\{nxt}")
-            if nxt in "<>":
-                raise _untranslatable(pattern, what, f"the word boundary \\{nxt}")
-            if nxt == "z":
-                out.append("\\Z")
-            elif nxt.lower() in _PERL:
-                out.append(("[" if nxt.islower() else "[^") + _PERL[nxt.lower()] + "]")
-            elif nxt in "bB" and pattern[i + 2 : i + 3] != "{":
-                out.append(_BOUNDARY[nxt])
-            elif nxt == "x" and pattern[i + 2 : i + 3] == "{":
-                text, i = _hex_escape(pattern, i, what)
-                out.append(text)
-                repeat = ""
-                continue
-            elif nxt == "b" and pattern[i + 2 : i + 3] == "{":
-                raise _untranslatable(pattern, what, "\\b{...} word boundaries")
-            else:
-                out.append(pattern[i : i + 2])
-            i += 2
+            self._escape()
         elif c == "[":
-            text, i = _translate_class(pattern, i, what, verbose)
-            out.append(text)
-        elif c == "(" and pattern.startswith("(?", i):
-            rest = pattern[i + 2 :]
-            if rest.startswith(("=", "!", "<=", "<!", ">", "(", "#", "P=", "P>")):
-                raise _reject(pattern, what, "look-around, back-references or special groups")
-            outer.append((multiline, verbose))
-            if rest.startswith("<"):
-                out.append("(?P<")
-                i += 3
-            elif rest.startswith("P<"):
-                out.append("(?P<")
-                i += 4
-            else:
-                m = _FLAGS.match(pattern, i)
-                if m is None:
-                    raise SelectionError(f"{what}: pattern {quote(pattern)} has a bad group at {i}")
-                on, _, off = m.group(1).partition("-")
-                if "U" in m.group(1) or "R" in m.group(1) or "u" in off:
-                    raise _untranslatable(pattern, what, f"the flags {m.group(1)!r}")
-                if m.group(2) == ")" and i != 0:
-                    raise _untranslatable(
-                        pattern,
-                        what,
-                        "flags set in the middle of the pattern",
-                        hint="use a scoped group such as (?i:...) or put the flags first",
-                    )
-                multiline = "m" in on or (multiline and "m" not in off)
-                verbose = "x" in on or (verbose and "x" not in off)
-                if m.group(2) == ")":  # flags for the whole pattern: no group opened
-                    outer.pop()
-                out.append(m.group(0))
-                i = m.end()
+            text, self.i = _translate_class(self.pattern, self.i, self.what, self.verbose)
+            self.out.append(text)
+        elif c == "(" and self.pattern.startswith("(?", self.i):
+            self._special_group()
         elif c in "()":
             if c == "(":
-                outer.append((multiline, verbose))
-            elif outer:  # an unbalanced ')' is left to re.compile to refuse
-                multiline, verbose = outer.pop()
-            out.append(c)
-            i += 1
+                self.outer.append((self.multiline, self.verbose))
+            elif self.outer:  # an unbalanced ')' is left to re.compile to refuse
+                self.multiline, self.verbose = self.outer.pop()
+            self.out.append(c)
+            self.i += 1
         elif c == "$":
-            out.append("$" if multiline else "\\Z")
-            i += 1
+            self.out.append("$" if self.multiline else "\\Z")
+            self.i += 1
         elif c in "*+?{":
-            text = c
-            if c == "{":
-                m = _REPETITION.match(pattern, i)
-                if m is None:
-                    raise SelectionError(
-                        f"{what}: pattern {quote(pattern)} has a '{{' that does not start "
-                        "a repetition",
-                        hint="escape a literal brace as \\{",
-                    )
-                text = m.group(0)
-            if repeat == "open" and text == "?":
-                after = "lazy"  # '*?': the '?' makes the repetition lazy and ends it
-            elif repeat:  # Rust repeats the repetition; Python refuses it, or reads '*+' otherwise
-                raise _untranslatable(
-                    pattern,
-                    what,
-                    "a repetition of a repetition",
-                    hint="group the inner repetition, e.g. (?:a*)+ for a*+",
-                )
-            else:
-                after = "open"
-            out.append(text)
-            i += len(text)
+            return self._repetition(c, repeat)
         else:
-            out.append(c)
-            i += 1
-        repeat = after
-    return "".join(out)
+            self.out.append(c)
+            self.i += 1
+        return ""
+
+    def _escape(self) -> None:
+        pattern, what, i = self.pattern, self.what, self.i
+        nxt = pattern[i + 1 : i + 2]
+        if not nxt:
+            raise SelectionError(f"{what}: pattern {quote(pattern)} ends with a backslash")
+        if nxt.isdigit():
+            raise _reject(pattern, what, f"the back-reference \\{nxt}")
+        if nxt in "pP":
+            raise _untranslatable(pattern, what, "Unicode classes (\\p)")
+        if nxt in "gkZG":
+            raise _reject(pattern, what, f"the escape \\{nxt}")
+        if nxt in "<>":
+            raise _untranslatable(pattern, what, f"the word boundary \\{nxt}")
+        braced = pattern[i + 2 : i + 3] == "{"
+        if nxt == "x" and braced:
+            text, self.i = _hex_escape(pattern, i, what)
+            self.out.append(text)
+            return
+        if nxt == "b" and braced:
+            raise _untranslatable(pattern, what, "\\b{...} word boundaries")
+        if nxt == "z":
+            self.out.append("\\Z")
+        elif nxt.lower() in _PERL:
+            self.out.append(("[" if nxt.islower() else "[^") + _PERL[nxt.lower()] + "]")
+        elif nxt in "bB" and not braced:
+            self.out.append(_BOUNDARY[nxt])
+        else:
+            self.out.append(pattern[i : i + 2])
+        self.i += 2
+
+    def _special_group(self) -> None:
+        """``(?`` at ``i``: a named group, or flags (scoped, or for the whole pattern)."""
+        pattern, what, i = self.pattern, self.what, self.i
+        rest = pattern[i + 2 :]
+        if rest.startswith(("=", "!", "<=", "<!", ">", "(", "#", "P=", "P>")):
+            raise _reject(pattern, what, "look-around, back-references or special groups")
+        self.outer.append((self.multiline, self.verbose))
+        if rest.startswith("<"):
+            self.out.append("(?P<")
+            self.i += 3
+        elif rest.startswith("P<"):
+            self.out.append("(?P<")
+            self.i += 4
+        else:
+            self._flags()
+
+    def _flags(self) -> None:
+        pattern, what, i = self.pattern, self.what, self.i
+        m = _FLAGS.match(pattern, i)
+        if m is None:
+            raise SelectionError(f"{what}: pattern {quote(pattern)} has a bad group at {i}")
+        on, _, off = m.group(1).partition("-")
+        if "U" in m.group(1) or "R" in m.group(1) or "u" in off:
+            raise _untranslatable(pattern, what, f"the flags {m.group(1)!r}")
+        if m.group(2) == ")" and i != 0:
+            raise _untranslatable(
+                pattern,
+                what,
+                "flags set in the middle of the pattern",
+                hint="use a scoped group such as (?i:...) or put the flags first",
+            )
+        self.multiline = "m" in on or (self.multiline and "m" not in off)
+        self.verbose = "x" in on or (self.verbose and "x" not in off)
+        if m.group(2) == ")":  # flags for the whole pattern: no group opened
+            self.outer.pop()
+        self.out.append(m.group(0))
+        self.i = m.end()
+
+    def _repetition(self, c: str, repeat: str) -> str:
+        pattern, what = self.pattern, self.what
+        text = c
+        if c == "{":
+            m = _REPETITION.match(pattern, self.i)
+            if m is None:
+                raise SelectionError(
+                    f"{what}: pattern {quote(pattern)} has a '{{' that does not start a repetition",
+                    hint="escape a literal brace as \\{",
+                )
+            text = m.group(0)
+        if repeat == "open" and text == "?":
+            after = "lazy"  # '*?': the '?' makes the repetition lazy and ends it
+        elif repeat:  # Rust repeats the repetition; Python refuses it, or reads '*+' otherwise
+            raise _untranslatable(
+                pattern,
+                what,
+                "a repetition of a repetition",
+                hint="group the inner repetition, e.g. (?:a*)+ for a*+",
+            )
+        else:
+            after = "open"
+        self.out.append(text)
+        self.i += len(text)
+        return after
 
 
 def compile_pattern(pattern: str, what: str = "rule") -> re.Pattern[str]:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, cast
 
 from ckptctl._io import libc_function, start_writeback
 from ckptctl.errors import CorruptCheckpointError
@@ -51,6 +52,34 @@ class FormatSpec:
     layout: LayoutFn | None = None
     write: WriteFn | None = None
     weak_sniff: bool = False
+
+
+# A format package's ``__init__`` is imported whenever the formats are registered (every
+# command), so its reader and writer modules (cbor2, numpy...) are named here and imported on
+# the first open, layout or write (tests/test_startup.py).
+
+
+def lazy_open(module: str, name: str) -> Opener:
+    """The opener ``module.name``, imported when first called."""
+    return cast("Opener", _forward(module, name))
+
+
+def lazy_layout(module: str, name: str) -> LayoutFn:
+    """The header view ``module.name``, imported when first called."""
+    return cast("LayoutFn", _forward(module, name))
+
+
+def lazy_write(module: str, name: str) -> WriteFn:
+    """The writer ``module.name``, imported when first called."""
+    return cast("WriteFn", _forward(module, name))
+
+
+def _forward(module: str, name: str) -> Callable[..., object]:
+    # the signature is the caller's to state: a type checker sees ``getattr`` as untyped anyway
+    def call(*args: object, **kwargs: object) -> object:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    return call
 
 
 def tile_regions(regions: list[Region], size: int) -> list[Region]:

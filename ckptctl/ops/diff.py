@@ -361,12 +361,19 @@ def _convert_command(report: DiffReport, fixes: Sequence[Option]) -> Command:
     parts: list[Option] = []
     if opts.state_key is not None:
         parts.append(Option("state_key", opts.state_key))
-    parts += [Option("remap", rule) for rule in opts.remap]
+    parts += _options_with_fixes(opts, fixes)
+    return Command("convert", (report.a, out), tuple(parts))
+
+
+def _options_with_fixes(opts: DiffOptions, fixes: Sequence[Option]) -> list[Option]:
+    """The remap rules, module types and adapters given, with ``fixes`` added: new rules after
+    the given ones (rules apply in order, before adapters), other fixes last."""
+    parts = [Option("remap", rule) for rule in opts.remap]
     parts += [f for f in fixes if f.name == "remap"]
     parts += [Option("module_types", rule) for rule in opts.module_types]
     parts += [Option("adapters", name) for name in opts.adapters]
     parts += [f for f in fixes if f.name != "remap"]
-    return Command("convert", (report.a, out), tuple(parts))
+    return parts
 
 
 def _first_source(toward_b: Mapping[str, str], name: str) -> str | None:
@@ -441,11 +448,7 @@ def suggest_command(report: DiffReport, fixes: Sequence[Option]) -> Command:
         parts.append(Option("state_key", opts.state_key))
     if opts.state_key_b is not None:
         parts.append(Option("state_key_b", opts.state_key_b))
-    parts += [Option("remap", rule) for rule in opts.remap]
-    parts += [f for f in fixes if f.name == "remap"]
-    parts += [Option("module_types", rule) for rule in opts.module_types]
-    parts += [Option("adapters", name) for name in opts.adapters]
-    parts += [f for f in fixes if f.name != "remap"]
+    parts += _options_with_fixes(opts, fixes)
     if opts.rtol != DEFAULT_RTOL:
         parts.append(Option("rtol", repr(opts.rtol)))
     if opts.atol != DEFAULT_ATOL:

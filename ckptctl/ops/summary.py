@@ -18,6 +18,7 @@ it as unused.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ckptctl.ops.matching import (
@@ -90,61 +91,21 @@ def summarize(
         >>> s.errors[0].expected, s.errors[0].found
         ((3,), (2,))
     """
-    applied: list[str] = []
-    skipped: list[str] = []
-    missing: list[str] = []
-    errors: list[SummaryError] = []
-    notes: list[DTypeNote] = []
-    consumed: set[str] = set()
-    unproven = {a.name for a in ambiguous}
-    for name, (dtype, shape) in target.items():
-        found = name if name in source else None
-        if found is None and alternative is not None:
-            alt = alternative(name)
-            if alt is not None and alt in source:
-                found = alt
-        if found is None:
-            missing.append(name)
-            continue
-        if not burn_compat:
-            consumed.add(found)
-        if include is not None and not include(name):
-            skipped.append(name)
-            continue
-        src_dtype, src_shape = source[found]
-        if src_shape != shape:
-            errors.append(
-                SummaryError(name, SummaryErrorKind.SHAPE_MISMATCH, expected=shape, found=src_shape)
-            )
-            continue
-        if name in unproven:
-            continue
-        applied.append(name)
-        if src_dtype != dtype:
-            notes.append(DTypeNote(name, dtype, src_dtype))
-    unused = sorted(n for n in source if n not in target and n not in consumed)
-    missing.sort()
+    found = _Classified(source, include, alternative, burn_compat, {a.name for a in ambiguous})
+    for name, spec in target.items():
+        found.add(name, spec)
+    unused = sorted(n for n in source if n not in target and n not in found.consumed)
+    missing = sorted(found.missing)
     fixes: tuple[Option, ...] = ()
-    if with_fixes and (missing or errors):
-        fixes = tuple(
-            suggest_fixes(
-                missing,
-                unused,
-                {n: s for n, (_, s) in source.items()},
-                {n: s for n, (_, s) in target.items()},
-                given=given,
-            )
-        )
+    suggest: Callable[[str, Sequence[str]], str | None] = did_you_mean
+    if with_fixes:
+        shapes = _shapes(source), _shapes(target)
+        if missing or found.errors:
+            fixes = tuple(suggest_fixes(missing, unused, *shapes, given=given))
+        if not burn_compat:  # Burn's own ranking byte for byte in burn_compat mode
+            # an output name the adapter makes is named here by the source tensor it reads
+            suggest = ranked_suggestion(fixes, origins=adapter_origins(fixes, *shapes))
     limit = len(missing) if suggest_limit is None else suggest_limit
-    # Burn's own ranking byte for byte in burn_compat mode; otherwise the inferred rules first
-    suggest: Callable[[str, Sequence[str]], str | None]
-    if burn_compat or not with_fixes:
-        suggest = did_you_mean
-    else:
-        shapes = {n: s for n, (_, s) in source.items()}
-        made = adapter_origins(fixes, shapes, {n: s for n, (_, s) in target.items()})
-        # an output name the adapter makes is named here by the source tensor it reads
-        suggest = ranked_suggestion(fixes, origins=made)
     missing_entries = tuple(
         MissingTensor(
             name,
@@ -153,18 +114,74 @@ def summarize(
         )
         for i, name in enumerate(missing)
     )
-    if containers:
-        enum_paths = sum(1 for m in missing_entries if "Enum:" in (m.container or ""))
-    else:  # no container stacks: the CamelCase test is a heuristic stand-in (spec §5.6)
-        enum_paths = sum(1 for m in missing if strip_enum_variant(m) is not None)
     return LoadingSummary(
-        applied=tuple(applied),
-        skipped=tuple(sorted(skipped)),
+        applied=tuple(found.applied),
+        skipped=tuple(sorted(found.skipped)),
         missing=missing_entries,
         unused=tuple(unused),
-        errors=tuple(errors),
-        dtype_notes=tuple(notes),
+        errors=tuple(found.errors),
+        dtype_notes=tuple(found.notes),
         fixes=fixes,
-        enum_paths=enum_paths,
+        enum_paths=_enum_paths(missing_entries, containers),
         ambiguous=tuple(ambiguous),
     )
+
+
+@dataclass
+class _Classified:
+    """Target names by outcome, in target order, and the source names they used; the first
+    fields are :func:`summarize`'s arguments of the same names."""
+
+    source: Mapping[str, tuple[DType, Shape]]
+    include: Callable[[str], bool] | None
+    alternative: Callable[[str], str | None] | None
+    burn_compat: bool
+    unproven: set[str]
+    applied: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    errors: list[SummaryError] = field(default_factory=list)
+    notes: list[DTypeNote] = field(default_factory=list)
+    consumed: set[str] = field(default_factory=set)
+
+    def add(self, name: str, spec: tuple[DType, Shape]) -> None:
+        """Classify the target tensor ``name``."""
+        found = self._source_name(name)
+        if found is None:
+            self.missing.append(name)
+            return
+        if not self.burn_compat:
+            self.consumed.add(found)
+        if self.include is not None and not self.include(name):
+            self.skipped.append(name)
+            return
+        dtype, shape = spec
+        src_dtype, src_shape = self.source[found]
+        if src_shape != shape:
+            kind = SummaryErrorKind.SHAPE_MISMATCH
+            self.errors.append(SummaryError(name, kind, expected=shape, found=src_shape))
+            return
+        if name in self.unproven:
+            return
+        self.applied.append(name)
+        if src_dtype != dtype:
+            self.notes.append(DTypeNote(name, dtype, src_dtype))
+
+    def _source_name(self, name: str) -> str | None:
+        """The source tensor that fills target ``name``: its own name, else the alternative's."""
+        if name in self.source:
+            return name
+        alt = self.alternative(name) if self.alternative is not None else None
+        return alt if alt is not None and alt in self.source else None
+
+
+def _shapes(specs: Mapping[str, tuple[DType, Shape]]) -> dict[str, Shape]:
+    return {n: s for n, (_, s) in specs.items()}
+
+
+def _enum_paths(missing: Sequence[MissingTensor], containers: Mapping[str, str] | None) -> int:
+    """How many missing names have an enum variant on their path."""
+    if containers:
+        return sum(1 for m in missing if "Enum:" in (m.container or ""))
+    # no container stacks: the CamelCase test is a heuristic stand-in (spec §5.6)
+    return sum(1 for m in missing if strip_enum_variant(m.name) is not None)

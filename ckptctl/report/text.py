@@ -13,7 +13,7 @@ from ckptctl.model import TRUNCATED_KEY
 from ckptctl.report.sanitize import sanitize
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from rich.console import Console
     from rich.table import Table
@@ -287,29 +287,25 @@ def render_ls(report: LsReport, console: Console, *, exact_bytes: bool = False) 
         console.print()
         _render_quantized(report, console, size)
     if report.metadata:
-        console.print()
-        meta = PlainTable()
-        meta.add_column("metadata")
-        meta.add_column("value")
-        for key, value in report.metadata.items():
-            meta.add_row(sanitize(key), sanitize(str(value)))
-        print_table(console, meta)
+        pairs = ((key, str(value)) for key, value in report.metadata.items())
+        _print_values(console, "metadata", pairs)
     if report.objects:
-        console.print()
-        values = PlainTable()
-        values.add_column("object")
-        values.add_column("value")
-        for path, plain in _flat_objects(report.objects):
-            values.add_row(sanitize(path), sanitize(_short_value(plain)))
-        print_table(console, values)
+        pairs = ((path, _short_value(plain)) for path, plain in _flat_objects(report.objects))
+        _print_values(console, "object", pairs)
     if report.scalars:
-        console.print()
-        sc = PlainTable()
-        sc.add_column("scalar")
-        sc.add_column("value")
-        for key, value in report.scalars.items():
-            sc.add_row(sanitize(key), sanitize(json.dumps(value)))
-        print_table(console, sc)
+        pairs = ((key, json.dumps(value)) for key, value in report.scalars.items())
+        _print_values(console, "scalar", pairs)
+
+
+def _print_values(console: Console, what: str, pairs: Iterable[tuple[str, str]]) -> None:
+    """A blank line, then a two-column table: ``what`` and ``value``, both sanitized."""
+    console.print()
+    table = PlainTable()
+    table.add_column(what)
+    table.add_column("value")
+    for key, value in pairs:
+        table.add_row(sanitize(key), sanitize(value))
+    print_table(console, table)
 
 
 def _print_totals(report: LsReport, console: Console, size: Callable[[int], str]) -> None:

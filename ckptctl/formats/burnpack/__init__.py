@@ -31,10 +31,10 @@ spelling whenever it says more, so that a burnpack-to-burnpack copy is byte-iden
 
 from __future__ import annotations
 
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from ckptctl._lazy import lazy_attributes
-from ckptctl.formats._base import FormatSpec
+from ckptctl.formats._base import FormatSpec, lazy_layout, lazy_open, lazy_write
 from ckptctl.formats.burnpack._schema import (
     ALIGNMENT_BYTES,
     LEGACY_LAYOUT_NOTE,
@@ -46,11 +46,8 @@ from ckptctl.formats.burnpack._schema import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
-
     from ckptctl.formats.burnpack.reader import layout_burnpack, open_burnpack
     from ckptctl.formats.burnpack.writer import BurnpackPlan, plan_layout, write_burnpack
-    from ckptctl.model import Checkpoint, HeaderLayout, JSONValue, TensorEntry
     from ckptctl.sources import ByteSource
 
 __all__ = [
@@ -78,40 +75,20 @@ def sniff_burnpack(head: bytes, source: ByteSource) -> bool:
 # The reader (cbor2) and the writer are imported when a burnpack file is opened or written, not
 # when the formats are registered (every command registers them all).
 
+_READER = "ckptctl.formats.burnpack.reader"
+_WRITER = "ckptctl.formats.burnpack.writer"
+
 #: public name -> the module that defines it, imported on first use (PEP 562)
 _LAZY = {
-    "layout_burnpack": "ckptctl.formats.burnpack.reader",
-    "open_burnpack": "ckptctl.formats.burnpack.reader",
-    "BurnpackPlan": "ckptctl.formats.burnpack.writer",
-    "plan_layout": "ckptctl.formats.burnpack.writer",
-    "write_burnpack": "ckptctl.formats.burnpack.writer",
+    "layout_burnpack": _READER,
+    "open_burnpack": _READER,
+    "BurnpackPlan": _WRITER,
+    "plan_layout": _WRITER,
+    "write_burnpack": _WRITER,
 }
 
 
 __getattr__ = lazy_attributes(__name__, _LAZY, globals())
-
-
-def _open(source: ByteSource) -> Checkpoint:
-    from ckptctl.formats.burnpack.reader import open_burnpack
-
-    return open_burnpack(source)
-
-
-def _layout(source: ByteSource) -> HeaderLayout:
-    from ckptctl.formats.burnpack.reader import layout_burnpack
-
-    return layout_burnpack(source)
-
-
-def _write(
-    out: IO[bytes],
-    entries: Sequence[TensorEntry],
-    metadata: Mapping[str, str],
-    scalars: Mapping[str, JSONValue],
-) -> None:
-    from ckptctl.formats.burnpack.writer import write_burnpack
-
-    write_burnpack(out, entries, metadata, scalars)
 
 
 #: The formats this module adds to the registry (``ckptctl.formats``), in detection order.
@@ -120,8 +97,8 @@ SPECS = (
         name="burnpack",
         extensions=(".bpk",),
         sniff=sniff_burnpack,
-        open=_open,
-        layout=_layout,
-        write=_write,
+        open=lazy_open(_READER, "open_burnpack"),
+        layout=lazy_layout(_READER, "layout_burnpack"),
+        write=lazy_write(_WRITER, "write_burnpack"),
     ),
 )

@@ -35,7 +35,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from ckptctl._lazy import lazy_attributes
-from ckptctl.formats._base import FormatSpec
+from ckptctl.formats._base import FormatSpec, lazy_layout, lazy_open
 from ckptctl.formats.burnrecord._stream import inflate_head, is_gzip
 
 if TYPE_CHECKING:
@@ -140,18 +140,6 @@ def _layout(source: ByteSource, *, variant: str) -> HeaderLayout:
     return layout_record(source, VARIANTS[variant])
 
 
-def _open_bin(source: ByteSource) -> Checkpoint:
-    from ckptctl.formats.burnrecord.reader import open_bin
-
-    return open_bin(source)
-
-
-def _layout_bin(source: ByteSource) -> HeaderLayout:
-    from ckptctl.formats.burnrecord.reader import layout_bin
-
-    return layout_bin(source)
-
-
 #: The formats this module adds to the registry (``ckptctl.formats``), in detection order.
 SPECS = (
     *(
@@ -169,5 +157,11 @@ SPECS = (
             (sniff_json_gz, "burn-json-gz"),
         )
     ),
-    FormatSpec(name="burn-bin", extensions=(), sniff=sniff_bin, open=_open_bin, layout=_layout_bin),
+    FormatSpec(
+        name="burn-bin",
+        extensions=(),
+        sniff=sniff_bin,
+        open=lazy_open(_READER, "open_bin"),
+        layout=lazy_layout(_READER, "layout_bin"),
+    ),
 )

@@ -42,10 +42,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ckptctl.formats._base import FormatSpec
+from ckptctl.formats._base import FormatSpec, lazy_layout, lazy_open
 
 if TYPE_CHECKING:
-    from ckptctl.model import Checkpoint, HeaderLayout
     from ckptctl.sources import ByteSource
 
 __all__ = ["SPEC", "SPECS", "layout_dcp", "open_dcp", "sniff"]
@@ -66,19 +65,10 @@ def sniff(head: bytes, source: ByteSource) -> bool:
 # (every command registers them all).
 
 
-def open_dcp(source: ByteSource) -> Checkpoint:
-    """Open a DCP directory from its ``.metadata`` (``_read.open_dcp``)."""
-    from ckptctl.formats.dcp._read import open_dcp as open_it
-
-    return open_it(source)
-
-
-def layout_dcp(source: ByteSource) -> HeaderLayout:
-    """The decoded ``.metadata`` and how every byte of every rank file is used
-    (``_read.layout_dcp``)."""
-    from ckptctl.formats.dcp._read import layout_dcp as layout_it
-
-    return layout_it(source)
+#: Open a DCP directory from its ``.metadata`` (``_read.open_dcp``).
+open_dcp = lazy_open("ckptctl.formats.dcp._read", "open_dcp")
+#: The decoded ``.metadata`` and how every byte of every rank file is used (``_read.layout_dcp``).
+layout_dcp = lazy_layout("ckptctl.formats.dcp._read", "layout_dcp")
 
 
 SPEC = FormatSpec(name="dcp", extensions=(), sniff=sniff, open=open_dcp, layout=layout_dcp)

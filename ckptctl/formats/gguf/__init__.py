@@ -50,19 +50,16 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from ckptctl._lazy import lazy_attributes
-from ckptctl.formats._base import FormatSpec
+from ckptctl.formats._base import FormatSpec, lazy_layout, lazy_open, lazy_write
 from ckptctl.formats.gguf._ggml import GGML_TYPES, GGML_TYPES_BY_NAME, GGMLType, ValueType
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
-    from typing import IO
-
     from numpy.typing import NDArray
 
     from ckptctl.formats.gguf._edit import QUANTIZE_TYPES, edit_key_values, quantize_entries
     from ckptctl.formats.gguf._kv import StoredValue, TypedValue, parse_set_meta
     from ckptctl.formats.gguf._read import layout_gguf, open_gguf
-    from ckptctl.model import Checkpoint, HeaderLayout, JSONValue, TensorEntry
+    from ckptctl.model import TensorEntry
     from ckptctl.sources import ByteSource
 
 __all__ = [
@@ -168,37 +165,14 @@ def _decode(entry: TensorEntry, name: str, count: int) -> NDArray[Any]:
         raise type(exc)(message, path=where[0].path if where else None, hint=exc.hint) from None
 
 
-def _open(source: ByteSource) -> Checkpoint:
-    from ckptctl.formats.gguf._read import open_gguf
-
-    return open_gguf(source)
-
-
-def _layout(source: ByteSource) -> HeaderLayout:
-    from ckptctl.formats.gguf._read import layout_gguf
-
-    return layout_gguf(source)
-
-
-def _write(
-    out: IO[bytes],
-    entries: Sequence[TensorEntry],
-    metadata: Mapping[str, str],
-    scalars: Mapping[str, JSONValue],
-) -> None:
-    from ckptctl.formats.gguf._write import write
-
-    write(out, entries, metadata, scalars)
-
-
 #: The formats this module adds to the registry (``ckptctl.formats``), in detection order.
 SPECS = (
     FormatSpec(
         name="gguf",
         extensions=(".gguf",),
         sniff=sniff_gguf,
-        open=_open,
-        layout=_layout,
-        write=_write,
+        open=lazy_open("ckptctl.formats.gguf._read", "open_gguf"),
+        layout=lazy_layout("ckptctl.formats.gguf._read", "layout_gguf"),
+        write=lazy_write("ckptctl.formats.gguf._write", "write"),
     ),
 )

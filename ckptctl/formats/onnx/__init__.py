@@ -25,10 +25,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ckptctl.formats._base import FormatSpec
+from ckptctl.formats._base import FormatSpec, lazy_layout, lazy_open
 
 if TYPE_CHECKING:
-    from ckptctl.model import Checkpoint, HeaderLayout
     from ckptctl.sources import ByteSource
 
 __all__ = ["SPEC", "SPECS", "sniff_onnx"]
@@ -76,18 +75,14 @@ def sniff_onnx(head: bytes, source: ByteSource) -> bool:
     return 1 in seen and (MODEL_GRAPH in seen or pos > len(head))
 
 
-def _open(source: ByteSource) -> Checkpoint:
-    from ckptctl.formats.onnx.reader import open_onnx
+_READER = "ckptctl.formats.onnx.reader"
 
-    return open_onnx(source)
-
-
-def _layout(source: ByteSource) -> HeaderLayout:
-    from ckptctl.formats.onnx.reader import layout_onnx
-
-    return layout_onnx(source)
-
-
-SPEC = FormatSpec(name="onnx", extensions=(".onnx",), sniff=sniff_onnx, open=_open, layout=_layout)
+SPEC = FormatSpec(
+    name="onnx",
+    extensions=(".onnx",),
+    sniff=sniff_onnx,
+    open=lazy_open(_READER, "open_onnx"),
+    layout=lazy_layout(_READER, "layout_onnx"),
+)
 #: The formats this module adds to the registry (``ckptctl.formats``).
 SPECS = (SPEC,)

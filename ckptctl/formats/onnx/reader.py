@@ -134,6 +134,22 @@ def _notes(model: ParsedModel, entries: list[TensorEntry]) -> list[str]:
     return notes
 
 
+def _parse(source: ByteSource, *, show_layout: bool = False) -> ParsedModel:
+    """The whole model; a file that ends inside a field raises ``TruncatedError`` at the cut,
+    carrying the layout of the fields before it when ``show_layout``."""
+    try:
+        return ModelParser(source).parse()
+    except CorruptCheckpointError:
+        cut = find_cut(WireReader(source), 0, source.size)
+        if cut is None:
+            raise
+        error = _truncated(source, cut)
+        if show_layout:
+            with contextlib.suppress(CorruptCheckpointError):  # else no layout to show
+                error.layout = _damaged_layout(source, cut)
+        raise error from None
+
+
 def open_onnx(source: ByteSource) -> Checkpoint:
     """Open an ONNX model lazily: walk the protobuf, read no tensor bytes.
 
@@ -151,13 +167,7 @@ def open_onnx(source: ByteSource) -> Checkpoint:
         UnsafePickleError: an external-data location outside the model's folder.
         UnsupportedError: a tensor whose data type ckptctl cannot represent.
     """
-    try:
-        model = ModelParser(source).parse()
-    except CorruptCheckpointError:
-        cut = find_cut(WireReader(source), 0, source.size)
-        if cut is None:
-            raise
-        raise _truncated(source, cut) from None
+    model = _parse(source)
     files = ExternalFiles(source)
     try:
         listed = [t for t in model.tensors if t.data_type != s.STRING]
@@ -260,16 +270,7 @@ def layout_onnx(source: ByteSource) -> HeaderLayout:
         CorruptCheckpointError: a malformed protobuf (unknown data types are shown, not refused).
         TruncatedError: the file ends inside a field; its ``layout`` shows the fields before.
     """
-    try:
-        model = ModelParser(source).parse()
-    except CorruptCheckpointError:
-        cut = find_cut(WireReader(source), 0, source.size)
-        if cut is None:
-            raise
-        error = _truncated(source, cut)
-        with contextlib.suppress(CorruptCheckpointError):  # else no layout to show
-            error.layout = _damaged_layout(source, cut)
-        raise error from None
+    model = _parse(source, show_layout=True)
     return _layout(source, model, _model_spans(source, source.size))
 
 

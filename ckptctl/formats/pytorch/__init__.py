@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from ckptctl.errors import CkptError, CorruptCheckpointError
-from ckptctl.formats._base import FormatSpec
+from ckptctl.formats._base import FormatSpec, lazy_write
 from ckptctl.formats.pytorch._read import parse, sniff_pytorch
 from ckptctl.model import Checkpoint, HeaderLayout
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Iterator
 
-    from ckptctl.model import JSONValue, TensorEntry
     from ckptctl.sources import ByteSource
 
 __all__ = ["layout_pytorch", "open_pytorch", "open_pytorch_tree", "sniff_pytorch"]
@@ -128,17 +127,6 @@ def layout_pytorch(source: ByteSource) -> HeaderLayout:
         ) from None
 
 
-def _write(
-    out: IO[bytes],
-    entries: Sequence[TensorEntry],
-    metadata: Mapping[str, str],
-    scalars: Mapping[str, JSONValue],
-) -> None:
-    from ckptctl.formats.pytorch._writer import write_zip  # lazily: reading never needs it
-
-    write_zip(out, entries, metadata, scalars)
-
-
 #: The format this module adds to the registry (``ckptctl.formats``).
 SPEC = FormatSpec(
     name="pytorch",
@@ -146,7 +134,7 @@ SPEC = FormatSpec(
     sniff=sniff_pytorch,
     open=open_pytorch,
     layout=layout_pytorch,
-    write=_write,
+    write=lazy_write("ckptctl.formats.pytorch._writer", "write_zip"),  # reading never needs it
     weak_sniff=True,
 )
 SPECS = (SPEC,)

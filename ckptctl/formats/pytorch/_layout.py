@@ -31,7 +31,7 @@ from ckptctl.model import HeaderLayout, Region, RegionKind
 if TYPE_CHECKING:
     from ckptctl.formats.pytorch._containers import Parsed
     from ckptctl.formats.pytorch._structure import Analysis
-    from ckptctl.formats.pytorch._zipdir import ZipRecord
+    from ckptctl.formats.pytorch._zipdir import ZipDirectory, ZipRecord
     from ckptctl.sources import ByteSource
 
 #: Most distinct globals listed in the header view of a pickle.
@@ -42,6 +42,8 @@ MAX_DISASSEMBLED_BYTES = 64 << 20
 _FB_TAG = 0x4246  # torch's alignment extra field, "FB"
 _ZIP64_TAG = 0x0001
 _TAR_BLOCK = 512
+#: Small text records whose values the header view shows (by name after the archive's prefix).
+_SMALL_RECORDS = ("version", "byteorder", ".format_version", ".storage_alignment", ".data/version")
 
 
 def _storage_users(structure: Analysis) -> dict[str, tuple[str, list[str]]]:
@@ -144,119 +146,133 @@ def layout_pytorch(source: ByteSource) -> HeaderLayout:
 def _zip_layout(
     source: ByteSource, parsed: Parsed, users: dict[str, tuple[str, list[str]]]
 ) -> tuple[dict[str, Any], list[Region]]:
-    from ckptctl.formats.pytorch._containers import MAX_TEXT_RECORD_BYTES, _zip_prefix
-    from ckptctl.formats.pytorch._zipdir import local_header, read_directory
+    from ckptctl.formats.pytorch._containers import _zip_prefix
+    from ckptctl.formats.pytorch._zipdir import read_directory
 
     directory = read_directory(source)
-    buf = source.buffer
     names = [r.name for r in directory.records if not r.name.endswith("/")]
     prefix = parsed.zip_prefix if parsed.main_record is not None else _zip_prefix(names)
     alignment = _alignment(source, directory.records, prefix)
-    storage_of = parsed.storage_records  # local header offset -> key, as the reader resolved it
     regions: list[Region] = []
     records: list[dict[str, Any]] = []
     small: dict[str, str] = {}
     ordered = sorted(directory.records, key=lambda r: r.header_offset)
-    for index, record in enumerate(ordered):
-        n, m = local_header(source, record)
-        start = record.header_offset
-        data_offset = start + 30 + n + m
-        data_end = data_offset + record.compress_size
-        regions.append(
-            Region(
-                RegionKind.HEADER,
-                start,
-                start + 30 + n,
-                note=f"zip local header of {record.name!r}",
-            )
-        )
-        regions += _extra_regions(
-            bytes(buf[start + 30 + n : data_offset]), start + 30 + n, alignment
-        )
-        key = storage_of.get(record.header_offset)
-        method = (
-            ""
-            if record.method == 0
-            else ", deflate-compressed"
-            if record.method == 8
-            else (f", compressed with method {record.method}")
-        )
-        if key is not None:
-            regions.append(_storage_region(data_offset, data_end, key, users, method))
-        elif record.compress_size:
-            what = "the pickle" if record.name.endswith(".pkl") else "record"
-            regions.append(
-                Region(
-                    RegionKind.METADATA,
-                    data_offset,
-                    data_end,
-                    note=f"{what} {record.name!r}{method}",
-                )
-            )
-        if record.flags & 0x08:
-            nxt = (
-                ordered[index + 1].header_offset if index + 1 < len(ordered) else directory.cd_start
-            )
-            size = _descriptor_size(buf, data_end, nxt, record)
-            if size:
-                regions.append(
-                    Region(RegionKind.HEADER, data_end, data_end + size, note="zip data descriptor")
-                )
-        records.append(
-            {
-                "name": record.name,
-                "offset": start,
-                "data_offset": data_offset,
-                "size": record.file_size,
-                "compressed_size": record.compress_size,
-                "method": record.method,
-                "crc32": record.crc32,
-            }
-        )
-        short = record.name[len(prefix) :]
-        if record.method == 0 and record.file_size <= MAX_TEXT_RECORD_BYTES and short in (
-            "version", "byteorder", ".format_version", ".storage_alignment", ".data/version"
-        ):  # fmt: skip
-            small[short] = bytes(buf[data_offset:data_end]).decode("ascii", "replace").strip()
-    count = len(directory.records)
-    regions.append(
-        Region(
-            RegionKind.HEADER,
-            directory.cd_start,
-            directory.cd_end,
-            note=f"zip central directory ({count} entries)",
-        )
-    )
-    if directory.zip64_end is not None:
-        regions.append(
-            Region(RegionKind.HEADER, *directory.zip64_end, note="zip64 end of central directory")
-        )
-    if directory.zip64_locator is not None:
-        regions.append(
-            Region(
-                RegionKind.HEADER,
-                *directory.zip64_locator,
-                note="zip64 end of central directory locator",
-            )
-        )
-    regions.append(Region(RegionKind.HEADER, *directory.eocd, note="zip end of central directory"))
+    ends = [r.header_offset for r in ordered[1:]] + [directory.cd_start]
+    for record, nxt in zip(ordered, ends, strict=True):
+        data_offset, found = _record_regions(source, record, nxt, alignment, parsed, users)
+        regions += found
+        records.append(_record_facts(record, data_offset))
+        value = _small_value(source, record, data_offset, prefix)
+        if value is not None:
+            small[record.name[len(prefix) :]] = value
+    regions += _directory_regions(directory)
+    header: dict[str, Any] = {"container": "zip", "prefix": prefix.rstrip("/"), "records": records}
     pkl = next((r for r in ordered if r.header_offset == parsed.main_record), None)
-    header: dict[str, Any] = {
-        "container": "zip",
-        "prefix": prefix.rstrip("/"),
-        "records": records,
-    }
     if pkl is not None:
-        # the reader's unpickler saw every global as it resolved it: no second disassembly
-        head = _record_bytes(source, pkl, local_header(source, pkl))[:2]
-        protocol = head[1] if head[:1] == b"\x80" else 0
-        header["pickle"] = {"protocol": protocol, "globals": list(dict.fromkeys(parsed.globals))}
+        header["pickle"] = _main_pickle(source, pkl, parsed)
     header["byteorder"] = small.get("byteorder", "little")
     header["version"] = small.get("version") or small.get(".data/version")
     for key, label in ((".format_version", "format_version"), (".storage_alignment", "alignment")):
         if key in small:
             header[label] = small[key]
     return header, regions
+
+
+def _record_regions(
+    source: ByteSource,
+    record: ZipRecord,
+    nxt: int,
+    alignment: int,
+    parsed: Parsed,
+    users: dict[str, tuple[str, list[str]]],
+) -> tuple[int, list[Region]]:
+    """Where a record's data starts, and the regions of the record: its local header, extra
+    field, data and data descriptor (``nxt``: where the next structure starts)."""
+    from ckptctl.formats.pytorch._zipdir import local_header
+
+    n, m = local_header(source, record)
+    start = record.header_offset
+    data_offset = start + 30 + n + m
+    data_end = data_offset + record.compress_size
+    note = f"zip local header of {record.name!r}"
+    regions = [Region(RegionKind.HEADER, start, start + 30 + n, note=note)]
+    extra = bytes(source.buffer[start + 30 + n : data_offset])
+    regions += _extra_regions(extra, start + 30 + n, alignment)
+    key = parsed.storage_records.get(start)  # local header offset -> key, as the reader resolved
+    method = _method_note(record.method)
+    if key is not None:
+        regions.append(_storage_region(data_offset, data_end, key, users, method))
+    elif record.compress_size:
+        what = "the pickle" if record.name.endswith(".pkl") else "record"
+        note = f"{what} {record.name!r}{method}"
+        regions.append(Region(RegionKind.METADATA, data_offset, data_end, note=note))
+    if record.flags & 0x08:
+        size = _descriptor_size(source.buffer, data_end, nxt, record)
+        if size:
+            end = data_end + size
+            regions.append(Region(RegionKind.HEADER, data_end, end, note="zip data descriptor"))
+    return data_offset, regions
+
+
+def _method_note(method: int) -> str:
+    if method == 0:
+        return ""
+    if method == 8:
+        return ", deflate-compressed"
+    return f", compressed with method {method}"
+
+
+def _record_facts(record: ZipRecord, data_offset: int) -> dict[str, Any]:
+    return {
+        "name": record.name,
+        "offset": record.header_offset,
+        "data_offset": data_offset,
+        "size": record.file_size,
+        "compressed_size": record.compress_size,
+        "method": record.method,
+        "crc32": record.crc32,
+    }
+
+
+def _small_value(
+    source: ByteSource, record: ZipRecord, data_offset: int, prefix: str
+) -> str | None:
+    """The text of one of :data:`_SMALL_RECORDS`, stored uncompressed; else None."""
+    from ckptctl.formats.pytorch._containers import MAX_TEXT_RECORD_BYTES
+
+    short = record.name[len(prefix) :]
+    if (
+        record.method != 0
+        or record.file_size > MAX_TEXT_RECORD_BYTES
+        or short not in _SMALL_RECORDS
+    ):
+        return None
+    data = bytes(source.buffer[data_offset : data_offset + record.compress_size])
+    return data.decode("ascii", "replace").strip()
+
+
+def _directory_regions(directory: ZipDirectory) -> list[Region]:
+    """The central directory and the end records after it."""
+    count = len(directory.records)
+    note = f"zip central directory ({count} entries)"
+    regions = [Region(RegionKind.HEADER, directory.cd_start, directory.cd_end, note=note)]
+    if directory.zip64_end is not None:
+        note = "zip64 end of central directory"
+        regions.append(Region(RegionKind.HEADER, *directory.zip64_end, note=note))
+    if directory.zip64_locator is not None:
+        note = "zip64 end of central directory locator"
+        regions.append(Region(RegionKind.HEADER, *directory.zip64_locator, note=note))
+    regions.append(Region(RegionKind.HEADER, *directory.eocd, note="zip end of central directory"))
+    return regions
+
+
+def _main_pickle(source: ByteSource, pkl: ZipRecord, parsed: Parsed) -> dict[str, Any]:
+    # the reader's unpickler saw every global as it resolved it: no second disassembly
+    from ckptctl.formats.pytorch._zipdir import local_header
+
+    head = _record_bytes(source, pkl, local_header(source, pkl))[:2]
+    protocol = head[1] if head[:1] == b"\x80" else 0
+    return {"protocol": protocol, "globals": list(dict.fromkeys(parsed.globals))}
 
 
 def _record_bytes(source: ByteSource, record: ZipRecord, lengths: tuple[int, int]) -> bytes:
