@@ -1,5 +1,7 @@
 """Burn records written before burn 0.22 (the removed ``Recorder`` API): read-only.
 
+Format notes: ``docs/formats/burn-record.md``.
+
 A record file is serde's encoding of ``BurnRecord { metadata, item }`` (burn-core
 ``record/recorder.rs`` at the parent of burn commit 862ef266a)::
 
