@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -330,3 +331,142 @@ def test_command_ops_import_no_other_command_op() -> None:
 def test_errors_imports_nothing_of_ours() -> None:
     """``errors`` is the floor every module raises from: it imports no ckptctl module."""
     assert imports_of("ckptctl.errors", MODULES["ckptctl.errors"]) == []
+
+
+# --- the map and the format notes (issue #47) -------------------------------------------------
+
+#: Directories whose every module ARCHITECTURE.md must name (by its path below ``ckptctl/``).
+MAPPED_DIRS = ("ops", "formats/pytorch")
+
+
+def test_architecture_md_maps_every_ops_and_pytorch_module() -> None:
+    """A ratchet: a new module under ``ops/`` or ``formats/pytorch/`` gets its line in the map."""
+    text = (REPO / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`([\w/]+\.py)`", text))
+    modules = sorted(
+        p.relative_to(PACKAGE).as_posix() for d in MAPPED_DIRS for p in (PACKAGE / d).rglob("*.py")
+    )
+    assert len(modules) > 60
+    missing = [m for m in modules if m not in named]
+    assert not missing, "ARCHITECTURE.md's module map lacks:\n" + "\n".join(missing)
+
+
+#: The research notes the code once cited, outside the repository (``../shared/spec/...``), and
+#: their numbered sections: the code cites ``docs/formats/<page>.md#<anchor>`` instead.
+STALE_CITATION = re.compile(r"shared/spec|\bspec,? (?:§|sections? \d)")
+
+#: TODO(#47): rewritten in branch walk -- delete this set when that branch lands.
+#: (#47: rewritten in branch walk)
+NOT_YET_REPOINTED = frozenset(
+    {
+        "formats/pytorch/_scan.py",
+        "formats/pytorch/_safety.py",
+        "formats/pytorch/_unpickler.py",
+        "formats/pytorch/_containers.py",
+    }
+)
+
+#: A page of this repository's docs, and optionally a heading in it, as the code cites them (not
+#: another repository's ``https://.../docs/x.md``).
+DOCS_CITATION = re.compile(r"(?<![\w/.-])docs/[\w./-]+\.md(?:#[\w-]+)?")
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a Markdown heading: lower case, punctuation dropped, spaces -> ``-``."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip())  # a link keeps its text
+    return re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+
+
+def anchors_of(page: Path) -> set[str]:
+    """Every heading anchor of a Markdown page (fenced code skipped; repeats get ``-1``, ``-2``)."""
+    seen: dict[str, int] = {}
+    anchors = set()
+    fenced = False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        heading = re.match(r"#{1,6} (.+)", line)
+        if fenced or heading is None:
+            continue
+        anchor = github_anchor(heading.group(1))
+        count = seen.get(anchor, 0)
+        seen[anchor] = count + 1
+        anchors.add(f"{anchor}-{count}" if count else anchor)
+    return anchors
+
+
+def test_github_anchor_rule() -> None:
+    assert github_anchor("Burn 0.19 files") == "burn-019-files"
+    assert github_anchor("`ckptctl ls`") == "ckptctl-ls"
+    assert github_anchor("What `verify` guarantees, and what it does not") == (
+        "what-verify-guarantees-and-what-it-does-not"
+    )
+    assert github_anchor("See [the page](x.md)") == "see-the-page"
+
+
+def test_anchors_of_numbers_repeated_headings(tmp_path: Path) -> None:
+    page = tmp_path / "p.md"
+    page.write_text("# Peers\n\n```\n# not a heading\n```\n## Peers\n### Zip container\n")
+    assert anchors_of(page) == {"peers", "peers-1", "zip-container"}
+
+
+def test_no_module_cites_the_research_notes() -> None:
+    """``../shared/spec`` is not in the repository: cite ``docs/formats/`` instead."""
+    stale = [
+        f"{path.relative_to(PACKAGE).as_posix()}:{n}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).as_posix() not in NOT_YET_REPOINTED
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if STALE_CITATION.search(line)
+    ]
+    assert not stale, "citations of the research notes:\n" + "\n".join(stale)
+    assert all((PACKAGE / p).exists() for p in NOT_YET_REPOINTED)  # delete it once they are gone
+
+
+def test_docs_pages_and_anchors_the_code_cites_exist() -> None:
+    cited = {
+        (match.group(), path.relative_to(REPO).as_posix())
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for match in DOCS_CITATION.finditer(path.read_text(encoding="utf-8"))
+    }
+    assert len(cited) >= 30
+    broken = []
+    for citation, where in sorted(cited):
+        page, _, anchor = citation.partition("#")
+        if not (REPO / page).is_file():
+            broken.append(f"{where}: {citation}: no such page")
+        elif anchor and anchor not in anchors_of(REPO / page):
+            broken.append(f"{where}: {citation}: no such heading")
+    assert not broken, "\n".join(broken)
+
+
+#: The headings of docs/formats/pytorch.md that code links to (the pickle walker among others).
+PYTORCH_ANCHORS = (
+    "detection", "zip-container", "pickle", "rebuild-functions", "dtypes", "views",
+    "legacy-stream", "tar", "plain-pickles", "whole-models", "torchscript",
+    "nested-checkpoints", "safety", "bounds",
+)  # fmt: skip
+
+
+def test_pytorch_page_has_the_headings_code_links_to() -> None:
+    anchors = anchors_of(REPO / "docs" / "formats" / "pytorch.md")
+    assert set(PYTORCH_ANCHORS) <= anchors, sorted(set(PYTORCH_ANCHORS) - anchors)
+
+
+def test_links_between_docs_pages_resolve() -> None:
+    """Relative links in ``docs/`` name files that exist, and headings those files have."""
+    pages = sorted((REPO / "docs").rglob("*.md"))
+    assert len(pages) >= 10
+    broken = []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # https:, mailto:
+            path, _, anchor = target.partition("#")
+            where = (page.parent / path).resolve() if path else page
+            if not where.exists():
+                broken.append(f"{page.relative_to(REPO)}: {target}: no such file")
+            elif anchor and where.suffix == ".md" and anchor not in anchors_of(where):
+                broken.append(f"{page.relative_to(REPO)}: {target}: no such heading")
+    assert not broken, "\n".join(broken)

@@ -8,7 +8,8 @@ change come back unchanged (the same object), so raw copies stay zero-copy.
 Every adapter here also has ``apply(entry) -> (entry | None, actions)``: the :class:`Action`
 tuple says what was done and *why* (which evidence decided the module type), so ``--dry-run``
 can print a plan. :func:`plan` runs an adapter over all entries and refuses two inputs that end
-up with the same name (Burn silently keeps one of them, burn-store spec §3.5).
+up with the same name (Burn silently keeps one of them,
+docs/formats/burn-store.md#collisions).
 
 Named adapters (CLI ``--adapter NAME``): ``pytorch-to-burn``, ``burn-to-pytorch``, ``half``,
 ``cast:DTYPE``, the Llama RoPE layouts ``rope-interleaved:HEADS[,KV]`` /

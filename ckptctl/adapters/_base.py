@@ -132,7 +132,8 @@ class Chain(BaseAdapter):
 
 
 def chain(*adapters: Callable[[TensorEntry], TensorEntry | None]) -> Chain:
-    """Chain adapters: ``chain(a, b)(x) == b(a(x))`` (Burn's ``a.chain(b)``, spec §2.3).
+    """Chain adapters: ``chain(a, b)(x) == b(a(x))`` (Burn's ``a.chain(b)``,
+    docs/formats/burn-store.md#chaining).
 
     Args:
         *adapters: adapters or plain callables, applied in the order given.

@@ -2,14 +2,16 @@
 
 Both round to nearest even (the block kernels of ``ckptctl.dtypes``: numpy's own results for
 F16, torch's for BF16, NaNs kept). Like Burn, F64 goes to F16/BF16 through F32 (two roundings,
-burn-store spec §2.1), so results match Burn bit for bit. A cast entry's data
-(:class:`ConvertedData`) converts a range at a time: writers stream it like a copy.
+``docs/formats/burn-store.md#half-precision-and-casts``), so results match Burn bit for bit. A
+cast entry's data (:class:`ConvertedData`) converts a range at a time: writers stream it like a
+copy.
 
-* ``cast:DTYPE`` (§2.2) converts every float tensor not already in DTYPE, whatever its module.
-* ``half`` (§2.1) converts F32 -> F16 and F16 -> F32 (direction follows each tensor's dtype),
-  only for tensors whose module type is in :data:`HALF_PRECISION_MODULES`. BatchNorm is
-  excluded entirely (``running_var`` can underflow in F16); tensors without a module type,
-  user structs, F64, BF16 and non-floats are untouched.
+* ``cast:DTYPE`` (Burn's ``FloatCastAdapter``) converts every float tensor not already in
+  DTYPE, whatever its module.
+* ``half`` (Burn's ``HalfPrecisionAdapter``) converts F32 -> F16 and F16 -> F32 (direction
+  follows each tensor's dtype), only for tensors whose module type is in
+  :data:`HALF_PRECISION_MODULES`. BatchNorm is excluded entirely (``running_var`` can underflow in
+  F16); tensors without a module type, user structs, F64, BF16 and non-floats are untouched.
 """
 
 from __future__ import annotations

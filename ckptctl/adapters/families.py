@@ -602,7 +602,7 @@ def _renumber(entries: list[TensorEntry], target: Mapping[str, object] | None) -
     if target is not None and sum(mapping.get(e.name, e.name) in target for e in entries) < sum(
         e.name in target for e in entries
     ):
-        mapping = {}  # the target has these gaps (a Burn Vec of enum variants, spec §3.6)
+        mapping = {}  # the target has these gaps (a Burn Vec of enum variants)
     out = []
     for entry in entries:
         new = mapping.get(entry.name)
@@ -706,7 +706,10 @@ def restructure(
 
 
 def is_enum_variant_segment(segment: str) -> bool:
-    """Burn's CamelCase test (spec §5.4 step 1): ``BaseConv`` yes, ``conv``/``X``/``FC`` no."""
+    """Burn's CamelCase test: ``BaseConv`` yes, ``conv``/``X``/``FC`` no.
+
+    Step 1 of ``docs/formats/burn-store.md#did-you-mean``.
+    """
     return (
         len(segment.encode()) > 1 and segment[0].isupper() and any(c.islower() for c in segment[1:])
     )
@@ -727,10 +730,10 @@ def fit_target_names(
     """Enum-variant segments and gapped indices, from declarations and the target's names.
 
     A per-tensor rule with ``variant=NAME`` puts Burn's variant segment before the parameter
-    (``norm.gamma`` -> ``norm.Layer.gamma``, burn-store spec §1.1) for Burn, and takes it out
-    for PyTorch. Without a rule, a name the target lacks takes the target's spelling when that
-    is the same name with variant segments, or the same name before Burn's index compaction
-    (so ``burn-to-pytorch --target model.pt`` gives ``fc.0``, ``fc.2``, ``fc.4`` back).
+    (``norm.gamma`` -> ``norm.Layer.gamma``, ``docs/formats/burn-store.md#module-types``) for
+    Burn, and takes it out for PyTorch. Without a rule, a name the target lacks takes the target's
+    spelling when that is the same name with variant segments, or the same name before Burn's index
+    compaction (so ``burn-to-pytorch --target model.pt`` gives ``fc.0``, ``fc.2``, ``fc.4`` back).
     """
     variants = [r for r in rules if not r.is_family and r.options.get("variant")]
     inverse: dict[str, str] = {}

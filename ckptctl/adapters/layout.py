@@ -1,12 +1,15 @@
-"""``pytorch-to-burn`` and ``burn-to-pytorch``: Burn's PyTorch adapters (burn-store spec §1).
+"""``pytorch-to-burn`` and ``burn-to-pytorch``: Burn's PyTorch adapters.
 
-Only two things ever change (§1.2):
+See ``docs/formats/burn-store.md#pytorch-adapters``.
+
+Only two things ever change:
 
 * a rank-2 ``weight`` owned by a ``Linear`` is transposed (``[out, in]`` <-> ``[in, out]``);
 * in ``BatchNorm``, ``LayerNorm``, ``GroupNorm``, ``RmsNorm`` and ``InstanceNorm`` PyTorch
   ``weight``/``bias`` are Burn ``gamma``/``beta`` (renamed; the RmsNorm rename needs Burn 0.22+,
-  §1.4), and PReLU's ``weight`` is Burn's ``alpha``. Burn's own adapters skip the last two
-  (§8.9), so Burn's ``PytorchStore`` cannot load them; Burn's modules store these names.
+  see the page), and PReLU's ``weight`` is Burn's ``alpha``. Burn's own adapters skip the last
+  two (``docs/formats/burn-store.md#hazards``), so Burn's ``PytorchStore`` cannot load them;
+  Burn's modules store these names.
 
 Layers Burn stores as several modules (MultiheadAttention, LSTM, GRU, RNN, Transformer layers)
 are split or fused before this adapter by :mod:`ckptctl.adapters.families`, whose decisions are
@@ -14,7 +17,7 @@ are split or fused before this adapter by :mod:`ckptctl.adapters.families`, whos
 is unknown -- passes through unchanged (the same entry, so copies stay zero-copy).
 The module type comes from :mod:`ckptctl.adapters.modules` decisions; a target verdict in a
 decision (``transpose``/``rename``) overrides the type-based rule. Burn does the file-side
-rename for PyTorch -> Burn through an alternative-name lookup at load time (§1.3); a file
+rename for PyTorch -> Burn through an alternative-name lookup at load time; a file
 converter has to rename for real, which is what this adapter does.
 """
 
@@ -191,7 +194,7 @@ def _fmt(shape: tuple[int, ...]) -> str:
 
 
 # PyTorch's PReLU ``weight`` is Burn's ``PRelu.alpha`` (burn-nn src/activation/prelu.rs:12-15);
-# Burn's own adapter does not rename it (spec §8.9), a converted file must.
+# Burn's own adapter does not rename it (docs/formats/burn-store.md#hazards), a converted file must.
 _PRELU = {"pytorch-to-burn": {"weight": "alpha"}, "burn-to-pytorch": {"alpha": "weight"}}
 
 

@@ -1,4 +1,6 @@
-"""Module-type decisions: which Burn layer owns each tensor (burn-store spec §1.1, §1.6).
+"""Module-type decisions: which Burn layer owns each tensor.
+
+See ``docs/formats/burn-store.md#module-types``.
 
 Burn decides transposes and renames from the *target module tree*; a file has none. ckptctl
 decides each tensor's module type from the strongest evidence available and records why:
@@ -9,13 +11,13 @@ decides each tensor's module type from the strongest evidence available and reco
    shapes mean "do not transpose"; a target ``p.gamma`` for a source ``p.weight`` (or the
    reverse) is a norm rename; a target holding the exact source name means "do not rename";
 3. **class** -- ``TensorEntry.module_type`` (class names from a whole-model or TorchScript file);
-4. **pattern** -- name and shape heuristics (§1.6 c).
+4. **pattern** -- name and shape heuristics.
 
 Rules override classes and patterns. The target's shapes are facts: when they contradict a rule
 or a class (e.g. a class ``Linear`` whose target shape equals the source shape, a Col-layout
-Linear, spec §8.1) the decision fails with a :class:`SelectionError` naming both. A square
-rank-2 ``weight`` decided only by a pattern, or not decided at all, is *flagged*: shape cannot
-tell a Linear from an already transposed one.
+Linear, ``docs/formats/burn-store.md#hazards``) the decision fails with a
+:class:`SelectionError` naming both. A square rank-2 ``weight`` decided only by a pattern, or not
+decided at all, is *flagged*: shape cannot tell a Linear from an already transposed one.
 
 Module types are Burn's struct names without ``Struct:`` (``Linear``, ``LayerNorm`` ...), or
 ``Other`` for a user struct (never transposed, renamed or halved).
@@ -36,15 +38,17 @@ if TYPE_CHECKING:
     from ckptctl.dtypes import DType
     from ckptctl.model import TensorEntry
 
-#: Burn layer types the adapters know (spec §1.1), plus ``Other``.
+#: Burn layer types the adapters know (docs/formats/burn-store.md#module-types), plus ``Other``.
 MODULE_TYPES = (
     "Linear", "Embedding", "BatchNorm", "LayerNorm", "GroupNorm", "RmsNorm", "InstanceNorm",
     "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
     "DeformConv2d", "PRelu", "Other",
 )  # fmt: skip
-#: Norms whose PyTorch ``weight``/``bias`` are Burn ``gamma``/``beta`` (§1.2). Burn's own adapter
-#: leaves InstanceNorm alone (spec §8.9), but Burn's ``InstanceNorm`` stores ``gamma``/``beta``
-#: (burn-nn src/modules/norm/instance.rs:30-34), so a converted file must hold those names.
+#: Norms whose PyTorch ``weight``/``bias`` are Burn ``gamma``/``beta``
+#: (``docs/formats/burn-store.md#pytorch-adapters``). Burn's own adapter leaves InstanceNorm
+#: alone (``docs/formats/burn-store.md#hazards``), but Burn's ``InstanceNorm`` stores
+#: ``gamma``/``beta`` (burn-nn src/modules/norm/instance.rs:30-34), so a converted file must
+#: hold those names.
 RENAMED_NORMS = frozenset({"BatchNorm", "LayerNorm", "GroupNorm", "RmsNorm", "InstanceNorm"})
 #: Layers stored as several Burn modules (split, fused, renamed; ``adapters.families``), with
 #: the options a declaration may give each, and their value types.
@@ -57,7 +61,7 @@ FAMILY_TYPES: dict[str, dict[str, type]] = {
     "TransformerDecoderLayer": {"norm_first": bool},
 }
 #: The option every per-tensor type takes: the Burn enum variant holding the module
-#: (``norm.Layer.gamma``; burn-store spec §1.1, burn-derive codegen_enum.rs).
+#: (``norm.Layer.gamma``; docs/formats/burn-store.md#module-types, burn-derive codegen_enum.rs).
 VARIANT_OPTION = "variant"
 
 _CANONICAL = {t.lower(): t for t in (*MODULE_TYPES, *FAMILY_TYPES)}
@@ -69,7 +73,7 @@ _BURN_FAMILIES = {
     "gru": ("GRU", {}), "bigru": ("GRU", {"bidirectional": True}),
     "rnn": ("RNN", {}), "birnn": ("RNN", {"bidirectional": True}),
 }  # fmt: skip
-# PyTorch class names (last dotted component) -> Burn type (spec §1.6 a)
+# PyTorch class names (last dotted component) -> Burn type
 _TORCH_CLASSES = {
     "linear": "Linear", "nondynamicallyquantizablelinear": "Linear", "lazylinear": "Linear",
     "batchnorm1d": "BatchNorm", "batchnorm2d": "BatchNorm", "batchnorm3d": "BatchNorm",

@@ -2,7 +2,7 @@
 
 select (``include``/``exclude``) → remap rules in order → module types decided on the renamed
 names (rules first, then the target's shapes, then names) → adapters in order. Metadata work
-happens at once; data work stays lazy in each entry (burn-store spec §4).
+happens at once; data work stays lazy in each entry (docs/formats/burn-store.md#pipeline).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Key remapping like Burn's ``KeyRemapper`` (burn-store spec §3), in Rust ``regex`` dialect.
+"""Key remapping like Burn's ``KeyRemapper``, in Rust ``regex`` dialect.
+
+Burn's behaviour: docs/formats/burn-store.md#key-remapping.
 
 A rule is ``PATTERN=REPLACEMENT``. Every rule is applied, in order, to the result of the previous
 one; each replaces **all** non-overlapping matches found by an unanchored search.
@@ -7,7 +9,7 @@ Splitting ``PATTERN=REPLACEMENT``: the split is at the first ``=`` that is neith
 (``\\=``) nor inside a character class (``[=]``); write ``\\=`` to put an ``=`` in a pattern.
 The replacement may contain ``=`` freely.
 
-Patterns are Rust ``regex`` syntax, translated to Python ``re`` where the two differ (§3.4):
+Patterns are Rust ``regex`` syntax, translated to Python ``re`` where the two differ:
 
 * ``(?<name>...)`` becomes ``(?P<name>...)``; ``$`` (outside the ``m`` flag, set first or in a
   scoped group) and ``\\z`` become ``\\Z`` (Python's ``$`` also matches before a final newline);
@@ -28,7 +30,7 @@ Patterns are Rust ``regex`` syntax, translated to Python ``re`` where the two di
 * In replace-all, an empty match right where the previous match ended is skipped, as in Rust
   (``x*`` -> ``-`` on ``abxd`` gives ``-a-b-d-``, not Python's ``-a-b--d-``).
 
-Replacements use Rust interpolation (§3.2), never Python's: ``$1``, ``${1}``, ``$name``,
+Replacements use Rust interpolation, never Python's: ``$1``, ``${1}``, ``$name``,
 ``${name}``, ``$$`` for a literal ``$``. ``$name`` takes the longest run of ``[0-9A-Za-z_]``, so
 ``$1_x`` names the group ``1_x`` -- write ``${1}_x``. :func:`expand_replacement` follows Rust:
 unknown or non-participating groups expand to nothing, backslashes are literal. A
@@ -428,7 +430,7 @@ def compile_pattern(pattern: str, what: str = "rule") -> re.Pattern[str]:
 
 
 def _interpolate(template: str) -> Iterator[tuple[bool, str]]:
-    """The pieces of a Rust-style replacement (§3.2): ``(False, text)`` for literal text,
+    """The pieces of a Rust-style replacement: ``(False, text)`` for literal text,
     ``(True, ref)`` for a group reference (``$1``, ``${1}``, ``$name``, ``${name}``)."""
     i = 0
     n = len(template)
@@ -463,7 +465,7 @@ def _interpolate(template: str) -> Iterator[tuple[bool, str]]:
 
 
 def expand_replacement(template: str, match: re.Match[str]) -> str:
-    """Expand a Rust-style replacement (``$1``, ``${name}``, ``$$``) for one match (§3.2)."""
+    """Expand a Rust-style replacement (``$1``, ``${name}``, ``$$``) for one match."""
     return "".join(_group(match, piece) if ref else piece for ref, piece in _interpolate(template))
 
 

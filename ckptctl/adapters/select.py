@@ -1,4 +1,4 @@
-"""Include/exclude filtering by regex (burn-store spec §4.1).
+"""Include/exclude filtering by regex (docs/formats/burn-store.md#filters).
 
 Patterns are Rust-dialect regexes (:func:`ckptctl.adapters.rename.compile_pattern`), found
 anywhere in the tensor name (unanchored search). A tensor is kept when it matches any include

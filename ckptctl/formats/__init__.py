@@ -1,4 +1,7 @@
-"""Format registry: detection by content, opening, and saving by extension."""
+"""Format registry: detection by content, opening, and saving by extension.
+
+Format notes: ``docs/formats/index.md``.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """NumPy's ``.npy`` arrays and ``.npz`` archives, read without unpickling anything (issue 46).
 
+Format notes: ``docs/formats/numpy.md``.
+
 ``.npy`` byte layout (``numpy/lib/format.py``, versions 1.0, 2.0 and 3.0)::
 
     0       6 bytes   magic "\\x93NUMPY"

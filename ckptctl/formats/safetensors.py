@@ -1,5 +1,7 @@
 """safetensors: an 8-byte header length, a JSON header, then one contiguous data section.
 
+Format notes: ``docs/formats/safetensors.md``.
+
 Byte layout (https://github.com/huggingface/safetensors, ``safetensors/src/tensor.rs``)::
 
     0        8                    8+N                                   file end

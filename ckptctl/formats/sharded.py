@@ -1,5 +1,7 @@
 """Sharded Hugging Face checkpoints: a ``*.index.json`` plus its shard files.
 
+Format notes: ``docs/formats/safetensors.md#sharded-checkpoints``.
+
 The index is a JSON object (written by ``transformers``' ``save_pretrained`` and
 ``huggingface_hub.save_torch_state_dict``)::
 

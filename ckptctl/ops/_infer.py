@@ -62,8 +62,9 @@ def definition_order(fmt: str, entries: Sequence[TensorEntry]) -> list[str] | No
     """The tensor names in the order the model defines its modules, when ``fmt`` keeps it:
     a pickled ``state_dict`` (``torch.save``) keeps its insertion order, which is the modules'
     registration order; a burnpack lays its payloads out in module traversal (field
-    declaration) order, whatever its sorted metadata says (burnpack spec §5.1). Others (the
-    safetensors library sorts by dtype and name) say nothing: None."""
+    declaration) order, whatever its sorted metadata says
+    (``docs/formats/burnpack.md#placement``). Others (the safetensors library sorts by dtype and
+    name) say nothing: None."""
     if fmt.startswith("pytorch-"):
         return [e.name for e in entries]
     if fmt == "burnpack" and all(e.offset is not None for e in entries):

@@ -1,10 +1,10 @@
 """Migrating Burn records from before 0.22 (``convert``): refusals and optimizer path metadata.
 
-A burn 0.22 optimizer record (burn-store spec §7.3) maps each decimal ParamId to the module path
-of its parameter in the burnpack ``metadata``; burn uses it to give each parameter the optimizer
-of its parameter group. Old optimizer records do not know those paths: the model record of the
-same checkpoint does (its parameters carry the same ids). :func:`migration_plan` reads them from
-``paths_from`` and says what could not be matched.
+A burn 0.22 optimizer record (``docs/formats/burn-store.md#optimizer-records``) maps each
+decimal ParamId to the module path of its parameter in the burnpack ``metadata``; burn uses it to
+give each parameter the optimizer of its parameter group. Old optimizer records do not know those
+paths: the model record of the same checkpoint does (its parameters carry the same ids).
+:func:`migration_plan` reads them from ``paths_from`` and says what could not be matched.
 """
 
 from __future__ import annotations

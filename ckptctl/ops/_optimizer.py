@@ -1,4 +1,4 @@
-"""The optimizer check of ``verify --optimizer`` (burn-store spec §7.5).
+"""The optimizer check of ``verify --optimizer`` (docs/formats/burn-store.md#optimizer-check).
 
 Will a Burn optimizer record attach to a model's parameters? A record keys each parameter's
 state by its ParamId (decimal, in tensor names and metadata) and remembers the parameter's path;
@@ -51,7 +51,10 @@ def _scalar_int(value: JSONValue) -> int | None:
 
 
 def load_record(path: str | os.PathLike[str]) -> OptimizerRecord | CkptError:
-    """Parse a Burn optimizer record (spec §7.3); the error when it is none."""
+    """Parse a Burn optimizer record; the error when it is none.
+
+    Layout: ``docs/formats/burn-store.md#optimizer-records``.
+    """
     try:
         with open_checkpoint(path) as ckpt:
             return _parse_record(ckpt)
@@ -148,7 +151,10 @@ def check_optimizer(
     record: OptimizerRecord,
     state_key: str | None = None,
 ) -> OptimizerCheck:
-    """Compare a model's ParamIds with an optimizer record (burn-store spec §7.5 checks 1-7)."""
+    """Compare a model's ParamIds with an optimizer record.
+
+    The checks: ``docs/formats/burn-store.md#optimizer-check``.
+    """
     by_name = {e.name: e for e in entries}
     floats = [e for e in entries if e.dtype.is_float]
     trainable = [e for e in floats if not e.name.endswith(RUNNING_STATS)]

@@ -386,8 +386,8 @@ def _with_suggestions(
     others: Sequence[str],
     suggest: Callable[[str, Sequence[str]], str | None] = did_you_mean,
 ) -> tuple[OnlyIn, ...]:
-    """``OnlyIn`` rows with "Did you mean" (Burn's, spec §5.4, unless ``suggest`` says) against
-    the other side's names."""
+    """``OnlyIn`` rows with "Did you mean" (Burn's, unless ``suggest`` says) against the other
+    side's names (``docs/formats/burn-store.md#did-you-mean``)."""
     if not others:
         return tuple(OnlyIn(n) for n in names)
     limit = max(SUGGEST_AT_LEAST, SUGGESTION_BUDGET // len(others))

@@ -1,4 +1,6 @@
-"""Name matching: Burn's "Did you mean" (Jaro, burn-store spec §5.4) and remap-rule inference.
+"""Name matching: Burn's "Did you mean" (Jaro) and remap-rule inference.
+
+Burn's algorithm: ``docs/formats/burn-store.md#did-you-mean``.
 
 Used by the Tensor Loading Summary (``ops.summary``) and by ``diff``: :func:`did_you_mean`
 suggests the most similar unused name for a missing one, exactly as Burn does;
@@ -43,7 +45,7 @@ _NO_DATA = ComputedData(lambda: b"")
 
 
 def jaro(s1: str, s2: str) -> float:
-    """Jaro similarity exactly as ``textdistance`` 1.1.1 ``nstr::jaro`` (Burn, spec §5.4).
+    """Jaro similarity exactly as ``textdistance`` 1.1.1 ``nstr::jaro``, as Burn computes it.
 
     Not the textbook transposition count: a match whose position is before the previous
     match's position counts one transposition, and the count is not halved.
@@ -84,7 +86,7 @@ def strip_enum_variant(name: str) -> str | None:
 
 
 def did_you_mean(missing: str, unused: Sequence[str]) -> str | None:
-    """Burn's suggestion for one missing name (§5.4).
+    """Burn's suggestion for one missing name (docs/formats/burn-store.md#did-you-mean).
 
     Args:
         missing: the missing target name.

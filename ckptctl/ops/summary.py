@@ -1,19 +1,22 @@
-"""The Tensor Loading Summary: converted tensors checked against a target (burn-store spec §5).
+"""The Tensor Loading Summary: converted tensors checked against a target.
 
-:func:`summarize` classifies every name the way Burn's ``ApplyResult`` does (§5.1):
+See ``docs/formats/burn-store.md#tensor-loading-summary``.
+
+:func:`summarize` classifies every name the way Burn's ``ApplyResult`` does:
 
 * ``applied`` -- target names found in the source with the target's shape (target order);
 * ``skipped`` -- target names present in the source but excluded by the filter (sorted);
 * ``missing`` -- target names not found in the source, filtered or not (sorted), each with a
-  "Did you mean" suggestion computed with Burn's algorithm (§5.4, :func:`did_you_mean`);
+  "Did you mean" suggestion computed with Burn's algorithm (:func:`did_you_mean`,
+  ``docs/formats/burn-store.md#did-you-mean``);
 * ``unused`` -- source names that are no target name (sorted);
 * ``errors`` -- shape mismatches (target order); an errored name is neither missing nor unused.
 
 ckptctl extras: ``dtype_notes`` (source and target dtypes differ; Burn never checks dtypes)
 and ``fixes`` -- the options (remap rules, adapters) from :func:`suggest_fixes`. With an
-``alternative`` lookup (Burn's norm ``gamma`` -> ``weight`` fallback, §1.3) the source name found
-through the alternative counts as used, unless ``burn_compat`` reproduces Burn's quirk of listing
-it as unused.
+``alternative`` lookup (Burn's norm ``gamma`` -> ``weight`` fallback,
+``docs/formats/burn-store.md#pytorch-adapters``) the source name found through the alternative
+counts as used, unless ``burn_compat`` reproduces Burn's quirk of listing it as unused.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ def summarize(
     given: Sequence[str] = (),
     ambiguous: Sequence[AmbiguousTensor] = (),
 ) -> LoadingSummary:
-    """Classify converted tensors against a target, like Burn's ``ApplyResult`` (§5.1).
+    """Classify converted tensors against a target, like Burn's ``ApplyResult``.
 
     Args:
         source: converted tensors, ``name -> (dtype, shape)``.
@@ -183,5 +186,5 @@ def _enum_paths(missing: Sequence[MissingTensor], containers: Mapping[str, str] 
     """How many missing names have an enum variant on their path."""
     if containers:
         return sum(1 for m in missing if "Enum:" in (m.container or ""))
-    # no container stacks: the CamelCase test is a heuristic stand-in (spec §5.6)
+    # no container stacks: the CamelCase test is a heuristic stand-in
     return sum(1 for m in missing if strip_enum_variant(m.name) is not None)

@@ -1,4 +1,6 @@
-"""The Optimizer State Check of ``verify --optimizer`` (burn-store spec §7.5): types only.
+"""The Optimizer State Check of ``verify --optimizer``: types only.
+
+See ``docs/formats/burn-store.md#optimizer-check``.
 
 :func:`ckptctl.ops.verify.verify` computes it; ``report.render_verify`` draws its box and
 ``report.json`` gives its JSON.
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
 
 
 class OptimizerVerdict(StrEnum):
-    """Will the record's state attach to the model's parameters (spec §7.5)?"""
+    """Will the record's state attach to the model's parameters?"""
 
     OK = "ok"
     PARTIAL = "partial"
@@ -41,7 +43,9 @@ class Orphan:
 
 @dataclass(frozen=True)
 class OptimizerCheck:
-    """Will a Burn optimizer record attach to a model's parameters (burn-store spec §7.5)?
+    """Will a Burn optimizer record attach to a model's parameters?
+
+    See ``docs/formats/burn-store.md#optimizer-check``.
 
     Counts follow the spec: ``O`` the record's state ids, ``M`` the model's ParamIds.
 

@@ -1,9 +1,11 @@
-"""Text rendering of the Tensor Loading Summary in Burn's exact layout (burn-store spec §5.3).
+"""Text rendering of the Tensor Loading Summary in Burn's exact layout.
+
+See ``docs/formats/burn-store.md#tensor-loading-summary``.
 
 The Burn-identical part is reproduced byte for byte: the 51-character top line, the Skipped
 line's one-column misalignment, fixed plurals ("1 tensors"), ``U+26A0 U+FE0F`` warning signs,
 the 52-character bottom line and no trailing newline (callers add one). ckptctl extras (dtype
-notes, suggested fixes) come in additional ``├─`` sections after Errors (§5.6), so a diff
+notes, suggested fixes) come in additional ``├─`` sections after Errors, so a diff
 against Burn's output stays meaningful. Every tensor name goes through ``report.sanitize``.
 """
 
@@ -55,7 +57,7 @@ def error_message(error: SummaryError) -> str:
 
 
 def error_line(error: SummaryError) -> str:
-    """Burn's error line (§5.2)."""
+    """Burn's error line."""
     if error.kind is SummaryErrorKind.SHAPE_MISMATCH:
         return (
             f"Shape mismatch for '{error.name}': expected {burn_shape(error.expected or ())}"

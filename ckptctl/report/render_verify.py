@@ -2,12 +2,12 @@
 
 Text: one ``PASS``/``WARN``/``FAIL`` line per file, its findings (``✓`` ok, ``!`` warn, ``✗``
 fail) with hints, the Tensor Loading Summary for ``--expect`` and the Optimizer State Check box for
-``--optimizer`` (burn-store spec §7.5, in the §5.3 box style), then one summary line
-(``3 files: 2 passed, 1 failed``); after several files, the files by verdict come first
-(``by verdict: 2 safe, 1 needs-trust, 0 unsafe, 0 unreadable``), with the files a directory
-walk skipped counted there and, when verbose, listed one per line (``skipped: PATH``). Every
-string taken from a file or a path goes through ``report.sanitize`` and into rich as ``Text``,
-never as markup.
+``--optimizer`` (``docs/formats/burn-store.md#optimizer-check``, in the Tensor Loading
+Summary's box style), then one summary line (``3 files: 2 passed, 1 failed``); after several files,
+the files by verdict come first (``by verdict: 2 safe, 1 needs-trust, 0 unsafe, 0 unreadable``),
+with the files a directory walk skipped counted there and, when verbose, listed one per line
+(``skipped: PATH``). Every string taken from a file or a path goes through ``report.sanitize`` and
+into rich as ``Text``, never as markup.
 
 JSON: one object, ``"schema_version": 1``, keys in a fixed order.
 """
@@ -144,7 +144,7 @@ def _print_box(console: Console, box: str) -> None:
         console.print(Text(line), no_wrap=True, overflow="ignore", crop=False)
 
 
-# --- the Optimizer State Check box (burn-store spec §7.5) ---------------------------------------
+# --- the Optimizer State Check box (docs/formats/burn-store.md#optimizer-check) ------------------
 
 
 def _row(mark: str, label: str, value: str) -> str:

@@ -1,4 +1,6 @@
-"""The Tensor Loading Summary: Burn's ``ApplyResult`` and ckptctl's extras (burn-store spec §5).
+"""The Tensor Loading Summary: Burn's ``ApplyResult`` and ckptctl's extras.
+
+See ``docs/formats/burn-store.md#tensor-loading-summary``.
 
 Types only: :func:`ckptctl.ops.summary.summarize` computes it, ``report.render_summary`` draws
 Burn's box and ``report.json`` gives its JSON.

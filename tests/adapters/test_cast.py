@@ -1,4 +1,5 @@
-"""cast:DTYPE, half (burn-store spec §2), select, and the named-adapter registry."""
+"""cast:DTYPE, half (docs/formats/burn-store.md#half-precision-and-casts), select, and the adapter
+registry."""
 
 from __future__ import annotations
 
@@ -281,7 +282,7 @@ def test_f64_to_f16_rounds_through_f32_without_warnings_and_f64_keeps_every_bit(
         out = convert_float(np.array([1e300, 1.0], dtype=np.float64), DType.F64, DType.F16)
     assert out.tobytes() == np.array([np.inf, 1.0], dtype=np.float16).tobytes()
     # 1 + 2**-11 + 2**-40 rounds up to 1 + 2**-10 directly, but to 1 + 2**-11 (a tie, to
-    # even: 1.0) through F32, as Burn does (spec §2.1)
+    # even: 1.0) through F32, as Burn does
     x = np.array([1 + 2**-11 + 2**-40], dtype=np.float64)
     assert convert_float(x, DType.F64, DType.F16).tobytes() == np.float16(1.0).tobytes()
     y = np.array([1 + 2**-40], dtype=np.float64)

@@ -527,7 +527,8 @@ def test_a_one_layer_lstm_in_a_vec_follows_the_target(tmp_path: Path) -> None:
 
 
 def test_enum_variant_segment_from_a_declaration_and_back(tmp_path: Path) -> None:
-    # burnpack paths hold the variant of an enum module: norm.Layer.gamma (spec §1.1)
+    # burnpack paths hold the variant of an enum module: norm.Layer.gamma
+    # (docs/formats/burn-store.md#module-types)
     sd = load_file(str(FIXTURES / "prelu_instnorm.safetensors"))
     rules = ("^act\\.=PRelu", "^inst\\.=InstanceNorm(variant=Instance)")
     report = convert(

@@ -1,4 +1,5 @@
-"""pytorch-to-burn / burn-to-pytorch (burn-store spec §1) and module-type decisions."""
+"""pytorch-to-burn / burn-to-pytorch (docs/formats/burn-store.md#pytorch-adapters) and module-type
+decisions."""
 
 from __future__ import annotations
 
@@ -83,7 +84,8 @@ def test_only_rank2_linear_weight_transposed_and_norms_renamed() -> None:
     assert names["ln.weight"] == "ln.gamma"
     assert names["gn.bias"] == "gn.beta"
     assert names["rms.weight"] == "rms.gamma"
-    # Burn's own adapter skips these two (spec §8.9), but Burn's modules store gamma/beta
+    # Burn's own adapter skips these two (docs/formats/burn-store.md#hazards), but Burn's modules
+    # store gamma/beta
     # (burn-nn norm/instance.rs:30-34) and alpha (activation/prelu.rs:12-15): issue 23
     assert names["inorm.weight"] == "inorm.gamma"
     assert names["act.weight"] == "act.alpha"
@@ -173,7 +175,8 @@ def test_target_decides_linear_and_conflicts_with_class() -> None:
     assert d["proj_x.weight"].transpose is True
     assert "transpose" in d["proj_x.weight"].evidence
     assert d["proj_x.bias"].module_type == "Linear"
-    # a class Linear whose target keeps the shape (Col layout, spec §8.1) is a contradiction
+    # a class Linear whose target keeps the shape (Col layout, docs/formats/burn-store.md#hazards)
+    # is a contradiction
     same = {"proj_x.weight": (DType.F32, (3, 4))}
     with pytest.raises(SelectionError, match="class Linear from file"):
         decide_module_types([f32("proj_x.weight", (3, 4), "Linear")], target=same)

@@ -1,4 +1,4 @@
-"""Key remapping in Rust regex dialect (burn-store spec §3)."""
+"""Key remapping in Rust regex dialect (docs/formats/burn-store.md#key-remapping)."""
 
 from __future__ import annotations
 
@@ -622,7 +622,7 @@ def test_an_empty_pattern_is_refused_with_the_anchor_hint() -> None:
     assert "^" in str(info.value.hint)
 
 
-# --- replacements (spec §3.2) and replace-all ----------------------------------------------------
+# --- replacements and replace-all --------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

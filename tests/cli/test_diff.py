@@ -181,7 +181,8 @@ def test_module_prefix_suggests_the_rule_that_fixes_it(run_cli, tmp_path):
     assert f"  ckptctl diff {ddp} {TINY} --remap '^module\\.='\n" in result.stdout
     out = json.loads(run_cli("diff", ddp, TINY, "--json").stdout)
     assert out["fixes"] == ["--remap '^module\\.='"]
-    # Burn's Jaro window is too narrow for the short "fc.bias" (spec §5.4), but the verified
+    # Burn's Jaro window is too narrow for the short "fc.bias"
+    # (docs/formats/burn-store.md#did-you-mean), but the verified
     # rule ranks first (issue 13)
     assert out["only_in_a"][:2] == [
         {"name": "module.fc.bias", "suggestion": "fc.bias"},

@@ -222,7 +222,7 @@ def test_sharded_index_problem(run_cli, tmp_path):
     assert "total_size is 7 but the tensors hold 104 bytes" in flat(result.stdout)
 
 
-# --- the optimizer scenario (burn-store spec §7.4-7.5) ----------------------------------------
+# --- the optimizer scenario (docs/formats/burn-store.md#optimizer-check) -------------------------
 
 
 def box(stdout: str) -> list[str]:

@@ -1,9 +1,10 @@
-"""Burnpack reader, writer and layout against the byte-exact spec (``shared/spec/burnpack.md``).
+"""Burnpack reader, writer and layout against burn's bytes (docs/formats/burnpack.md).
 
-Ground truth here is independent of ckptctl's writer: the spec's hex dumps and SHA-256 sums
-(§6), the spec's ParamId table (§8), and files assembled with plain ``cbor2.dumps`` (which the spec,
-§3.6, says matches burn byte for byte when there are no floats). ``reference_files()`` and
-``hostile_files()`` also generate the committed fixtures; a test checks they are current.
+Ground truth here is independent of ckptctl's writer: the golden vectors of the research notes
+on burnpack (hex dumps and SHA-256 sums, transcribed below), their ParamId table, and files
+assembled with plain ``cbor2.dumps`` (which matches burn byte for byte when there are no floats).
+``reference_files()`` and ``hostile_files()`` also generate the committed fixtures; a test checks
+they are current.
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ BURNPACK_DTYPES = (
     DType.U64, DType.U32, DType.U16, DType.U8, DType.BOOL,
 )  # fmt: skip
 
-# --- ground truth from the spec ---------------------------------------------------------------
+# --- ground truth from the research notes -------------------------------------------------------
 
-#: §6 golden vectors: (size, SHA-256, non-zero 16-byte lines of the spec's hex dumps).
+#: Golden vectors: (size, SHA-256, non-zero 16-byte lines of the research notes' hex dumps).
 SPEC_VECTORS: dict[str, tuple[int, str, dict[int, str]]] = {
     "net.bpk": (
         792,
@@ -137,7 +138,7 @@ SPEC_VECTORS: dict[str, tuple[int, str, dict[int, str]]] = {
             0x300: "0000000000000c40",
         },
     ),
-    # §6.2 "scalar-only record": the metadata bytes are given, the file is 256 bytes.
+    # the "scalar-only record" vector: the metadata bytes are given, the file is 256 bytes.
     "scalar_only.bpk": (
         256,
         "",
@@ -148,7 +149,7 @@ SPEC_VECTORS: dict[str, tuple[int, str, dict[int, str]]] = {
     ),
 }
 
-#: §4.2 quantization schemes, whole dtype values.
+#: Quantization schemes, whole dtype values (docs/formats/burnpack.md#dtypes).
 QFLOAT_CURRENT_HEX = (
     "a16651466c6f6174a56576616c7565635138466573746f7265a1695061636b656455333200646d6f6465"
     "6953796d6d65747269636674656e736f72f665626c6f636bf6"
@@ -176,7 +177,7 @@ QFLOAT_0_20 = {
     }
 }
 
-#: §8 ParamId printed forms.
+#: ParamId printed forms (docs/formats/burnpack.md#paramids).
 PARAM_IDS = [
     (0, "0000000000000"),
     (1, "0400000000000"),
@@ -196,7 +197,7 @@ NET_IDS = {
 
 
 def spec_bytes(name: str) -> bytes:
-    """Assemble a §6 vector from its hex-dump lines (everything else is zero)."""
+    """Assemble a golden vector from its hex-dump lines (everything else is zero)."""
     size, _, lines = SPEC_VECTORS[name]
     buf = bytearray(size)
     for offset, text in lines.items():
@@ -213,7 +214,7 @@ def pack(
     size: int | None = None,
     version: int = 1,
 ) -> bytes:
-    """A burnpack file assembled with plain cbor2 (spec §3.6), independent of ckptctl's writer.
+    """A burnpack file assembled with plain cbor2, independent of ckptctl's writer.
 
     ``payloads`` maps offsets relative to the data section to bytes.
     """
@@ -245,7 +246,7 @@ Q_OLD_PAYLOAD = bytes([1, 2, 3, 4]) + f32(0.5)
 
 
 def reference_files() -> dict[str, bytes]:
-    """Every valid fixture, from the spec's bytes or assembled with plain cbor2."""
+    """Every valid fixture, from the research notes' bytes or assembled with plain cbor2."""
     files = {name: spec_bytes(name) for name in SPEC_VECTORS}
     files["zero_len.bpk"] = pack(
         {
@@ -298,7 +299,8 @@ def reference_files() -> dict[str, bytes]:
         },
         {0: Q_PAYLOAD, 256: Q_OLD_PAYLOAD, 512: f32(0.5, 1.5)},
     )
-    # burn 0.19: no padding, payloads contiguous from the end of the metadata (§10.1).
+    # burn 0.19: no padding, payloads contiguous from the end of the metadata
+    # (docs/formats/burnpack.md#burn-019-files).
     files["legacy_0_19.bpk"] = pack(
         {
             "tensors": {
@@ -448,7 +450,7 @@ def entry(
 
 
 def net_entries() -> list[TensorEntry]:
-    """§6.1: Net { fc: Linear(4→3), head: Linear(3→2, no bias) }, traversal order."""
+    """The ``Net`` vector: Net { fc: Linear(4→3), head: Linear(3→2, no bias) }, traversal order."""
     return [
         entry("fc.weight", DType.F32, (4, 3), f32(*range(1, 13)), param_id=NET_IDS["fc.weight"]),
         entry("fc.bias", DType.F32, (3,), f32(0.5, -1, 2), param_id=NET_IDS["fc.bias"]),
@@ -471,7 +473,7 @@ SPEC_SCALARS = {
     "big": {"Float": 1e10},
 }
 
-#: What ckptctl is asked to write for each spec vector: (entries, metadata, scalars).
+#: What ckptctl is asked to write for each golden vector: (entries, metadata, scalars).
 WRITE_CASES: dict[str, tuple[list[TensorEntry], dict[str, str], dict[str, Any]]] = {
     "net.bpk": (net_entries(), {}, {}),
     "empty.bpk": ([], {}, {}),
@@ -590,7 +592,7 @@ class TestBurnpackContract(FormatContract):
 
 @pytest.mark.parametrize("name", [n for n in SPEC_VECTORS if SPEC_VECTORS[n][1]])
 def test_spec_vectors_match_their_sha256(name: str) -> None:
-    """The transcription of the spec's hex dumps is exact."""
+    """The transcription of the hex dumps is exact."""
     assert sha256(spec_bytes(name)) == SPEC_VECTORS[name][1]
 
 
@@ -668,7 +670,8 @@ def test_plan_reports_offsets_before_writing() -> None:
     ],
 )
 def test_cbor_encoding_rules(value: float, hex_bytes: str) -> None:
-    """§3.1: shortest floats and integers, exactly as ciborium writes them."""
+    """docs/formats/burnpack.md#metadata: shortest floats and integers, exactly as ciborium writes
+    them."""
     assert encode_cbor(value).hex() == hex_bytes
 
 
@@ -825,7 +828,7 @@ MNIST_SHA256 = "b63e660152b3865b1b630c97af6df1fcbc04206648d3a03b3636fcc795ecc472
 
 @pytest.mark.corpus
 def test_upstream_mnist_file(tmp_path: Path) -> None:
-    """burn's examples/mnist-inference-web/model.bpk (spec §11), when the corpus carries it."""
+    """burn's examples/mnist-inference-web/model.bpk, when the corpus carries it."""
     candidates = [p for p in CORPUS.rglob("*.bpk") if p.stat().st_size == 1_044_776]
     found = [p for p in candidates if sha256(p.read_bytes()) == MNIST_SHA256]
     if not found:

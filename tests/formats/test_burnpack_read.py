@@ -1,7 +1,7 @@
 """Reading a burnpack file: what the header, the CBOR metadata and every descriptor must be, the
 limits on each side of their bounds, burn 0.19's unaligned layout, and the header view.
 
-Files are assembled with plain ``cbor2.dumps`` and ``struct.pack`` (spec §3.6), independent of
+Files are assembled with plain ``cbor2.dumps`` and ``struct.pack``, independent of
 ckptctl's writer, and read through the reader (``open_burnpack``, as ``open_checkpoint`` does
 once the magic is sniffed) and the header view (``read_layout``, which shows unknown dtypes and
 cut files instead of refusing them). Refusals are checked by class, exit code, a keyword and the
@@ -35,12 +35,13 @@ from ckptctl.sources import ByteSource
 from tests.formats.test_burnpack import desc, f32, pack
 from tests.formats.test_pytorch_safety_walk import Says
 
-#: The dtypes burnpack stores (spec §3.3), in the order burn's DType enum lists them.
+#: The dtypes burnpack stores (docs/formats/burnpack.md#dtypes), in the order burn's DType enum
+#: lists them.
 BURNPACK_DTYPE_NAMES = [
     "F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8",
     "U64", "U32", "U16", "U8", "Flex32", "Bool", "QFloat",
 ]  # fmt: skip
-MAX_METADATA = 100 * 1024 * 1024  # burn's reader limit (spec §7.1)
+MAX_METADATA = 100 * 1024 * 1024  # burn's reader limit (docs/formats/burnpack.md#limits)
 
 
 def raw(meta: bytes, total: int | None = None, version: int = 1) -> bytes:
@@ -404,7 +405,8 @@ def legacy(tmp_path: Path, data: bytes) -> bool:
 
 
 def test_an_unpadded_file_is_legacy(tmp_path: Path) -> None:
-    """Aligned offsets, but the file ends exactly at unpadded + max_end: burn 0.19 (§10.2)."""
+    """Aligned offsets, but the file ends exactly at unpadded + max_end: burn 0.19
+    (docs/formats/burnpack.md#burn-019-files)."""
     data = pack({"tensors": {"w": desc("F32", [2], 0, 8)}}, {0: f32(1, 2)}, aligned=False)
     assert legacy(tmp_path, data)
     assert layout(tmp_path, data).facts["data_start"] == len(data) - 8

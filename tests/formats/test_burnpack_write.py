@@ -3,9 +3,9 @@ dtypes it keeps, and the CBOR bytes of its metadata.
 
 Plans come from ``plan_layout`` (the layout worked out before any byte is written) and files
 from ``write_burnpack``; their metadata is decoded with plain ``cbor2`` and compared with what
-the spec says burn writes (§3.1: shortest integers and floats, definite lengths; §3.6: without
-floats, plain ``cbor2.dumps`` writes burn's bytes). Refusals are checked by class, a keyword and
-the facts: the tensor, the value, the limit; hints by their fixes.
+burn writes (docs/formats/burnpack.md#metadata: shortest integers and floats, definite lengths;
+without floats, plain ``cbor2.dumps`` writes burn's bytes). Refusals are checked by class, a keyword
+and the facts: the tensor, the value, the limit; hints by their fixes.
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def test_a_source_dtype_is_written_only_where_it_fits(
      None, True, False, "", "a" * 23, "a" * 24, "é", [], [1, [2]], {}, {"b": 1, "a": [None]}],
 )  # fmt: skip
 def test_cbor_matches_cbor2_without_floats(value: Any) -> None:
-    """Spec §3.6: without floats, plain cbor2 writes burn's bytes (shortest heads, in order)."""
+    """Without floats, plain cbor2 writes burn's bytes (shortest heads, in order)."""
     assert encode_cbor(value) == cbor2.dumps(value)
     # and so does the writer, for a quantization scheme holding the value
     scheme = {"value": "Q8S", "v": value}

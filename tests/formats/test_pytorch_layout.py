@@ -1,8 +1,8 @@
 """``ckptctl header`` for PyTorch files: every byte of every container accounted for.
 
-Ground truth: the spec's byte table of ``min_zip.pt`` (section 2.7, measured on a torch 2.13
-file), torch's own tensor hashes in ``fixtures/valid/pytorch/truth.json``, and the corpus
-files written by real torch and by burn.
+Ground truth: the research notes' byte table of ``min_zip.pt`` (measured on a torch 2.13 file;
+the layout: docs/formats/pytorch.md#zip-container), torch's own tensor hashes in
+``fixtures/valid/pytorch/truth.json``, and the corpus files written by real torch and by burn.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def test_tensor_regions_hash_to_torch_truth(path: Path) -> None:
 def test_min_zip_regions_match_the_spec_table() -> None:
     layout = read_layout(FIXTURES / "min_zip.pt")
     spans = [(r.kind, r.start, r.end) for r in layout.regions]
-    # spec 2.7: local header offsets 0, 315, 401, 530, 662, 808, 920, 1042; data at 64, 384,
+    # the byte table: local header offsets 0, 315, 401, 530, 662, 808, 920, 1042; data at 64, 384,
     # 512, 640, 768, 896, 1024, 1152; central directory at 1208; zip64 EOCD 1731 (56 B),
     # locator 1787 (20 B), EOCD 1807 (22 B); 1829 bytes in all.
     assert spans[:4] == [("header", 0, 46), ("padding", 46, 64), ("metadata", 64, 299),
@@ -193,7 +193,7 @@ def test_legacy_stream_counts_and_storages() -> None:
             assert count.size == 8
             (numel,) = struct.unpack("<q", blob[count.start : count.end])
             assert numel * 4 == region.size  # float32 storages
-    # The first pickle is the magic number itself, as the spec gives its bytes.
+    # The first pickle is the magic number itself, as the research notes give its bytes.
     assert blob[: regions[0].end] == bytes.fromhex("80028a0a6cfc9c46f9206aa850192e")
 
 
@@ -266,7 +266,7 @@ def test_overlapping_records_are_corrupt(tmp_path: Path) -> None:
     while (pos := raw.find(b"PK\x01\x02", pos)) >= 0:
         entries.append(pos)
         pos += 4
-    sixth = entries[5]  # min_zip/data/1 (spec 2.7 order)
+    sixth = entries[5]  # min_zip/data/1 (the byte table's order)
     assert raw[sixth + 46 : sixth + 46 + 14] == b"min_zip/data/1"
     raw[sixth + 42 : sixth + 46] = struct.pack("<I", 662)
     path = tmp_path / "overlap.pt"

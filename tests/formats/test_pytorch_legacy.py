@@ -1,5 +1,5 @@
-"""Reading legacy torch.save streams (spec section 6) and plain pickles with storages pickled by
-value (spec section 8).
+"""Reading legacy torch.save streams (docs/formats/pytorch.md#legacy-stream) and plain pickles with
+storages pickled by value (docs/formats/pytorch.md#plain-pickles).
 
 Streams are assembled pickle by pickle (magic, version, sys_info, the main pickle, the storage
 keys, then the storages' bytes) with the helpers of ``test_pytorch_reader``; what torch.load
@@ -48,7 +48,7 @@ def write(tmp_path: Path, data: bytes, name: str = "t.pt") -> Path:
     return path
 
 
-# --- legacy streams (spec section 6) ----------------------------------------------------------
+# --- legacy streams (docs/formats/pytorch.md#legacy-stream) ---------------------------------------
 
 LEGACY_SYS_INFO = pickle.dumps(
     {"protocol_version": 1001, "little_endian": True,
@@ -66,7 +66,8 @@ def legacy(
     version: bytes = pickle.dumps(1001, protocol=2),
     sys_info: bytes = LEGACY_SYS_INFO,
 ) -> bytes:
-    """The five pickles of a legacy stream, then the storage data (spec 6.1)."""
+    """The five pickles of a legacy stream, then the storage data
+    (docs/formats/pytorch.md#legacy-stream)."""
     keys_pkl = keys if isinstance(keys, bytes) else pickle.dumps(keys, protocol=2)
     return magic + version + sys_info + pkl(root) + keys_pkl + data
 
@@ -397,7 +398,7 @@ def test_truncated_last_pickle_is_judged(tmp_path: Path) -> None:
     ]
 
 
-# --- plain pickles and storages by value (spec section 8) --------------------------------------
+# --- plain pickles and storages by value (docs/formats/pytorch.md#plain-pickles) ------------------
 
 #: the one problem of every plain pickle: torch.load cannot read it, pickle.load runs it
 PLAIN_NOTE = Problem(Says("plain pickle", "unrestricted"), Verdict.NEEDS_TRUST, "the pickle")

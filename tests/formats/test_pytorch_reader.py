@@ -1,8 +1,7 @@
 """The PyTorch reader on hand-built files: containers, views, dtypes, structure, bad input.
 
-Files are assembled opcode by opcode (no torch needed) following the spec
-(/work/shared/spec/pytorch-pt.md): the ZIP layout of section 2, the legacy stream of section 6,
-the pickle shapes of sections 3 and 9.
+Files are assembled opcode by opcode (no torch needed) following docs/formats/pytorch.md: the zip
+container, the legacy stream, the pickle shapes of tensors and whole models.
 """
 
 from __future__ import annotations
@@ -96,7 +95,8 @@ def list_of(items: list[bytes]) -> bytes:
 
 
 def obj(module: str, name: str, state: bytes) -> bytes:
-    """A NEWOBJ + BUILD instance, as torch.save(model) writes modules (spec 9.1)."""
+    """A NEWOBJ + BUILD instance, as torch.save(model) writes modules
+    (docs/formats/pytorch.md#whole-models)."""
     return glob(module, name) + b")\x81" + state + b"b"
 
 
@@ -130,7 +130,8 @@ def write_zip(
 
 
 def write_legacy(path: Path, main: bytes, storages: list[tuple[str, int, bytes]]) -> Path:
-    """The five pickles of a legacy stream, then each storage as i64 count + bytes (spec 6.1)."""
+    """The five pickles of a legacy stream, then each storage as i64 count + bytes
+    (docs/formats/pytorch.md#legacy-stream)."""
     sys_info = {"protocol_version": 1001, "little_endian": True,
                 "type_sizes": {"short": 2, "int": 4, "long": 4}}  # fmt: skip
     out = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) + pickle.dumps(1001, protocol=2)
@@ -190,7 +191,8 @@ def test_zip_any_prefix_and_deflate(tmp_path: Path) -> None:
 
 
 def _zero_crcs(raw: bytearray) -> None:
-    """Zero every CRC field, as torch.serialization.set_crc32_options(False) writes (spec 2.3)."""
+    """Zero every CRC field, as torch.serialization.set_crc32_options(False) writes
+    (docs/formats/pytorch.md#zip-container)."""
     pos = 0
     while (pos := raw.find(b"PK\x03\x04", pos)) >= 0:
         raw[pos + 14 : pos + 18] = b"\0\0\0\0"

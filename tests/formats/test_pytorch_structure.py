@@ -2,11 +2,12 @@
 checkpoint kind and its notes, entry checks, gathering strided and byte-swapped tensors.
 
 Object trees are built from the unpickler's own node types (``StorageRef``, ``TensorRef``,
-``Stub``), the shapes the unpickler hands over for the pickles of spec sections 3, 9 and 10, and
-go through ``analyse`` and ``make_entries``, the structure stage's entry points; storage bytes
-come from ``struct`` / numpy, and values are compared after ``load()``. Notes are also checked
-on torch-written fixtures. Refusals are checked by class, exit code, a keyword and the facts
-(tensor name, element index, shape); limits are probed at the limit and one past it.
+``Stub``), the shapes the unpickler hands over for the pickles of ``docs/formats/pytorch.md``
+(pickle, whole models, TorchScript), and go through ``analyse`` and ``make_entries``, the structure
+stage's entry points; storage bytes come from ``struct`` / numpy, and values are compared after
+``load()``. Notes are also checked on torch-written fixtures. Refusals are checked by class, exit
+code, a keyword and the facts (tensor name, element index, shape); limits are probed at the limit
+and one past it.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def module_state(
     modules: dict[str, object] | None = None,
     **extra: object,
 ) -> dict[str, object]:
-    """The ``__dict__`` torch.save(model) pickles for an ``nn.Module`` (spec 9.1)."""
+    """The ``__dict__`` torch.save(model) pickles for an ``nn.Module``
+    (docs/formats/pytorch.md#whole-models)."""
     return {
         "training": True,
         "_parameters": params or {},

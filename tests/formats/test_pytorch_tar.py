@@ -1,7 +1,7 @@
-"""Reading a TAR checkpoint (torch < 0.1.10, spec section 7), member by member.
+"""Reading a TAR checkpoint (torch < 0.1.10, docs/formats/pytorch.md#tar), member by member.
 
 Checkpoints are built here with the stdlib ``tarfile`` and hand-assembled protocol-2 pickles
-(``sys_info``, ``pickle``, ``tensors``, ``storages``) and checked against the spec's own worked
+(``sys_info``, ``pickle``, ``tensors``, ``storages``) and checked against the research notes' worked
 example (its bytes and the values torch loads from it). Every check of the reader is probed on
 both sides of its limit; refusals are checked by class, exit code, a keyword and the facts the
 message must carry (the member, the storage or tensor key, the byte position).
@@ -47,9 +47,9 @@ def assert_tar_note(ledger: Ledger) -> None:
     assert note.message == Says("TAR format", "weights_only=True")
 
 
-# --- a TAR checkpoint builder (spec section 7) ------------------------------------------------
+# --- a TAR checkpoint builder (docs/formats/pytorch.md#tar) ------------------------------------
 
-#: The spec's worked example, member by member (section 7, "Minimal faithful example").
+#: The research notes' worked example, member by member ("Minimal faithful example").
 SPEC_PICKLE = bytes.fromhex(
     "80027d710028580100000077710158040000003230303151580100000062710258040000003230303251752e"
 )
@@ -201,7 +201,7 @@ def assert_tensor(
     assert t.storage.key == key
 
 
-# --- the spec's example -----------------------------------------------------------------------
+# --- the research notes' example ---------------------------------------------------------------
 
 
 def test_builder_writes_the_spec_example() -> None:
@@ -217,7 +217,8 @@ def test_builder_writes_the_spec_example() -> None:
 
 def test_spec_example_loads_what_torch_loads(tmp_path: Path) -> None:
     path = write(tmp_path, build())
-    # The first element sits after N, the storage header and the i64 count (spec section 7).
+    # The first element sits after N, the storage header and the i64 count
+    # (docs/formats/pytorch.md#tar).
     first = SPEC_OFFSETS["storages"] + 5 + len(SPEC_STORAGE_HEAD) + 8
     with open_checkpoint(path) as ckpt:
         assert ckpt.format == "pytorch-tar"
@@ -406,7 +407,7 @@ def burn_storage(key: str, numel: int = 6, stype: str = "FloatStorage") -> bytes
 
 def test_burn_variant_storage_tuples(tmp_path: Path) -> None:
     # burn's synthetic files: no tensors member, ('storage', ...) tuples passed straight to
-    # _rebuild_tensor_v2 or as a persistent id (spec section 7, note).
+    # _rebuild_tensor_v2 or as a persistent id.
     body = main(
         w=tensor_v2(burn_storage("1001"), 0, (2, 3), (3, 1)),
         b=tensor_v2(burn_storage("1001") + b"Q", 4, (2,), (1,)),

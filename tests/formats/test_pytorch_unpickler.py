@@ -5,10 +5,11 @@ it refuses.
 Pickles are assembled from the stdlib's opcode constants; plain values are spelled as the stdlib
 pickles them (protocol 2, ``pickletools.optimize``). Where the stdlib itself pickles an emulated
 builtin (``bytearray``, ``set``, ``complex``, ``OrderedDict``, protocol 0 instances), those bytes
-are unpickled and compared with ``pickle.loads``. Storage and dtype names follow spec sections 3
-and 4; torch-written fixtures give the parameter flags. Refusals are checked by class, exit code
-and the facts their message must carry (what was found, the argument, the global, the stream
-name, the byte position), matched with the safety walk's ``Says``; hints by a keyword.
+are unpickled and compared with ``pickle.loads``. Storage and dtype names follow
+``docs/formats/pytorch.md#pickle`` and ``#dtypes``; torch-written fixtures give the parameter flags.
+Refusals are checked by class, exit code and the facts their message must carry (what was found, the
+argument, the global, the stream name, the byte position), matched with the safety walk's ``Says``;
+hints by a keyword.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ P2 = PROTO + b"\x02"
 WHERE = "data.pkl"
 PT = VALID / "pytorch"
 
-# Spec section 4: legacy storage (and pre-0.4 tensor) class name prefixes -> torch dtype.
+# docs/formats/pytorch.md#dtypes: legacy storage (and pre-0.4 tensor) class name prefixes -> torch
+# dtype.
 SPEC_STORAGE_DTYPES = {
     "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
     "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
@@ -107,7 +109,8 @@ def call(func: bytes, *args: bytes) -> bytes:
 def storage(
     name: str = "FloatStorage", key: str = "0", numel: int = 4, module: str = "torch"
 ) -> bytes:
-    """A ZIP persistent id ``('storage', type, key, 'cpu', numel)`` (spec 3.2)."""
+    """A ZIP persistent id ``('storage', type, key, 'cpu', numel)``
+    (docs/formats/pytorch.md#pickle)."""
     return (
         MARK
         + val("storage")
@@ -210,7 +213,7 @@ def test_a_dense_tensor_records_its_layout() -> None:
 
 
 def test_a_tensor_over_an_untyped_storage_is_bytes() -> None:
-    """Spec section 4: ``UntypedStorage`` alone holds bytes (u1)."""
+    """docs/formats/pytorch.md#dtypes: ``UntypedStorage`` alone holds bytes (u1)."""
     t = tensor(dense(st=storage("UntypedStorage", module="torch.storage")))
     assert t.dtype == "uint8"
 
@@ -295,7 +298,7 @@ def v3(dtype: bytes, *metadata: bytes) -> bytes:
 def test_v3_takes_its_dtype_and_flags_from_the_arguments() -> None:
     t = tensor(v3(g("torch", "float8_e4m3fn"), val({"neg": True})))
     assert fields(t) == ("0", 1, (3,), (1,), "float8_e4m3fn", frozenset({"neg"}), None)
-    t = tensor(v3(g("torch", "chalf"), val({"conj": True})))  # an alias (spec 3.4)
+    t = tensor(v3(g("torch", "chalf"), val({"conj": True})))  # an alias
     assert (t.dtype, t.flags) == ("complex32", frozenset({"conj"}))
     assert tensor(v3(g("torch", "uint16"))).flags == frozenset()
 
@@ -727,7 +730,8 @@ def test_globals_only_an_attack_uses_are_refused(module: str, name: str, shown: 
 
 STORAGE_TYPES = [
     *((("torch", f"{p}Storage"), f"torch.{p}Storage", d) for p, d in SPEC_STORAGE_DTYPES.items()),
-    # torch maps any *Storage global to a dtype holder, whatever the module (spec 3.2)
+    # torch maps any *Storage global to a dtype holder, whatever the module
+    # (docs/formats/pytorch.md#pickle)
     (("torch.cuda", "HalfStorage"), "torch.cuda.HalfStorage", "float16"),
     (("torch.storage", "FloatStorage"), "torch.storage.FloatStorage", "float32"),
     (("torch.storage", "UntypedStorage"), "torch.storage.UntypedStorage", None),
@@ -827,7 +831,7 @@ def test_malformed_pickles_are_reported_at_their_place() -> None:
 
 
 def test_python_2_strings_are_utf_8_then_latin_1() -> None:
-    """torch's rule (spec 3.1): decode as UTF-8, and retry the whole pickle as latin-1."""
+    """torch's rule: decode as UTF-8, and retry the whole pickle as latin-1."""
     utf8 = P2 + pickle.SHORT_BINSTRING + b"\x02\xc3\xa9" + STOP
     assert load_pickle(utf8, WHERE)[0] == "é" == pickle.loads(utf8, encoding="utf-8")
     latin = P2 + pickle.SHORT_BINSTRING + b"\x01\xe9" + STOP
@@ -872,7 +876,7 @@ def test_a_truncated_pickle_is_judged_unless_more_may_follow() -> None:
 
 
 def test_the_unpickler_decodes_python_2_strings_as_utf_8_by_default() -> None:
-    """torch's default (spec 3.1); ``load_pickle`` retries as latin-1 itself."""
+    """torch's default; ``load_pickle`` retries as latin-1 itself."""
     utf8 = P2 + pickle.SHORT_BINSTRING + b"\x02\xc3\xa9" + STOP
     assert SafeUnpickler(utf8, WHERE).load() == "é" == pickle.loads(utf8, encoding="utf-8")
     latin = P2 + pickle.SHORT_BINSTRING + b"\x01\xe9" + STOP

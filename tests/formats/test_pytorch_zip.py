@@ -1,8 +1,8 @@
 """The zip directory of a ``.pt`` file: end records, the central directory, local headers.
 
 ``read_directory`` and ``local_header`` are the zip stage every reader of a ``.pt`` goes
-through (spec section 2, APPNOTE 6.3.10). Archives here are built with the stdlib ``zipfile``
-or packed by hand with ``zipfile``'s own record layouts (``structCentralDir``,
+through (docs/formats/pytorch.md#zip-container, APPNOTE 6.3.10). Archives here are built with the
+stdlib ``zipfile`` or packed by hand with ``zipfile``'s own record layouts (``structCentralDir``,
 ``structEndArchive`` ...), and where ``zipfile`` can read them its ``ZipInfo`` values are the
 expected ones. Refusals are checked by class, exit code, hint and a keyword plus the facts
 (record counts, byte positions, record names); limits are probed at the limit and one past it.
@@ -210,7 +210,8 @@ def test_torch_and_rezipped_fixtures_match_zipfile(fixture: str) -> None:
 
 
 def test_min_zip_is_the_spec_example() -> None:
-    # spec 2.7: records at 0, 315, ..., 1042; zip64 end record at 1731, locator at 1787, EOCD 1807
+    # the byte table of min_zip.pt: records at 0, 315, ..., 1042; zip64 end record at 1731, locator
+    # at 1787, EOCD 1807
     with ByteSource(VALID / "min_zip.pt") as source:
         got = read_directory(source)
     assert [r.header_offset for r in got.records] == [0, 315, 401, 530, 662, 808, 920, 1042]

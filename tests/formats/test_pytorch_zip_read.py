@@ -1,5 +1,6 @@
-"""Reading ZIP checkpoints and TorchScript archives (spec sections 2, 3 and 10): the archive's
-prefix, its metadata records, storage persistent ids, and records whose headers lie.
+"""Reading ZIP checkpoints and TorchScript archives (``docs/formats/pytorch.md``: zip container,
+pickle, TorchScript): the archive's prefix, its metadata records, storage persistent ids, and
+records whose headers lie.
 
 Archives are written with the stdlib ``zipfile`` and the helpers of ``test_pytorch_reader``;
 header fields are patched in place (APPNOTE 4.3) to reach the encrypted, unknown-method, bad-CRC
@@ -173,7 +174,7 @@ def test_record_longer_than_its_header_says(tmp_path: Path) -> None:
     assert "17" not in err.message
 
 
-# --- TorchScript code records (spec section 10) -----------------------------------------------
+# --- TorchScript code records (docs/formats/pytorch.md#torchscript) ------------------------------
 
 
 def script_members(tmp_path: Path, records: dict[str, bytes], *, encrypt: str | None = None
@@ -235,7 +236,7 @@ def test_unreadable_code_record_is_skipped(tmp_path: Path) -> None:
     assert found == {"b.B": (["b"], [])}
 
 
-# --- ZIP: the archive's prefix and records (spec section 2) ------------------------------------
+# --- ZIP: the archive's prefix and records (docs/formats/pytorch.md#zip-container) ---------------
 
 
 @pytest.mark.parametrize(
@@ -266,7 +267,8 @@ def test_archive_of_several_checkpoints_names_them(tmp_path: Path) -> None:
 
 
 def zpid(key: str, numel: object, *, stype: str = "FloatStorage", location: str = "cpu") -> bytes:
-    """A ZIP storage persistent id: ('storage', type, key, location, numel) (spec 3.2)."""
+    """A ZIP storage persistent id: ('storage', type, key, location, numel)
+    (docs/formats/pytorch.md#pickle)."""
     return b"(" + lit("storage") + glob("torch", stype) + lit(key) + lit(location) + lit(numel) \
         + b"tQ"  # fmt: skip
 

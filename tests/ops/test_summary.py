@@ -14,7 +14,7 @@ from ckptctl.report.render_summary import render_summary
 
 F32 = DType.F32
 
-# burn-store spec §5.5, copied verbatim
+# Burn's rendering, copied verbatim from the research notes on burn-store (their Example A)
 EXAMPLE_A = (
     "┌─ Tensor Loading Summary ─────────────────────────\n"
     "│\n"
@@ -55,7 +55,7 @@ EXAMPLE_A = (
     "└───────────────────────────────────────────────────"
 )
 
-# burn-store spec §5.5, copied verbatim
+# Burn's rendering, copied verbatim from the research notes on burn-store (their Example B)
 EXAMPLE_B = (
     "┌─ Tensor Loading Summary ─────────────────────────\n"
     "│\n"
@@ -105,7 +105,7 @@ def spec_map(items: list[tuple[str, tuple[int, ...]]]) -> dict[str, tuple[DType,
     return {name: (F32, shape) for name, shape in items}
 
 
-# --- Jaro: spec §5.4 reference values ------------------------------------------------------
+# --- Jaro: reference values (docs/formats/burn-store.md#did-you-mean) ---------------------------
 
 
 @pytest.mark.parametrize(

@@ -397,7 +397,8 @@ def test_min_tensors():
 
 
 def _example_a(tmp_path: Path) -> tuple[Path, Path]:
-    """burn-store spec §5.5 Example A: encoder.layer.N in the file, layers.N in the model."""
+    """Burn's "Example A" (the research notes on burn-store): encoder.layer.N in the file, layers.N
+    in the model."""
     z = np.zeros
     source = {
         "encoder.layer.0.weight": z((8, 8), "<f4"),
@@ -419,7 +420,7 @@ def test_expect_reports_missing_with_did_you_mean(tmp_path):
     assert expect.status is Status.FAIL
     assert expect.summary is not None
     suggestions = {m.name: m.suggestion for m in expect.summary.missing}
-    # the spec's Example A: each encoder.layers.N.x suggests encoder.layer.N.x
+    # Burn's Example A: each encoder.layers.N.x suggests encoder.layer.N.x
     assert suggestions == {
         "encoder.layers.0.bias": "encoder.layer.0.bias",
         "encoder.layers.0.weight": "encoder.layer.0.weight",
@@ -465,7 +466,7 @@ def test_unreadable_reference_fails_each_file(tmp_path):
         assert "HTML" in str(expect.message)
 
 
-# --- optimizer (burn-store spec §7.5) -------------------------------------------------------------
+# --- optimizer (docs/formats/burn-store.md#optimizer-check) ---------------------------------------
 
 
 def optim(model: str, record: str, **kwargs):

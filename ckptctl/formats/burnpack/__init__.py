@@ -1,6 +1,6 @@
 """Burn's burnpack (``.bpk``) format: reader, streaming writer and byte layout.
 
-Byte layout (spec: ``../shared/spec/burnpack.md``, burn >= 0.20)::
+Byte layout (``docs/formats/burnpack.md#layout``, burn >= 0.20)::
 
     0       4 bytes  magic "NRUB" (u32 LE 0x4255524E)
     4       u16 LE   format version: 1 (0 is read the same; > 1 is unsupported)
@@ -13,7 +13,8 @@ Byte layout (spec: ``../shared/spec/burnpack.md``, burn >= 0.20)::
 A descriptor is ``{"dtype", "shape", "data_offsets": [start, end], "param_id"?}`` with keys in
 that order; ``data_offsets`` are relative to ``D``. Burn 0.19 wrote the same version 1 but no
 padding (``D = 10+N``, payloads contiguous); the reader detects that layout with the rule of
-spec §10.2 and says so in ``Checkpoint.notes`` and ``HeaderLayout.facts["layout"]``.
+``docs/formats/burnpack.md#burn-019-files`` and says so in ``Checkpoint.notes`` and
+``HeaderLayout.facts["layout"]``.
 
 How burnpack dtypes map onto :class:`~ckptctl.dtypes.DType` (``source_dtype`` keeps the file's
 spelling whenever it says more, so that a burnpack-to-burnpack copy is byte-identical):

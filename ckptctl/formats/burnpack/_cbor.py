@@ -1,7 +1,8 @@
 """Burnpack metadata CBOR: a bounded decoder (cbor2) and an encoder matching ciborium's bytes.
 
-The encoder follows spec §3.1: definite lengths, shortest integers, maps in insertion order (the
-caller sorts name-keyed maps) and the shortest float that round-trips exactly. It is hand-written
+The encoder follows Burn's ciborium encoding (``docs/formats/burnpack.md#metadata``): definite
+lengths, shortest integers, maps in insertion order (the caller sorts name-keyed maps) and the
+shortest float that round-trips exactly. It is hand-written
 because plain ``cbor2.dumps`` writes every float as a 9-byte double.
 """
 

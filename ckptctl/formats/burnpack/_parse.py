@@ -1,4 +1,6 @@
-"""Validation of a burnpack header and its CBOR metadata (spec §2, §3, §7, §10.2).
+"""Validation of a burnpack header and its CBOR metadata.
+
+See ``docs/formats/burnpack.md`` (layout, metadata, limits, Burn 0.19 files).
 
 Everything read from the file is checked before it is used: the metadata length against the limit
 and the file size before reading it, CBOR types exactly, every payload range inside the file and
@@ -244,7 +246,7 @@ def parse_file(
     unpadded = HEADER_BYTES + length
     data_start = align_up(unpadded)
     legacy = False
-    if tensors:  # spec §10.2: burn 0.19 wrote no padding at all
+    if tensors:  # docs/formats/burnpack.md#burn-019-files: burn 0.19 wrote no padding at all
         max_end = max(t.end for t in tensors)
         misaligned = any(t.start % ALIGNMENT_BYTES for t in tensors)
         legacy = misaligned or (unpadded != data_start and size == unpadded + max_end)

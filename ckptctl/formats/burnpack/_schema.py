@@ -16,7 +16,7 @@ MAGIC = b"NRUB"
 VERSION = 1
 HEADER_BYTES = 10
 ALIGNMENT_BYTES = 256
-#: Limits of burn's own reader (spec §7.1).
+#: Limits of burn's own reader (docs/formats/burnpack.md#limits).
 MAX_METADATA_BYTES = 100 * 1024 * 1024
 MAX_TENSORS = 100_000
 MAX_CBOR_DEPTH = 128
@@ -47,7 +47,8 @@ def align_up(offset: int, alignment: int = ALIGNMENT_BYTES) -> int:
 
 
 def format_param_id(value: int) -> str:
-    """Burn's printed form of a ParamId: base32hex of its 8 little-endian bytes (spec §8).
+    """Burn's printed form of a ParamId: base32hex of its 8 little-endian bytes
+    (docs/formats/burnpack.md#paramids).
 
     Args:
         value: the u64 id as stored in the file.
@@ -96,7 +97,10 @@ def has_bad_name(name: str) -> bool:
 
 
 def check_scalar(key: str, value: object, error: type[CkptError]) -> None:
-    """Validate one typed scalar (spec §3.4), raising ``error`` with a clear message."""
+    """Validate one typed scalar, raising ``error`` with a clear message.
+
+    Scalars: ``docs/formats/burnpack.md#metadata``.
+    """
     if not (isinstance(value, dict) and len(value) == 1):
         raise error(f"scalar {key!r}: {describe(value)} is not a one-entry map like {{'UInt': 1}}")
     ((kind, payload),) = value.items()

@@ -93,7 +93,8 @@ def _entry(source: ByteSource, t: ParsedTensor, data_start: int) -> TensorEntry:
 
 def _quantized_note(entry: TensorEntry) -> str:
     scheme = entry.source_dtype["QFloat"]
-    # burn 0.19 - 0.22.0-pre.2 wrote `param`/`level`; current burn silently misreads those (§4.2)
+    # burn 0.19 - 0.22.0-pre.2 wrote `param`/`level`; current burn silently misreads those
+    # (docs/formats/burnpack.md#dtypes)
     era = "; scheme in the burn 0.19-0.22.0-pre.2 form" if {"param", "level"} & set(scheme) else ""
     return (
         f"tensor {entry.name!r} is quantized ({entry.extra['quantized']}, shape "

@@ -115,7 +115,9 @@ def plan_layout(
     metadata: Mapping[str, str],
     scalars: Mapping[str, JSONValue],
 ) -> BurnpackPlan:
-    """Lay out a burnpack file byte-identically to burn's writer (spec §3, §5.1).
+    """Lay out a burnpack file byte-identically to burn's writer.
+
+    Placement: ``docs/formats/burnpack.md#placement``.
 
     Args:
         entries: tensors in write order (the data section keeps it; the CBOR map is sorted).

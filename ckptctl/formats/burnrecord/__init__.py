@@ -1,5 +1,7 @@
 """Burn records written before burn 0.22 (the removed ``Recorder`` API): read-only.
 
+Format notes: ``docs/formats/burn-record.md``.
+
 A record file is serde's encoding of ``BurnRecord { metadata, item }`` (burn-core
 ``record/recorder.rs`` at the parent of burn commit 862ef266a)::
 
@@ -24,7 +26,8 @@ A tensor is ``TensorData {"bytes", "shape": [usize], "dtype": DType}``; a parame
 ``{"id": ParamId text, "param": TensorData}``. ParamId text is the u64's 8 little-endian bytes in
 lower-case unpadded base32hex (13 characters; 10 for burn ~0.14's 6-byte ids; UUIDs before 0.13).
 See :mod:`ckptctl.formats.burnrecord._record` for the three kinds of record and how optimizer
-and scheduler records map onto burn 0.22's burnpack layout (burn-store spec §7.3).
+and scheduler records map onto burn 0.22's burnpack layout
+(``docs/formats/burn-store.md#optimizer-records``).
 """
 
 from __future__ import annotations

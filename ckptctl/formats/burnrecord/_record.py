@@ -8,8 +8,9 @@ A record is serde's encoding of ``BurnRecord { metadata: BurnMetadata, item }``.
   ``{"bytes", "shape", "dtype"}``. Tensor names are the field paths joined with ``.``.
 * an optimizer record (``optim-N.mpk``): ``{ParamId text: {"V1": {"RankN": state}}}``, the
   adaptor's versioned, rank-tagged state per parameter. It is presented in burn 0.22's optimizer
-  record layout (burn-store spec §7.3): tensors ``<id>.<field path>`` carrying ``param_id = id``,
-  scalars ``<id>.__rank`` and the state's integer/float/bool fields (``<id>.momentum.time``).
+  record layout (``docs/formats/burn-store.md#optimizer-records``): tensors
+  ``<id>.<field path>`` carrying ``param_id = id``, scalars ``<id>.__rank`` and the state's
+  integer/float/bool fields (``<id>.momentum.time``).
 * a learning-rate scheduler record (``scheduler-N.mpk``): a bare number (cosine, linear, noam,
   step, exponential), nil (constant) or a composed ``{"schedulers": [{"Cosine": n}, ...]}``.
   burn 0.22's burn-train stores ``ModuleLrScheduler`` records, whose scalars sit under the

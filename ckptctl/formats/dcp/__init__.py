@@ -1,5 +1,7 @@
 """torch.distributed.checkpoint (DCP) directories, read without torch.
 
+Format notes: ``docs/formats/dcp.md``.
+
 What torch 2.13 writes (``torch/distributed/checkpoint/metadata.py`` and ``filesystem.py``;
 checked against the files it writes, ``fixtures/make_distributed.py``)::
 

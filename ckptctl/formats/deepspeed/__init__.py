@@ -1,5 +1,7 @@
 """DeepSpeed ZeRO checkpoints (stages 1, 2 and 3), read as one checkpoint without torch.
 
+Format notes: ``docs/formats/deepspeed.md``.
+
 A checkpoint folder, as deepspeed 0.19.8's ``engine.save_checkpoint(CKPT)`` writes it::
 
     CKPT/latest                      text: the tag of the newest save, e.g. ``global_step2``

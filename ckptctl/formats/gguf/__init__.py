@@ -1,7 +1,8 @@
 """llama.cpp's GGUF format: detection, lazy reading and the byte layout (issue 45).
 
-Byte layout (gguf-py 0.19.0 and ``ggml/src/gguf.cpp``; spec: ggml's ``docs/gguf.md``), every
-integer in the file's byte order::
+Byte layout (gguf-py 0.19.0 and ``ggml/src/gguf.cpp``; spec:
+https://github.com/ggml-org/ggml/blob/master/docs/gguf.md; notes: ``docs/formats/gguf.md``),
+every integer in the file's byte order::
 
     0       4 bytes  magic "GGUF"
     4       u32      version: 2 or 3 (a big-endian file's version read little-endian has its

@@ -1,5 +1,7 @@
 """ONNX models (``.onnx``): every initializer and Constant node value, read lazily.
 
+Format notes: ``docs/formats/onnx.md``.
+
 Byte layout (``onnx/onnx.proto``, https://github.com/onnx/onnx/blob/main/onnx/onnx.proto): the
 file is one protobuf ``ModelProto`` with no magic number. Its ``graph`` (field 7) holds
 ``initializer`` TensorProtos (field 5) and ``node``s (field 1); a ``Constant`` node keeps its

@@ -1,6 +1,6 @@
 """PyTorch checkpoints (``.pt``/``.pth``/``.bin``/``.ckpt``) read without torch.
 
-Containers are detected by content (spec: /work/shared/spec/pytorch-pt.md, section 1):
+Containers are detected by content (``docs/formats/pytorch.md#detection``):
 
 * ZIP (torch >= 1.6): ``PK\\x03\\x04`` at offset 0, ``<prefix>/data.pkl`` + ``<prefix>/data/<key>``
   records; TorchScript when ``<prefix>/constants.pkl`` exists.

@@ -1,4 +1,6 @@
-"""Which pickle globals are safe, need trust or are unsafe (spec section 12 rule 12).
+"""Which pickle globals are safe, need trust or are unsafe.
+
+See ``docs/formats/pytorch.md#safety``.
 
 :data:`WEIGHTS_ONLY_GLOBALS` is torch 2.13's weights-only allowlist; :func:`classify` judges a
 global outside it:

@@ -1,6 +1,7 @@
 """``ckptctl header`` for PyTorch files: the raw container, decoded, with every byte accounted for.
 
-Regions by container (spec sections 2, 6, 7, 8):
+Regions by container (``docs/formats/pytorch.md``: zip container, legacy stream,
+tar, plain pickles):
 
 * ZIP: per record in file order, the local header and name (``header``), the extra field
   (``padding`` for torch's ``FB`` alignment field, ``header`` for zip64 fields), the data

@@ -2,12 +2,14 @@
 
 Naming follows the CLI contract ("Tensor names"): a flat state_dict keeps its keys; tensors in
 nested containers are named by their key path joined with ``.`` (list items by index); a whole
-pickled ``nn.Module`` is listed with the names its ``state_dict()`` would have (spec section
-9.2); a TorchScript archive likewise from its attributes and ``code/`` member lists (10.3).
+pickled ``nn.Module`` is listed with the names its ``state_dict()`` would have
+(``docs/formats/pytorch.md#whole-models``); a TorchScript archive likewise from its attributes
+and ``code/`` member lists (``docs/formats/pytorch.md#torchscript``).
 
 Entries: a C-contiguous view of a stored storage is ``FileData`` (zero-copy, absolute offset);
 anything else (strided views, compressed records, conj/neg flags, big-endian data) is
-``ComputedData`` gathering the elements with ``as_strided`` after a bounds check (section 5).
+``ComputedData`` gathering the elements with ``as_strided`` after a bounds check
+(docs/formats/pytorch.md#views).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Write a PyTorch zip checkpoint byte-for-byte the way ``torch.save`` (torch 2.13) does.
 
-Spec: ``shared/spec/pytorch-pt.md`` sections 2 (zip container), 3 (pickle), 4 (dtypes), 5 (views).
+Format: ``docs/formats/pytorch.md#zip-container`` (also ``#pickle``, ``#dtypes``, ``#views``).
 The output is a flat ``OrderedDict`` state_dict, name -> tensor, in entry order::
 
     <prefix>/data.pkl                 pickle protocol 2: OrderedDict of _rebuild_tensor_v2/_v3 calls
@@ -78,7 +78,7 @@ _FLAGS = 0x0808  # bit 3: sizes in a data descriptor; bit 11: UTF-8 names
 _MASK64 = (1 << 64) - 1
 
 #: Legacy storage classes (``_rebuild_tensor_v2``); the other dtypes are torch's "new" dtypes,
-#: written with ``UntypedStorage`` and ``_rebuild_tensor_v3`` (spec section 4).
+#: written with ``UntypedStorage`` and ``_rebuild_tensor_v3`` (docs/formats/pytorch.md#dtypes).
 _STORAGE_CLASS = {
     DType.F64: "DoubleStorage", DType.F32: "FloatStorage", DType.F16: "HalfStorage",
     DType.BF16: "BFloat16Storage", DType.I64: "LongStorage", DType.I32: "IntStorage",

@@ -3,8 +3,8 @@
 ``zipfile.ZipFile`` builds a ``ZipInfo`` per record and is slow for archives of many small
 records (20,000 storages take about 0.2 s); it also cannot say where each byte of the archive is.
 This parser reads the end records and the central directory once, straight from the memory
-map, and keeps what the reader and ``ckptctl header`` need. Layout (APPNOTE 6.3.10, spec
-section 2):
+map, and keeps what the reader and ``ckptctl header`` need. Layout (APPNOTE 6.3.10,
+docs/formats/pytorch.md#zip-container):
 
     [local header 30 B + name + extra][data][data descriptor 16/24 B]  ... per record
     [central directory: 46 B + name + extra + comment per record]

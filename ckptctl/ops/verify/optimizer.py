@@ -1,6 +1,7 @@
 """``optimizer``: with ``optimizer`` (``--optimizer OPTIM``), will a Burn optimizer record
-attach to this model (burn-store spec §7.5; :mod:`ckptctl.ops._optimizer`)? States whose
-ParamId the model lacks start from scratch on resume."""
+attach to this model (``docs/formats/burn-store.md#optimizer-check``;
+:mod:`ckptctl.ops._optimizer`)? States whose ParamId the model lacks start from scratch on
+resume."""
 
 from __future__ import annotations
 

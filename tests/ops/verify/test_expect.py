@@ -37,7 +37,8 @@ def z(*shape: int) -> np.ndarray:
 
 
 def _example_a(tmp_path: Path) -> tuple[Path, Path]:
-    """burn-store spec §5.5 Example A: encoder.layer.N in the file, layers.N in the model."""
+    """Burn's "Example A" (the research notes on burn-store): encoder.layer.N in the file, layers.N
+    in the model."""
     source = {
         "encoder.layer.0.weight": z(8, 8),
         "encoder.layer.0.bias": z(8),
