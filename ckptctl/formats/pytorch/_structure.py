@@ -117,7 +117,7 @@ def _mapping_items(value: object) -> list[tuple[Any, Any]]:
 #: under the key ``$omitted``.
 MAX_OBJECTS = 1000
 #: Longest text value (characters) and list (items) kept whole. A longer one is kept as
-#: ``{"$truncated": FULL_LENGTH, "head": FIRST_PART}`` (see README, "JSON output").
+#: ``{"$truncated": FULL_LENGTH, "head": FIRST_PART}`` (see docs/json.md).
 MAX_OBJECT_TEXT = 4096
 MAX_OBJECT_LIST = 1024
 #: All kept values together, roughly (text by length, 8 bytes per other value): the pickle memo
