@@ -9,23 +9,25 @@ component (``.weight``, ``.bias``) is kept as it is, as ``TensorNameMap.get_name
 from __future__ import annotations
 
 #: Every architecture the rows below support.
-ALL = ("llama", "qwen2", "qwen3", "phi3")
+ALL = ("llama", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3")
 #: Those with separate gate and up projections.
-GATE_UP = ("llama", "qwen2", "qwen3")
-#: Those with a per-head RMSNorm on q and k (``Qwen3Attention``: ``q_norm``, ``k_norm``).
-QK_NORM = ("qwen3",)
+GATE_UP = ("llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3")
+#: Those with a per-head RMSNorm on q and k (``Qwen3Attention``, ``Gemma3Attention``: ``q_norm``,
+#: ``k_norm``).
+QK_NORM = ("qwen3", "gemma3")
+#: Those whose ``post_attention_layernorm`` is the norm before the MLP (FFN_NORM).
+FFN_NORM_AFTER_ATTN = ("llama", "qwen2", "qwen3", "phi3", "gemma")
+#: Gemma 2 and 3: a norm after attention and after the MLP (ATTN_POST_NORM, FFN_POST_NORM) and
+#: ``pre_feedforward_layernorm`` before the MLP (FFN_PRE_NORM, whose GGUF name is ``ffn_norm``).
+SANDWICH = ("gemma2", "gemma3")
+#: Those whose ``lm_head`` llama.cpp writes as ``output``: ``GemmaModel`` and ``Gemma2Model``
+#: skip ``lm_head.weight`` (``filter_tensors``; llama.cpp ties the output to ``token_embd``).
+OUTPUT = ("llama", "qwen2", "qwen3", "phi3", "gemma3")
 
-#: (GGUF name, Hugging Face name, architectures). GGUF names: gguf-py 0.19.0
-#: ``gguf/constants.py`` ``TENSOR_NAMES`` (restricted by ``MODEL_TENSORS[arch]``); the Hugging
-#: Face name of each: the ``transformers`` spelling among its ``TensorNameMap`` variants
-#: (``gguf/tensor_mapping.py`` ``mappings_cfg`` / ``block_mappings_cfg``), the one
-#: ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM`` and
-#: ``Phi3ForCausalLM`` save. A GGUF name with two rows has a different Hugging Face name per
-#: architecture.
 NAME_ROWS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("token_embd", "model.embed_tokens", ALL),  # MODEL_TENSOR.TOKEN_EMBD
     ("output_norm", "model.norm", ALL),  # OUTPUT_NORM
-    ("output", "lm_head", ALL),  # OUTPUT (absent when tied to token_embd)
+    ("output", "lm_head", OUTPUT),  # OUTPUT (absent when tied to token_embd)
     ("blk.{bid}.attn_norm", "model.layers.{bid}.input_layernorm", ALL),  # ATTN_NORM
     ("blk.{bid}.attn_q", "model.layers.{bid}.self_attn.q_proj", ALL),  # ATTN_Q
     ("blk.{bid}.attn_k", "model.layers.{bid}.self_attn.k_proj", ALL),  # ATTN_K
@@ -34,7 +36,11 @@ NAME_ROWS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("blk.{bid}.attn_q_norm", "model.layers.{bid}.self_attn.q_norm", QK_NORM),  # ATTN_Q_NORM
     ("blk.{bid}.attn_k_norm", "model.layers.{bid}.self_attn.k_norm", QK_NORM),  # ATTN_K_NORM
     ("blk.{bid}.attn_qkv", "model.layers.{bid}.self_attn.qkv_proj", ("phi3",)),  # ATTN_QKV
-    ("blk.{bid}.ffn_norm", "model.layers.{bid}.post_attention_layernorm", ALL),  # FFN_NORM
+    # FFN_NORM; Gemma 2/3: FFN_PRE_NORM (same GGUF name), ATTN_POST_NORM, FFN_POST_NORM
+    ("blk.{bid}.ffn_norm", "model.layers.{bid}.post_attention_layernorm", FFN_NORM_AFTER_ATTN),
+    ("blk.{bid}.ffn_norm", "model.layers.{bid}.pre_feedforward_layernorm", SANDWICH),
+    ("blk.{bid}.post_attention_norm", "model.layers.{bid}.post_attention_layernorm", SANDWICH),
+    ("blk.{bid}.post_ffw_norm", "model.layers.{bid}.post_feedforward_layernorm", SANDWICH),
     ("blk.{bid}.ffn_gate", "model.layers.{bid}.mlp.gate_proj", GATE_UP),  # FFN_GATE
     ("blk.{bid}.ffn_up", "model.layers.{bid}.mlp.up_proj", GATE_UP),  # FFN_UP
     # Phi-3 keeps gate and up fused; GGUF stores the fused weight as ffn_up (no ffn_gate)
@@ -58,15 +64,30 @@ COMPUTED = (
 #: ``k_proj`` (weights and biases); ``Qwen2Model``, ``Qwen3Model`` (a ``Qwen2Model``) and
 #: ``Phi3MiniModel`` change no values (llama.cpp master, 2026: ``conversion/llama.py``,
 #: ``conversion/qwen.py``, ``convert_hf_to_gguf.py``).
-PERMUTES_QK = {"llama": True, "qwen2": False, "qwen3": False, "phi3": False}
+#: ``GemmaModel``, ``Gemma2Model`` and ``Gemma3Model`` (``conversion/gemma.py``) permute nothing.
+PERMUTES_QK = {
+    "llama": True,
+    "qwen2": False,
+    "qwen3": False,
+    "phi3": False,
+    "gemma": False,
+    "gemma2": False,
+    "gemma3": False,
+}
 
-#: Architectures of the family whose conversion changes values beyond a reordering:
-#: ``GemmaModel``/``Gemma2Model``/``Gemma3Model.modify_tensors`` store every ``norm.weight``
-#: plus 1 (Gemma's RMSNorm computes ``x * (1 + w)``), which is not exactly reversible in floats.
-REFUSED = {
-    "gemma": "stores every norm weight plus 1 (GemmaModel.modify_tensors)",
-    "gemma2": "stores every norm weight plus 1 (Gemma2Model.modify_tensors)",
-    "gemma3": "stores every norm weight plus 1 (Gemma3Model.modify_tensors)",
+#: Hugging Face tensors ``convert_hf_to_gguf.py`` skips (``filter_tensors``): ``hf-to-gguf``
+#: leaves them out.
+SKIPPED = (("lm_head", ("gemma", "gemma2")),)  # GemmaModel, Gemma2Model.filter_tensors
+
+#: Architectures whose every Hugging Face ``*norm.weight`` llama.cpp stores plus 1 (Gemma's
+#: RMSNorm computes ``x * (1 + w)``), and where: ``GemmaModel``/``Gemma2Model.modify_tensors``
+#: (``data_torch + 1``), ``Gemma3Model.norm_shift`` (``conversion/gemma.py``). The sum is computed
+#: in the tensor's torch dtype after ``prepare_tensors`` turned every dtype but F16 and F32 into
+#: F32 (``conversion/base.py``), and written as F32 (``n_dims <= 1`` or a ``_norm.weight``).
+NORM_PLUS_ONE = {
+    "gemma": "GemmaModel.modify_tensors",
+    "gemma2": "Gemma2Model.modify_tensors",
+    "gemma3": "Gemma3Model.norm_shift",
 }
 
 #: ``config.json`` ``architectures[0]`` -> GGUF architecture, from the ``ModelBase.register``

@@ -6,8 +6,11 @@ for the ``llama`` architecture only (Llama, Mistral), reorders the rows of the q
 projections with ``permute``: ``w.reshape(heads, 2, rows / heads / 2, ...).swapaxes(1, 2)``,
 Hugging Face's half-split RoPE layout to the interleaved one llama.cpp rotates (``heads`` is
 ``n_head`` for q, ``n_head_kv`` for k; biases too). That is ``rope.permute_rows(...,
-interleave=True)``; ``gguf-to-hf`` applies its inverse. The name rows and which architecture
-permutes are data (``_gguf_names``).
+interleave=True)``; ``gguf-to-hf`` applies its inverse. For Gemma 1-3 it stores every norm
+weight plus 1 (Gemma's RMSNorm scales by ``1 + w``), computed in F32 (F16 data: in F16) and
+written as F32; ``gguf-to-hf`` subtracts 1 in F32 (exactness: ``NORM_SHIFT_NOTE``,
+docs/formats/gguf.md). The name rows, which architecture permutes and which shifts norms are
+data (``_gguf_names``).
 
 The head counts come from the GGUF source's ``{arch}.attention.head_count[_kv]``, from the
 ``config.json`` beside a Hugging Face source (``num_attention_heads``,
@@ -21,6 +24,7 @@ decoding: a row of a GGUF tensor is ``ne[0]`` elements, whole blocks, so its byt
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from functools import cache, partial
@@ -32,10 +36,12 @@ from ckptctl.adapters._gguf_names import (
     ARCH_OF_MODEL_TYPE,
     COMPUTED,
     NAME_ROWS,
+    NORM_PLUS_ONE,
     PERMUTES_QK,
-    REFUSED,
+    SKIPPED,
 )
 from ckptctl.adapters.rope import parse_head_counts
+from ckptctl.dtypes import DType
 from ckptctl.errors import SelectionError, UnsupportedError
 from ckptctl.model import STORED_TYPE, ComputedData, listed_shape
 
@@ -48,6 +54,17 @@ if TYPE_CHECKING:
 
 #: The adapter names: to Hugging Face's names, to GGUF's.
 GGUF_ADAPTERS = ("gguf-to-hf", "hf-to-gguf")
+
+#: The dtypes of a Gemma norm weight the adapters shift by 1.
+_NORM_DTYPES = (DType.F32, DType.F16, DType.BF16, DType.F64)
+
+#: The report's note on a shifted Gemma norm weight, by direction (``to_hf``): what is computed
+#: and when it is exact (docs/formats/gguf.md, "Gemma's norm weights").
+NORM_SHIFT_NOTE = {
+    False: "stored as w + 1 in F32 (F16 data: added in F16), as llama.cpp does",
+    True: "w = stored - 1 in F32: exactly the BF16 (or F16) weight for |w| >= 2**-16 (F16: w < 0 "
+    "or w >= 2**-13), except w = 2**24; below, within 2**-24; -0 becomes +0",
+}
 
 
 @dataclass(frozen=True)
@@ -127,11 +144,6 @@ class GGUFNames(BaseAdapter):
             parse_head_counts(name, counts) if counts else (known.heads, known.kv_heads)
         )
         arch = known.arch or "llama"  # no config: the family's base, which permutes
-        if arch in REFUSED:
-            raise UnsupportedError(
-                f"adapter {name!r}: {arch} {REFUSED[arch]}, which ckptctl does not undo",
-                hint="supported architectures: " + ", ".join(PERMUTES_QK),
-            )
         if arch not in PERMUTES_QK:
             raise UnsupportedError(
                 f"adapter {name!r}: no name table for architecture {arch!r}",
@@ -151,12 +163,12 @@ class GGUFNames(BaseAdapter):
         stem, dot, last = entry.name.rpartition(".")
         if not dot:
             stem, last = entry.name, ""
-        if self.to_hf and any(stem == n and self.arch in a for n, a in COMPUTED):
-            reason = "llama.cpp computes it from config.json; no Hugging Face tensor"
-            return None, (Action(ActionKind.DROP, entry.name, reason, self.describe()),)
+        dropped = self._dropped(stem)
+        if dropped:
+            return None, (Action(ActionKind.DROP, entry.name, dropped, self.describe()),)
         found = _lookup(stem, self.arch, to_hf=self.to_hf)
         if found is None:
-            reason = "no name for it in the llama-family table"
+            reason = "no name for it in the GGUF name table"
             return entry, (Action(ActionKind.KEEP, entry.name, reason, self.describe()),)
         new_name, module = found
         out = replace(entry, name=f"{new_name}{dot}{last}")
@@ -168,7 +180,21 @@ class GGUFNames(BaseAdapter):
             order = "interleaved (llama.cpp)" if not self.to_hf else "half-split (Hugging Face)"
             actions.append(Action(ActionKind.CUSTOM, f"rows of {heads} heads -> {order}",
                                   "convert_hf_to_gguf permute", self.describe()))  # fmt: skip
+        hf_name = out.name if self.to_hf else entry.name
+        if self.arch in NORM_PLUS_ONE and hf_name.endswith("norm.weight"):
+            out = _norm_shifted(out, entry.name, to_hf=self.to_hf)
+            actions.append(Action(ActionKind.CUSTOM, NORM_SHIFT_NOTE[self.to_hf],
+                                  f"convert_hf_to_gguf {NORM_PLUS_ONE[self.arch]}",
+                                  self.describe()))  # fmt: skip
         return out, tuple(actions)
+
+    def _dropped(self, stem: str) -> str | None:
+        """Why llama.cpp has no counterpart of the tensor ``stem``, or None."""
+        if self.to_hf and any(stem == n and self.arch in a for n, a in COMPUTED):
+            return "llama.cpp computes it from config.json; no Hugging Face tensor"
+        if not self.to_hf and any(stem == n and self.arch in a for n, a in SKIPPED):
+            return "convert_hf_to_gguf skips it (llama.cpp ties the output to token_embd)"
+        return None
 
     def describe(self) -> str:
         name = GGUF_ADAPTERS[0 if self.to_hf else 1]
@@ -216,6 +242,36 @@ def _permuted(entry: TensorEntry, source: str, heads: int, *, interleave: bool) 
         )
     load = partial(_load_permuted, entry, rows, heads, interleave)
     return replace(entry, offset=None, data=ComputedData(load))
+
+
+def _norm_shifted(entry: TensorEntry, source: str, *, to_hf: bool) -> TensorEntry:
+    """``entry`` (named ``source`` in the input) minus 1 (``to_hf``) or plus 1, as F32."""
+    if STORED_TYPE in entry.extra or entry.dtype not in _NORM_DTYPES:
+        kind = entry.extra.get(STORED_TYPE, entry.dtype.value)
+        raise UnsupportedError(
+            f"tensor {source!r}: a Gemma norm weight of {kind} values, which llama.cpp stores "
+            "plus 1 and ckptctl shifts only as plain floats (F32, F16, BF16, F64)",
+            hint="decode it first with --dequantize" if STORED_TYPE in entry.extra else None,
+        )
+    numel = math.prod(entry.shape)
+    load = partial(_load_norm_shifted, entry, to_hf)
+    return replace(entry, dtype=DType.F32, nbytes=numel * 4, offset=None,
+                   data=ComputedData(load), source_dtype=None)  # fmt: skip
+
+
+def _load_norm_shifted(entry: TensorEntry, to_hf: bool) -> NDArray[Any]:
+    """llama.cpp's ``w + 1``: in F16 for F16 data (``prepare_tensors`` keeps F16 and F32, widens
+    the rest to F32), then F32; the inverse subtracts 1 in F32."""
+    import numpy as np
+
+    from ckptctl.dtypes import to_float
+
+    raw = entry.load()
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN and inf stay what they are
+        if not to_hf and entry.dtype is DType.F16:
+            return (raw + np.float16(1)).astype(np.float32)
+        values = to_float(raw, entry.dtype).astype(np.float32)
+        return values - np.float32(1) if to_hf else values + np.float32(1)
 
 
 def _load_permuted(entry: TensorEntry, rows: int, heads: int, interleave: bool) -> NDArray[Any]:

@@ -49,17 +49,61 @@ def _gguf(path: Path) -> dict[str, Raw]:
     return out
 
 
-def _converted(tmp_path: Path, src: Path, adapter: str) -> dict[str, Raw]:
-    out = tmp_path / f"{adapter}.safetensors"
-    report = convert(src, out, ConvertOptions(adapters=(adapter,)))
+def _converted(tmp_path: Path, src: Path, *adapters: str) -> dict[str, Raw]:
+    out = tmp_path / f"{adapters[0]}.safetensors"
+    report = convert(src, out, ConvertOptions(adapters=adapters))
     assert report.written
     return _safetensors(out)
+
+
+def _write_safetensors(path: Path, tensors: dict[str, Raw]) -> None:
+    header, offset = {}, 0
+    for name, (dtype, shape, data) in tensors.items():
+        header[name] = {
+            "dtype": dtype,
+            "shape": list(shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
+        offset += len(data)
+    head = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(head)) + head + b"".join(t[2] for t in tensors.values()))
+
+
+def _f32(raw: Raw) -> np.ndarray:
+    """A tensor's values widened to F32 (BF16 bits shifted into place)."""
+    dtype, _, data = raw
+    if dtype == "BF16":
+        return (np.frombuffer(data, np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return np.frombuffer(data, {"F32": np.float32, "F16": np.float16}[dtype]).astype(np.float32)
+
+
+def _gemma_folder(tmp_path: Path, dtype: str, values: np.ndarray) -> Path:
+    """A Hugging Face Gemma folder whose only tensor is ``model.norm.weight`` = ``values``."""
+    folder = tmp_path / f"gemma_{dtype}"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["GemmaForCausalLM"]}))
+    raw = (dtype, values.shape, values.tobytes())
+    _write_safetensors(folder / "model.safetensors", {"model.norm.weight": raw})
+    return folder / "model.safetensors"
+
+
+def _round_trip(tmp_path: Path, src: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(hf-to-gguf's norm, then gguf-to-hf's) as F32 values."""
+    there = src.parent / "g.safetensors"
+    convert(src, there, ConvertOptions(adapters=("hf-to-gguf",)))
+    back = _converted(tmp_path, there, "gguf-to-hf")["model.norm.weight"]
+    stored = _safetensors(there)["output_norm.weight"]
+    assert stored[0] == back[0] == "F32"
+    return _f32(stored), _f32(back)
 
 
 def _same(got: dict[str, Raw], want: dict[str, Raw]) -> None:
     assert sorted(got) == sorted(want)
     for name, value in want.items():
         assert got[name] == value, name
+
+
+GEMMAS = ["gemma", "gemma2", "gemma3"]
 
 
 @pytest.mark.parametrize("name", ["qwen3"])
@@ -70,10 +114,82 @@ def test_gguf_to_hf_of_llama_cpp_output_is_the_transformers_model(
     _same(got, _safetensors(ARCHES / name / "model.safetensors"))
 
 
-@pytest.mark.parametrize("name", ["qwen3"])
+@pytest.mark.parametrize("name", ["qwen3", *GEMMAS])
 def test_hf_to_gguf_is_what_convert_hf_to_gguf_writes(tmp_path: Path, name: str) -> None:
-    got = _converted(tmp_path, ARCHES / name / "model.safetensors", "hf-to-gguf")
+    # the Gemma models are BF16 and llama.cpp wrote F32 (--outtype f32): cast:f32 does the same
+    got = _converted(tmp_path, ARCHES / name / "model.safetensors", "hf-to-gguf", "cast:f32")
     _same(got, _gguf(ARCHES / f"{name}.gguf"))
+
+
+@pytest.mark.parametrize("name", GEMMAS)
+def test_gguf_to_hf_of_gemma_is_the_bf16_model_with_its_norms_exact_from_2_to_the_minus_16(
+    tmp_path: Path, name: str
+) -> None:
+    got = _converted(tmp_path, ARCHES / f"{name}.gguf", "gguf-to-hf")
+    want = _safetensors(ARCHES / name / "model.safetensors")
+    assert sorted(got) == sorted(want)
+    norms = [n for n in want if n.endswith("norm.weight")]
+    assert len(norms) >= 2 * 2 + 1  # input, post-attention (Gemma 2/3: two more) per layer, final
+    for tensor, (dtype, shape, _) in want.items():
+        assert dtype == "BF16"
+        assert got[tensor][:2] == ("F32", shape), tensor
+        w, back = _f32(want[tensor]), _f32(got[tensor])
+        if tensor not in norms:
+            assert back.tobytes() == w.tobytes(), tensor  # BF16 -> F32 widening only
+            continue
+        exact = (np.abs(w) >= 2.0**-16) | (w.view(np.uint32) == 0)
+        assert back[exact].tobytes() == w[exact].tobytes(), tensor
+        # the generator's 2**-17 + 2**-24 (element 1): its last bit is lost in w + 1
+        assert not exact[1]
+        assert back[1] == np.float32(2.0**-17), tensor
+        assert back[~exact].tolist() == [np.float32(2.0**-17)], tensor
+
+
+def test_gemma_output_is_tied_and_its_lm_head_is_not_written(tmp_path: Path) -> None:
+    hf = _safetensors(ARCHES / "gemma2" / "model.safetensors")
+    hf["lm_head.weight"] = hf["model.embed_tokens.weight"]
+    _write_safetensors(tmp_path / "model.safetensors", hf)
+    (tmp_path / "config.json").write_bytes((ARCHES / "gemma2" / "config.json").read_bytes())
+    report = convert(tmp_path / "model.safetensors", tmp_path / "g.safetensors",
+                     ConvertOptions(adapters=("hf-to-gguf",)))  # fmt: skip
+    got = _safetensors(tmp_path / "g.safetensors")
+    assert "lm_head.weight" not in got
+    assert "output.weight" not in got
+    assert {r.source for r in report.plan if r.target is None} == {"lm_head.weight"}
+
+
+def test_norm_shift_over_every_bf16_code(tmp_path: Path) -> None:
+    w = (np.arange(1 << 16, dtype=np.uint32) << 16).view(np.float32)
+    bf16 = (w.view(np.uint32) >> 16).astype(np.uint16)
+    stored, back = _round_trip(tmp_path, _gemma_folder(tmp_path, "BF16", bf16))
+    with np.errstate(invalid="ignore"):
+        assert stored.tobytes() == (w + np.float32(1)).tobytes()  # widened, then + 1 in F32
+    finite, big = np.isfinite(w), np.abs(w)
+    exact = finite & (big >= 2.0**-16) & (w != 2.0**24)
+    assert back[exact].tobytes() == w[exact].tobytes()
+    assert back[w == 2.0**24].tolist() == [2.0**24 - 1]
+    assert np.isnan(back[np.isnan(w)]).all()
+    assert back[np.isinf(w)].tobytes() == w[np.isinf(w)].tobytes()
+    below = finite & (big < 2.0**-16)
+    assert np.abs(back[below] - w[below]).max() == 2.0**-24  # within 2**-24, not always exact
+    assert back[w.view(np.uint32) == 0x8000_0000].view(np.uint32).tolist() == [0]  # -0 -> +0
+
+
+def test_norm_shift_over_every_f16_code(tmp_path: Path) -> None:
+    h = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    w = h.astype(np.float32)
+    # an F16 checkpoint: llama.cpp adds 1 in F16 (prepare_tensors keeps F16), stores it as F32
+    stored, _ = _round_trip(tmp_path, _gemma_folder(tmp_path, "F16", h))
+    with np.errstate(invalid="ignore", over="ignore"):
+        assert stored.tobytes() == (h + np.float16(1)).astype(np.float32).tobytes()
+    # F16 values held in F32: (w + 1) - 1 in F32 is w for w < 0 or w >= 2**-13
+    (tmp_path / "f32").mkdir()
+    _, back = _round_trip(tmp_path / "f32", _gemma_folder(tmp_path / "f32", "F32", w))
+    finite = np.isfinite(w)
+    exact = finite & ((w < 0) | (w >= 2.0**-13))
+    assert back[exact].tobytes() == w[exact].tobytes()
+    below = finite & ~exact
+    assert np.abs(back[below] - w[below]).max() == 2.0**-24
 
 
 def test_qwen3_q_k_norms_are_named_and_its_rows_stay(tmp_path: Path) -> None:
@@ -82,3 +198,23 @@ def test_qwen3_q_k_norms_are_named_and_its_rows_stay(tmp_path: Path) -> None:
     gguf_side = _gguf(ARCHES / "qwen3.gguf")
     # no permute: the q rows are llama.cpp's bytes unchanged
     assert got["model.layers.0.self_attn.q_proj.weight"][2] == gguf_side["blk.0.attn_q.weight"][2]
+
+
+@pytest.mark.parametrize("name", ["qwen3", *GEMMAS])
+def test_gguf_to_hf_then_hf_to_gguf_gives_llama_cpp_bytes_back(tmp_path: Path, name: str) -> None:
+    # every stored Gemma norm g here is w + 1 of a BF16 w, and (g - 1) + 1 gives g back in F32
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_bytes((ARCHES / name / "config.json").read_bytes())
+    convert(ARCHES / f"{name}.gguf", tmp_path / "hf" / "model.safetensors",
+            ConvertOptions(adapters=("gguf-to-hf",)))  # fmt: skip
+    got = _converted(tmp_path, tmp_path / "hf" / "model.safetensors", "hf-to-gguf")
+    _same(got, _gguf(ARCHES / f"{name}.gguf"))
+
+
+def test_the_report_says_how_exact_a_gemma_norm_is(tmp_path: Path) -> None:
+    report = convert(ARCHES / "gemma3.gguf", tmp_path / "o.safetensors",
+                     ConvertOptions(adapters=("gguf-to-hf",)))  # fmt: skip
+    rows = {row.source: row for row in report.plan}
+    assert any("2**-16" in a for a in rows["blk.0.attn_q_norm.weight"].actions)
+    assert rows["blk.0.attn_q_norm.weight"].dtype_after == "F32"
+    assert not any("2**-16" in a for a in rows["blk.0.attn_q.weight"].actions)

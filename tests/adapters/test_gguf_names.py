@@ -229,12 +229,27 @@ def test_bad_head_counts_are_refused(tmp_path: Path) -> None:
         convert(src, tmp_path / "o.safetensors", ConvertOptions(adapters=("hf-to-gguf:6",)))
 
 
-@pytest.mark.parametrize("hf_class", ["GemmaForCausalLM", "Gemma2ForCausalLM"])
-def test_gemma_is_unsupported_naming_the_norm_shift(tmp_path: Path, run_cli, hf_class) -> None:
-    src = _hf_folder(tmp_path, _hf_llama(), _config(hf_class))
-    result = run_cli("convert", src, tmp_path / "o.safetensors", "-a", "hf-to-gguf")
+def test_a_quantized_gemma_norm_is_unsupported_unless_dequantized(tmp_path: Path, run_cli) -> None:
+    values = np.linspace(-1, 3, 64, dtype=np.float32)
+    writer = gguf.GGUFWriter(tmp_path / "g.gguf", "gemma")
+    writer.add_head_count(2)
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    writer.add_tensor("output_norm.weight", gguf.quants.quantize(values, q8), raw_dtype=q8)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    result = run_cli("convert", tmp_path / "g.gguf", tmp_path / "o.safetensors", "-a", "gguf-to-hf")
     assert result.code == 4
-    assert "norm" in result.stderr
+    assert "output_norm.weight" in result.stderr
+    assert "--dequantize" in result.stderr
+    assert not (tmp_path / "o.safetensors").exists()
+    ok = run_cli("convert", tmp_path / "g.gguf", tmp_path / "o.safetensors", "-a", "gguf-to-hf",
+                 "--dequantize")  # fmt: skip
+    assert ok.code == 0, ok.stderr
+    decoded = gguf.quants.dequantize(gguf.quants.quantize(values, q8), q8).astype(np.float32)
+    got = load_file(str(tmp_path / "o.safetensors"))["model.norm.weight"]
+    assert got.tobytes() == (decoded - np.float32(1)).tobytes()
 
 
 def test_computed_rope_tensors_are_left_out_and_unknown_names_kept(tmp_path: Path) -> None:
