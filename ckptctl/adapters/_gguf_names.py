@@ -90,8 +90,33 @@ NORM_PLUS_ONE = {
     "gemma3": "Gemma3Model.norm_shift",
 }
 
+#: Mixture-of-experts tensors, not yet converted: transformers keeps one tensor per expert
+#: (``block_sparse_moe.experts.E.w1`` in Mixtral, ``mlp.experts.E.gate_proj`` in Qwen-MoE) where
+#: llama.cpp stacks a layer's experts into one 3-D tensor (``LlamaModel.modify_tensors``,
+#: ``Qwen2MoeModel.modify_tensors``: ``torch.stack(datas, dim=0)``). GGUF modules: gguf-py
+#: ``TENSOR_NAMES`` FFN_GATE_INP, FFN_GATE_EXP, FFN_UP_EXP, FFN_DOWN_EXP and the shared expert's
+#: FFN_GATE_INP_SHEXP, FFN_GATE_SHEXP, FFN_UP_SHEXP, FFN_DOWN_SHEXP.
+MOE_GGUF_MODULES = (
+    "ffn_gate_inp",
+    "ffn_gate_exps",
+    "ffn_up_exps",
+    "ffn_down_exps",
+    "ffn_gate_inp_shexp",
+    "ffn_gate_shexp",
+    "ffn_up_shexp",
+    "ffn_down_shexp",
+)
+#: The Hugging Face side (``TensorNameMap``'s mixtral and qwen2moe variants): the router
+#: (``block_sparse_moe.gate``, ``mlp.gate``), experts, Qwen2-MoE's shared expert and its gate.
+MOE_HF_MODULES = (".block_sparse_moe.", ".mlp.experts.", ".mlp.gate.", ".mlp.shared_expert.",
+                  ".mlp.shared_expert_gate.")  # fmt: skip
+
+#: Mixture-of-experts architectures of their own (Mixtral converts as ``llama``), refused.
+MOE_ARCHES = {"qwen2moe": "Qwen2MoeModel", "qwen3moe": "Qwen3MoeModel"}
+
 #: ``config.json`` ``architectures[0]`` -> GGUF architecture, from the ``ModelBase.register``
-#: lists in ``convert_hf_to_gguf.py`` (``MistralForCausalLM`` converts as ``llama``).
+#: lists in ``convert_hf_to_gguf.py`` (``MistralForCausalLM`` and ``MixtralForCausalLM`` convert
+#: as ``llama``: ``conversion/llama.py``).
 ARCH_OF_HF_CLASS = {
     "LlamaForCausalLM": "llama",
     "LLaMAForCausalLM": "llama",
@@ -102,6 +127,9 @@ ARCH_OF_HF_CLASS = {
     "GemmaForCausalLM": "gemma",
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3",
+    "MixtralForCausalLM": "llama",
+    "Qwen2MoeForCausalLM": "qwen2moe",
+    "Qwen3MoeForCausalLM": "qwen3moe",
 }
 
 #: ``config.json`` ``model_type`` -> GGUF architecture, when ``architectures`` is absent.
@@ -114,4 +142,7 @@ ARCH_OF_MODEL_TYPE = {
     "gemma": "gemma",
     "gemma2": "gemma2",
     "gemma3_text": "gemma3",
+    "mixtral": "llama",
+    "qwen2_moe": "qwen2moe",
+    "qwen3_moe": "qwen3moe",
 }

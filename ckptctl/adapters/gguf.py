@@ -35,6 +35,9 @@ from ckptctl.adapters._gguf_names import (
     ARCH_OF_HF_CLASS,
     ARCH_OF_MODEL_TYPE,
     COMPUTED,
+    MOE_ARCHES,
+    MOE_GGUF_MODULES,
+    MOE_HF_MODULES,
     NAME_ROWS,
     NORM_PLUS_ONE,
     PERMUTES_QK,
@@ -61,9 +64,9 @@ _NORM_DTYPES = (DType.F32, DType.F16, DType.BF16, DType.F64)
 #: The report's note on a shifted Gemma norm weight, by direction (``to_hf``): what is computed
 #: and when it is exact (docs/formats/gguf.md, "Gemma's norm weights").
 NORM_SHIFT_NOTE = {
-    False: "stored as w + 1 in F32 (F16 data: added in F16), as llama.cpp does",
-    True: "w = stored - 1 in F32: exactly the BF16 (or F16) weight for |w| >= 2**-16 (F16: w < 0 "
-    "or w >= 2**-13), except w = 2**24; below, within 2**-24; -0 becomes +0",
+    False: "w + 1 in F32 (F16 data: in F16), written as F32",
+    True: "w = stored - 1 in F32 (a BF16 w comes back exactly where |w| >= 2**-16; "
+    "docs/formats/gguf.md)",
 }
 
 
@@ -144,6 +147,13 @@ class GGUFNames(BaseAdapter):
             parse_head_counts(name, counts) if counts else (known.heads, known.kv_heads)
         )
         arch = known.arch or "llama"  # no config: the family's base, which permutes
+        if arch in MOE_ARCHES:
+            raise UnsupportedError(
+                f"adapter {name!r}: {arch} is a mixture of experts, which llama.cpp stacks into "
+                f"one tensor per layer ({MOE_ARCHES[arch]}) and ckptctl does not split or stack "
+                "(not yet)",
+                hint="supported architectures: " + ", ".join(PERMUTES_QK),
+            )
         if arch not in PERMUTES_QK:
             raise UnsupportedError(
                 f"adapter {name!r}: no name table for architecture {arch!r}",
@@ -163,6 +173,7 @@ class GGUFNames(BaseAdapter):
         stem, dot, last = entry.name.rpartition(".")
         if not dot:
             stem, last = entry.name, ""
+        _refuse_experts(entry.name, stem)
         dropped = self._dropped(stem)
         if dropped:
             return None, (Action(ActionKind.DROP, entry.name, dropped, self.describe()),)
@@ -184,7 +195,7 @@ class GGUFNames(BaseAdapter):
         if self.arch in NORM_PLUS_ONE and hf_name.endswith("norm.weight"):
             out = _norm_shifted(out, entry.name, to_hf=self.to_hf)
             actions.append(Action(ActionKind.CUSTOM, NORM_SHIFT_NOTE[self.to_hf],
-                                  f"convert_hf_to_gguf {NORM_PLUS_ONE[self.arch]}",
+                                  f"llama.cpp stores norms as w + 1 ({NORM_PLUS_ONE[self.arch]})",
                                   self.describe()))  # fmt: skip
         return out, tuple(actions)
 
@@ -242,6 +253,20 @@ def _permuted(entry: TensorEntry, source: str, heads: int, *, interleave: bool) 
         )
     load = partial(_load_permuted, entry, rows, heads, interleave)
     return replace(entry, offset=None, data=ComputedData(load))
+
+
+def _refuse_experts(name: str, stem: str) -> None:
+    """Refuse a mixture-of-experts tensor (router, experts, shared expert) on either side.
+
+    Raises:
+        UnsupportedError: ``name`` is one.
+    """
+    if stem.rpartition(".")[2] in MOE_GGUF_MODULES or any(m in f".{name}" for m in MOE_HF_MODULES):
+        raise UnsupportedError(
+            f"tensor {name!r}: mixture-of-experts weights, which llama.cpp stacks into one "
+            "tensor per layer (ffn_*_exps) and transformers keeps per expert; ckptctl does not "
+            "split or stack them (not yet)"
+        )
 
 
 def _norm_shifted(entry: TensorEntry, source: str, *, to_hf: bool) -> TensorEntry:

@@ -218,3 +218,66 @@ def test_the_report_says_how_exact_a_gemma_norm_is(tmp_path: Path) -> None:
     assert any("2**-16" in a for a in rows["blk.0.attn_q_norm.weight"].actions)
     assert rows["blk.0.attn_q_norm.weight"].dtype_after == "F32"
     assert not any("2**-16" in a for a in rows["blk.0.attn_q.weight"].actions)
+
+
+def _gguf_with(path: Path, arch: str, names: list[str]) -> Path:
+    writer = gguf.GGUFWriter(path, arch)
+    writer.add_head_count(2)
+    writer.add_head_count_kv(2)
+    for name in names:
+        writer.add_tensor(name, np.zeros((2, 4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    "kind", [gguf.MODEL_TENSOR.FFN_GATE_EXP, gguf.MODEL_TENSOR.FFN_DOWN_EXP,
+             gguf.MODEL_TENSOR.FFN_GATE_INP]
+)  # fmt: skip
+def test_a_gguf_mixtral_is_refused_naming_the_stacked_experts(
+    tmp_path: Path, run_cli, kind: gguf.MODEL_TENSOR
+) -> None:
+    # Mixtral converts as general.architecture llama; its experts are blk.N.ffn_*_exps
+    name = gguf.TENSOR_NAMES[kind].format(bid=0) + ".weight"
+    src = _gguf_with(tmp_path / "m.gguf", "llama", ["blk.0.attn_norm.weight", name])
+    result = run_cli("convert", src, tmp_path / "o.safetensors", "-a", "gguf-to-hf")
+    assert result.code == 4
+    assert name in result.stderr
+    assert "not yet" in result.stderr
+    assert not (tmp_path / "o.safetensors").exists()
+
+
+def test_a_gguf_qwen3_moe_is_refused(tmp_path: Path, run_cli) -> None:
+    src = _gguf_with(tmp_path / "m.gguf", "qwen3moe", ["blk.0.ffn_up_exps.weight"])
+    result = run_cli("convert", src, tmp_path / "o.safetensors", "-a", "gguf-to-hf")
+    assert result.code == 4
+    assert "qwen3moe" in result.stderr
+    assert "not yet" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("hf_class", "expert"),
+    [  # the names transformers 5.23 save_pretrained writes
+        ("MixtralForCausalLM", "model.layers.0.block_sparse_moe.experts.1.w1.weight"),
+        ("MixtralForCausalLM", "model.layers.0.block_sparse_moe.gate.weight"),
+        ("Qwen2MoeForCausalLM", "model.layers.0.mlp.experts.0.gate_proj.weight"),
+        ("Qwen3MoeForCausalLM", "model.layers.0.mlp.gate.weight"),
+    ],
+)
+def test_a_hugging_face_moe_is_refused(tmp_path: Path, run_cli, hf_class: str, expert: str) -> None:
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    config = {"architectures": [hf_class], "num_attention_heads": 2, "num_key_value_heads": 2}
+    (folder / "config.json").write_text(json.dumps(config))
+    norm = ("F32", (4,), bytes(16))
+    _write_safetensors(folder / "model.safetensors",
+                       {"model.norm.weight": norm, expert: ("F32", (2, 2), bytes(16))})  # fmt: skip
+    result = run_cli("convert", folder / "model.safetensors", tmp_path / "o.safetensors",
+                     "-a", "hf-to-gguf")  # fmt: skip
+    assert result.code == 4
+    assert "not yet" in result.stderr
+    if hf_class == "MixtralForCausalLM":  # converts as llama: refused at the tensor
+        assert expert in result.stderr
