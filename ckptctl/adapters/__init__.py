@@ -120,9 +120,10 @@ def parse_adapter(spec: str, context: AdapterContext | None = None) -> Adapter:
         columns = "pytorch-to-burn" in before or "burn-to-pytorch" in after
         return RopePermute.parse(spec, decisions=dict(ctx.decisions), columns_if_linear=columns)
     if name.partition(":")[0] in ("gguf-to-hf", "hf-to-gguf"):
-        from ckptctl.adapters.gguf import GGUFNames
+        from ckptctl.adapters.gguf import GGUF_ADAPTERS, GGUFNames
 
-        return GGUFNames.parse(spec, ctx.facts)
+        leading = all(b.strip().lower().partition(":")[0] in GGUF_ADAPTERS for b in ctx.before)
+        return GGUFNames.parse(spec, ctx.facts, experts=leading)
     guess = closest(name, ADAPTER_NAMES)
     raise SelectionError(
         f"unknown adapter {spec!r}" + (f"; did you mean {guess!r}?" if guess else ""),

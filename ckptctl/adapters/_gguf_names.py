@@ -8,21 +8,27 @@ component (``.weight``, ``.bias``) is kept as it is, as ``TensorNameMap.get_name
 
 from __future__ import annotations
 
-#: Every architecture the rows below support.
-ALL = ("llama", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3")
+#: Every architecture the rows below support (Mixtral converts as ``llama``).
+ALL = ("llama", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "qwen2moe", "qwen3moe")
+#: Those with a dense MLP (the mixtures of experts have experts instead).
+DENSE = ("llama", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3")
 #: Those with separate gate and up projections.
 GATE_UP = ("llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3")
 #: Those with a per-head RMSNorm on q and k (``Qwen3Attention``, ``Gemma3Attention``: ``q_norm``,
 #: ``k_norm``).
-QK_NORM = ("qwen3", "gemma3")
+QK_NORM = ("qwen3", "gemma3", "qwen3moe")
 #: Those whose ``post_attention_layernorm`` is the norm before the MLP (FFN_NORM).
-FFN_NORM_AFTER_ATTN = ("llama", "qwen2", "qwen3", "phi3", "gemma")
+FFN_NORM_AFTER_ATTN = ("llama", "qwen2", "qwen3", "phi3", "gemma", "qwen2moe", "qwen3moe")
 #: Gemma 2 and 3: a norm after attention and after the MLP (ATTN_POST_NORM, FFN_POST_NORM) and
 #: ``pre_feedforward_layernorm`` before the MLP (FFN_PRE_NORM, whose GGUF name is ``ffn_norm``).
 SANDWICH = ("gemma2", "gemma3")
 #: Those whose ``lm_head`` llama.cpp writes as ``output``: ``GemmaModel`` and ``Gemma2Model``
 #: skip ``lm_head.weight`` (``filter_tensors``; llama.cpp ties the output to ``token_embd``).
-OUTPUT = ("llama", "qwen2", "qwen3", "phi3", "gemma3")
+OUTPUT = ("llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen2moe", "qwen3moe")
+#: Qwen's mixtures of experts (``Qwen2MoeModel``, ``Qwen3MoeModel``: ``conversion/qwen.py``).
+QWEN_MOE = ("qwen2moe", "qwen3moe")
+#: Mixtral (``MixtralForCausalLM``), which ``convert_hf_to_gguf.py`` converts as ``llama``.
+MIXTRAL = ("llama",)
 
 NAME_ROWS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("token_embd", "model.embed_tokens", ALL),  # MODEL_TENSOR.TOKEN_EMBD
@@ -45,8 +51,31 @@ NAME_ROWS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("blk.{bid}.ffn_up", "model.layers.{bid}.mlp.up_proj", GATE_UP),  # FFN_UP
     # Phi-3 keeps gate and up fused; GGUF stores the fused weight as ffn_up (no ffn_gate)
     ("blk.{bid}.ffn_up", "model.layers.{bid}.mlp.gate_up_proj", ("phi3",)),  # FFN_UP
-    ("blk.{bid}.ffn_down", "model.layers.{bid}.mlp.down_proj", ALL),  # FFN_DOWN
-)
+    ("blk.{bid}.ffn_down", "model.layers.{bid}.mlp.down_proj", DENSE),  # FFN_DOWN
+    # Mixtures of experts: the router (FFN_GATE_INP) and Qwen2-MoE's shared expert (*_SHEXP)
+    ("blk.{bid}.ffn_gate_inp", "model.layers.{bid}.block_sparse_moe.gate", MIXTRAL),
+    ("blk.{bid}.ffn_gate_inp", "model.layers.{bid}.mlp.gate", QWEN_MOE),
+    ("blk.{bid}.ffn_gate_inp_shexp", "model.layers.{bid}.mlp.shared_expert_gate", ("qwen2moe",)),
+    ("blk.{bid}.ffn_gate_shexp", "model.layers.{bid}.mlp.shared_expert.gate_proj", ("qwen2moe",)),
+    ("blk.{bid}.ffn_up_shexp", "model.layers.{bid}.mlp.shared_expert.up_proj", ("qwen2moe",)),
+    ("blk.{bid}.ffn_down_shexp", "model.layers.{bid}.mlp.shared_expert.down_proj", ("qwen2moe",)),
+    # The experts (FFN_GATE_EXP, FFN_UP_EXP, FFN_DOWN_EXP): llama.cpp stacks a layer's experts
+    # into one tensor whose first axis is the expert (``LlamaModel``/``Qwen2MoeModel``
+    # ``.modify_tensors``: ``torch.stack(datas, dim=0)``, ``xid`` in order); ``{xid}`` is one
+    # expert's slice of it, which ``gguf.split_experts`` cuts and ``gguf.stack_experts`` stacks.
+    ("blk.{bid}.ffn_gate_exps.{xid}", "model.layers.{bid}.block_sparse_moe.experts.{xid}.w1",
+     MIXTRAL),
+    ("blk.{bid}.ffn_down_exps.{xid}", "model.layers.{bid}.block_sparse_moe.experts.{xid}.w2",
+     MIXTRAL),
+    ("blk.{bid}.ffn_up_exps.{xid}", "model.layers.{bid}.block_sparse_moe.experts.{xid}.w3",
+     MIXTRAL),
+    ("blk.{bid}.ffn_gate_exps.{xid}", "model.layers.{bid}.mlp.experts.{xid}.gate_proj", QWEN_MOE),
+    ("blk.{bid}.ffn_up_exps.{xid}", "model.layers.{bid}.mlp.experts.{xid}.up_proj", QWEN_MOE),
+    ("blk.{bid}.ffn_down_exps.{xid}", "model.layers.{bid}.mlp.experts.{xid}.down_proj", QWEN_MOE),
+)  # fmt: skip
+
+#: llama.cpp's stacked expert modules (first axis: the expert).
+EXPERT_MODULES = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 
 #: GGUF tensors ``convert_hf_to_gguf.py`` computes from ``config.json`` and no Hugging Face
 #: checkpoint holds (``LlamaModel.generate_extra_tensors``: ROPE_FREQS for Llama 3's rope
@@ -64,7 +93,8 @@ COMPUTED = (
 #: ``k_proj`` (weights and biases); ``Qwen2Model``, ``Qwen3Model`` (a ``Qwen2Model``) and
 #: ``Phi3MiniModel`` change no values (llama.cpp master, 2026: ``conversion/llama.py``,
 #: ``conversion/qwen.py``, ``convert_hf_to_gguf.py``).
-#: ``GemmaModel``, ``Gemma2Model`` and ``Gemma3Model`` (``conversion/gemma.py``) permute nothing.
+#: ``GemmaModel``, ``Gemma2Model``, ``Gemma3Model`` (``conversion/gemma.py``), ``Qwen2MoeModel``
+#: and ``Qwen3MoeModel`` permute nothing; Mixtral is a ``LlamaModel`` and permutes.
 PERMUTES_QK = {
     "llama": True,
     "qwen2": False,
@@ -73,6 +103,8 @@ PERMUTES_QK = {
     "gemma": False,
     "gemma2": False,
     "gemma3": False,
+    "qwen2moe": False,
+    "qwen3moe": False,
 }
 
 #: Hugging Face tensors ``convert_hf_to_gguf.py`` skips (``filter_tensors``): ``hf-to-gguf``
@@ -89,30 +121,6 @@ NORM_PLUS_ONE = {
     "gemma2": "Gemma2Model.modify_tensors",
     "gemma3": "Gemma3Model.norm_shift",
 }
-
-#: Mixture-of-experts tensors, not yet converted: transformers keeps one tensor per expert
-#: (``block_sparse_moe.experts.E.w1`` in Mixtral, ``mlp.experts.E.gate_proj`` in Qwen-MoE) where
-#: llama.cpp stacks a layer's experts into one 3-D tensor (``LlamaModel.modify_tensors``,
-#: ``Qwen2MoeModel.modify_tensors``: ``torch.stack(datas, dim=0)``). GGUF modules: gguf-py
-#: ``TENSOR_NAMES`` FFN_GATE_INP, FFN_GATE_EXP, FFN_UP_EXP, FFN_DOWN_EXP and the shared expert's
-#: FFN_GATE_INP_SHEXP, FFN_GATE_SHEXP, FFN_UP_SHEXP, FFN_DOWN_SHEXP.
-MOE_GGUF_MODULES = (
-    "ffn_gate_inp",
-    "ffn_gate_exps",
-    "ffn_up_exps",
-    "ffn_down_exps",
-    "ffn_gate_inp_shexp",
-    "ffn_gate_shexp",
-    "ffn_up_shexp",
-    "ffn_down_shexp",
-)
-#: The Hugging Face side (``TensorNameMap``'s mixtral and qwen2moe variants): the router
-#: (``block_sparse_moe.gate``, ``mlp.gate``), experts, Qwen2-MoE's shared expert and its gate.
-MOE_HF_MODULES = (".block_sparse_moe.", ".mlp.experts.", ".mlp.gate.", ".mlp.shared_expert.",
-                  ".mlp.shared_expert_gate.")  # fmt: skip
-
-#: Mixture-of-experts architectures of their own (Mixtral converts as ``llama``), refused.
-MOE_ARCHES = {"qwen2moe": "Qwen2MoeModel", "qwen3moe": "Qwen3MoeModel"}
 
 #: ``config.json`` ``architectures[0]`` -> GGUF architecture, from the ``ModelBase.register``
 #: lists in ``convert_hf_to_gguf.py`` (``MistralForCausalLM`` and ``MixtralForCausalLM`` convert

@@ -24,20 +24,19 @@ decoding: a row of a GGUF tensor is ``ne[0]`` elements, whole blocks, so its byt
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, replace
 from functools import cache, partial
 from typing import TYPE_CHECKING, Any
 
-from ckptctl.adapters._base import Action, ActionKind, Adapted, BaseAdapter
+from ckptctl.adapters._base import Action, ActionKind, Adapted, BaseAdapter, PlanItem
 from ckptctl.adapters._gguf_names import (
     ARCH_OF_HF_CLASS,
     ARCH_OF_MODEL_TYPE,
     COMPUTED,
-    MOE_ARCHES,
-    MOE_GGUF_MODULES,
-    MOE_HF_MODULES,
+    EXPERT_MODULES,
     NAME_ROWS,
     NORM_PLUS_ONE,
     PERMUTES_QK,
@@ -46,13 +45,14 @@ from ckptctl.adapters._gguf_names import (
 from ckptctl.adapters.rope import parse_head_counts
 from ckptctl.dtypes import DType
 from ckptctl.errors import SelectionError, UnsupportedError
-from ckptctl.model import STORED_TYPE, ComputedData, listed_shape
+from ckptctl.model import STORED_TYPE, ComputedData, Piece, PiecesData, listed_shape
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from numpy.typing import NDArray
 
+    from ckptctl.adapters._base import Chain
     from ckptctl.model import JSONValue, TensorEntry
 
 #: The adapter names: to Hugging Face's names, to GGUF's.
@@ -126,15 +126,20 @@ class GGUFNames(BaseAdapter):
         arch: the GGUF architecture whose rows apply.
         heads: attention heads (None: no rows move).
         kv_heads: key/value heads.
+        experts: the pipeline cuts stacked experts before it and stacks them after it (it heads
+            the adapter list: ``run_pipeline``); else an expert tensor is refused.
     """
 
     to_hf: bool
     arch: str
     heads: int | None = None
     kv_heads: int | None = None
+    experts: bool = True
 
     @classmethod
-    def parse(cls, spec: str, facts: ModelFacts | None = None) -> GGUFNames:
+    def parse(
+        cls, spec: str, facts: ModelFacts | None = None, *, experts: bool = True
+    ) -> GGUFNames:
         """``gguf-to-hf``, ``hf-to-gguf:32,8`` ... with the source's facts.
 
         Raises:
@@ -147,13 +152,6 @@ class GGUFNames(BaseAdapter):
             parse_head_counts(name, counts) if counts else (known.heads, known.kv_heads)
         )
         arch = known.arch or "llama"  # no config: the family's base, which permutes
-        if arch in MOE_ARCHES:
-            raise UnsupportedError(
-                f"adapter {name!r}: {arch} is a mixture of experts, which llama.cpp stacks into "
-                f"one tensor per layer ({MOE_ARCHES[arch]}) and ckptctl does not split or stack "
-                "(not yet)",
-                hint="supported architectures: " + ", ".join(PERMUTES_QK),
-            )
         if arch not in PERMUTES_QK:
             raise UnsupportedError(
                 f"adapter {name!r}: no name table for architecture {arch!r}",
@@ -167,13 +165,14 @@ class GGUFNames(BaseAdapter):
                 hint=f"write {name}:HEADS,KV_HEADS (num_attention_heads, num_key_value_heads "
                 "of the model's config.json)",
             )
-        return cls(name == GGUF_ADAPTERS[0], arch, heads, kv_heads or heads)
+        return cls(name == GGUF_ADAPTERS[0], arch, heads, kv_heads or heads, experts)
 
     def apply(self, entry: TensorEntry) -> Adapted:
         stem, dot, last = entry.name.rpartition(".")
         if not dot:
             stem, last = entry.name, ""
-        _refuse_experts(entry.name, stem)
+        if stem.rpartition(".")[2] in EXPERT_MODULES:  # whole: split_experts did not cut it
+            _refuse_experts(entry.name)
         dropped = self._dropped(stem)
         if dropped:
             return None, (Action(ActionKind.DROP, entry.name, dropped, self.describe()),)
@@ -182,6 +181,8 @@ class GGUFNames(BaseAdapter):
             reason = "no name for it in the GGUF name table"
             return entry, (Action(ActionKind.KEEP, entry.name, reason, self.describe()),)
         new_name, module = found
+        if module in EXPERT_MODULES and not self.experts:
+            _refuse_experts(entry.name)
         out = replace(entry, name=f"{new_name}{dot}{last}")
         actions = [Action(ActionKind.RENAME, f"{entry.name} -> {out.name}", "GGUF name table",
                           self.describe())]  # fmt: skip
@@ -215,6 +216,109 @@ class GGUFNames(BaseAdapter):
         return f"{name}:{counts} ({self.arch})"
 
 
+def split_experts(
+    entries: list[TensorEntry], renamers: Chain
+) -> tuple[list[TensorEntry], dict[str, str]]:
+    """Before ``gguf-to-hf`` renames: each stacked expert tensor (``blk.N.ffn_up_exps.weight``,
+    first axis the expert) as one lazy entry per expert (``blk.N.ffn_up_exps.E.weight``), a byte
+    range of it (quantized blocks stay blocks); and the source name of each piece.
+
+    Raises:
+        UnsupportedError: a stacked tensor whose bytes do not split into its first axis.
+    """
+    if not any(isinstance(a, GGUFNames) and a.to_hf for a in renamers.adapters):
+        return entries, {}
+    out: list[TensorEntry] = []
+    origin: dict[str, str] = {}
+    for entry in entries:
+        stem, dot, last = entry.name.rpartition(".")
+        if not dot or stem.rpartition(".")[2] not in EXPERT_MODULES:
+            out.append(entry)
+            continue
+        for piece in _expert_pieces(entry, stem, last):
+            out.append(piece)
+            origin[piece.name] = entry.name
+    return out, origin
+
+
+def _expert_pieces(entry: TensorEntry, stem: str, last: str) -> list[TensorEntry]:
+    shape = listed_shape(entry)
+    experts = shape[0] if len(shape) >= 2 else 0
+    if not experts or entry.nbytes % experts:
+        raise UnsupportedError(
+            f"tensor {entry.name!r}: {entry.nbytes} bytes of shape {list(shape)} do not split "
+            "into experts along the first axis"
+        )
+    size = entry.nbytes // experts
+    extra = dict(entry.extra)
+    if STORED_TYPE in extra:  # blocks: one U8 vector per expert, of its logical shape
+        extra["logical_shape"] = json.dumps(list(shape[1:]))
+    piece_shape = (size,) if STORED_TYPE in extra else shape[1:]
+    return [
+        replace(entry, name=f"{stem}.{xid}.{last}", shape=piece_shape, nbytes=size,
+                offset=None if entry.offset is None else entry.offset + xid * size,
+                data=PiecesData((Piece(entry.data, xid * size, size),), size), extra=extra)
+        for xid in range(experts)
+    ]  # fmt: skip
+
+
+#: A per-expert GGUF name (``hf-to-gguf``'s output before stacking).
+_EXPERT_PIECE = re.compile(r"(blk\.\d+\.(?:" + "|".join(EXPERT_MODULES) + r"))\.(\d+)\.(\w+)")
+
+
+def stack_experts(items: list[PlanItem]) -> list[PlanItem]:
+    """After ``hf-to-gguf`` renames: each layer's experts (``blk.N.ffn_up_exps.E.weight``) as
+    one tensor of the experts in order, as ``torch.stack(datas, dim=0)``: a lazy concatenation
+    of their bytes, each read once when written. The item of expert 0 carries it; the others'
+    items go (as a fuse's parts do).
+
+    Raises:
+        UnsupportedError: the experts are not 0 .. E-1, or differ in shape or dtype.
+    """
+    groups: dict[str, list[tuple[int, int]]] = {}
+    for index, item in enumerate(items):
+        match = _EXPERT_PIECE.fullmatch(item.entry.name) if item.entry is not None else None
+        if match is not None:
+            groups.setdefault(f"{match[1]}.{match[3]}", []).append((int(match[2]), index))
+    replaced: dict[int, PlanItem] = {}
+    gone: set[int] = set()
+    for name, members in groups.items():
+        members.sort()
+        parts = [entry for _, i in members if (entry := items[i].entry) is not None]
+        _check_experts(name, [x for x, _ in members], parts)
+        lead = items[members[0][1]]
+        replaced[members[0][1]] = PlanItem(lead.source, *_stacked(name, parts, lead.actions))
+        gone.update(i for _, i in members[1:])
+    return [replaced.get(i, item) for i, item in enumerate(items) if i not in gone]
+
+
+def _stacked(
+    name: str, parts: list[TensorEntry], actions: tuple[Action, ...]
+) -> tuple[TensorEntry, tuple[Action, ...]]:
+    first, size = parts[0], sum(p.nbytes for p in parts)
+    data = PiecesData(tuple(Piece(p.data, 0, p.nbytes) for p in parts), size)
+    entry = replace(first, name=name, shape=(len(parts), *first.shape), nbytes=size,
+                    offset=None, data=data, param_id=None)  # fmt: skip
+    action = Action(ActionKind.FUSE, f"{len(parts)} experts -> {name} {list(entry.shape)}",
+                    "convert_hf_to_gguf stacks experts", GGUF_ADAPTERS[1])  # fmt: skip
+    return entry, (*actions, action)
+
+
+def _check_experts(name: str, xids: list[int], parts: list[TensorEntry]) -> None:
+    if xids != list(range(len(xids))):
+        raise UnsupportedError(
+            f"tensor {name!r}: experts {xids} are not numbered 0 to {len(xids) - 1}",
+            hint="select all of a layer's experts",
+        )
+    if any(p.shape != parts[0].shape or p.dtype != parts[0].dtype for p in parts):
+        raise UnsupportedError(f"tensor {name!r}: its experts differ in shape or dtype")
+    if any(STORED_TYPE in p.extra for p in parts):
+        raise UnsupportedError(
+            f"tensor {name!r}: quantized experts, which ckptctl stacks only as plain values",
+            hint="decode them first with --dequantize",
+        )
+
+
 @cache
 def _templates(arch: str, *, to_hf: bool) -> tuple[tuple[re.Pattern[str], str, str], ...]:
     """(pattern of the source name, target template, GGUF module) per row of ``arch``."""
@@ -223,7 +327,10 @@ def _templates(arch: str, *, to_hf: bool) -> tuple[tuple[re.Pattern[str], str, s
         if arch in archs:
             source, target = (gguf, hf) if to_hf else (hf, gguf)
             pattern = re.escape(source).replace(re.escape("{bid}"), r"(?P<bid>\d+)")
-            rows.append((re.compile(pattern), target, gguf.rpartition(".")[2]))
+            pattern = pattern.replace(re.escape("{xid}"), r"(?P<xid>\d+)")
+            rows.append(
+                (re.compile(pattern), target, gguf.removesuffix(".{xid}").rpartition(".")[2])
+            )
     return tuple(rows)
 
 
@@ -231,7 +338,9 @@ def _lookup(stem: str, arch: str, *, to_hf: bool) -> tuple[str, str] | None:
     for pattern, target, module in _templates(arch, to_hf=to_hf):
         match = pattern.fullmatch(stem)
         if match is not None:
-            return target.replace("{bid}", match.groupdict().get("bid") or ""), module
+            found = match.groupdict()
+            name = target.replace("{bid}", found.get("bid") or "")
+            return name.replace("{xid}", found.get("xid") or ""), module
     return None
 
 
@@ -255,18 +364,17 @@ def _permuted(entry: TensorEntry, source: str, heads: int, *, interleave: bool) 
     return replace(entry, offset=None, data=ComputedData(load))
 
 
-def _refuse_experts(name: str, stem: str) -> None:
-    """Refuse a mixture-of-experts tensor (router, experts, shared expert) on either side.
+def _refuse_experts(name: str) -> None:
+    """Refuse a mixture-of-experts tensor the pipeline did not cut or stack around the adapter.
 
     Raises:
-        UnsupportedError: ``name`` is one.
+        UnsupportedError: always.
     """
-    if stem.rpartition(".")[2] in MOE_GGUF_MODULES or any(m in f".{name}" for m in MOE_HF_MODULES):
-        raise UnsupportedError(
-            f"tensor {name!r}: mixture-of-experts weights, which llama.cpp stacks into one "
-            "tensor per layer (ffn_*_exps) and transformers keeps per expert; ckptctl does not "
-            "split or stack them (not yet)"
-        )
+    raise UnsupportedError(
+        f"tensor {name!r}: llama.cpp's stacked experts, which {GGUF_ADAPTERS[0]} and "
+        f"{GGUF_ADAPTERS[1]} cut and stack only at the head of convert's adapter list",
+        hint="list the GGUF adapter first",
+    )
 
 
 def _norm_shifted(entry: TensorEntry, source: str, *, to_hf: bool) -> TensorEntry:

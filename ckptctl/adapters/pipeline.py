@@ -94,7 +94,7 @@ def run_pipeline(
     # so module types are decided on their output.
     lead = leading_renames(options.adapters)
     renamers = chain(*(parse_adapter(a, AdapterContext(facts=options.facts)) for a in lead))
-    stage1 = plan(entries, chain(select, renamers, rename))
+    stage1 = _renamed(entries, select, renamers, rename)
     renamed = [item.entry for item in stage1 if item.entry is not None]
     warnings: list[str | Note] = _rule_warnings(rule_inputs(entries, options, renamers), rename)
     rest = options.adapters[len(lead) :]
@@ -182,8 +182,51 @@ def rule_inputs(
     if renamers is None:
         lead = leading_renames(options.adapters)
         renamers = chain(*(parse_adapter(a, AdapterContext(facts=options.facts)) for a in lead))
-    kept = (renamers(e) for e in entries if select.matches(e.name))
-    return [e.name for e in kept if e is not None]
+    items = _renamed(entries, select, renamers, chain(), unique=False)
+    return [item.entry.name for item in items if item.entry is not None]
+
+
+def _renamed(
+    entries: list[TensorEntry],
+    select: Select,
+    renamers: Chain,
+    rename: Rename | Chain,
+    *,
+    unique: bool = True,
+) -> list[PlanItem]:
+    """Select, rename by the leading GGUF adapters, then by the remap rules: one item per input
+    (an input cut into experts has one per expert; stacked experts are one item, expert 0's).
+
+    Raises:
+        SelectionError: two tensors end up with one name (``unique``).
+    """
+    if not renamers.adapters:
+        return plan(entries, chain(select, rename), unique=unique)
+    from ckptctl.adapters.gguf import split_experts, stack_experts
+
+    chosen = plan(entries, select, unique=False)
+    pieces, origin = split_experts([i.entry for i in chosen if i.entry is not None], renamers)
+    named = [
+        PlanItem(origin.get(item.source, item.source), item.entry, item.actions)
+        for item in plan(pieces, renamers, unique=False)
+    ]
+    by_source: dict[str, list[PlanItem]] = {}
+    for item in stack_experts(named):
+        by_source.setdefault(item.source, []).append(item)
+    out: list[PlanItem] = []
+    for first in chosen:
+        if first.entry is None:
+            out.append(first)
+        for item in by_source.get(first.source, []) if first.entry is not None else []:
+            entry, actions = rename.apply(item.entry) if item.entry else (None, ())
+            out.append(PlanItem(first.source, entry, first.actions + item.actions + actions))
+    if not unique:
+        return out
+    hint = Note(
+        "change the {fix0} rules so that every tensor keeps a unique name",
+        (Option("remap", takes_value=True),),
+    )
+    return list(unique_names(out, hint))
 
 
 def _short_names(entries: list[TensorEntry]) -> str:

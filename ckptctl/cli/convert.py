@@ -123,8 +123,9 @@ Examples:
     "cast:DTYPE (e.g. cast:f32, cast:bf16), rope-interleaved:HEADS[,KV_HEADS] (Llama q/k "
     "projections from Hugging Face's half-split RoPE layout to Meta's interleaved one, as "
     "llama-burn loads them), rope-half-split:HEADS[,KV_HEADS] (the reverse), gguf-to-hf or "
-    "hf-to-gguf (llama.cpp's tensor names for llama, mistral, qwen2, qwen3, phi3 and gemma 1-3, "
-    "with its q/k row order and Gemma's norm weights + 1; head counts from the GGUF metadata "
+    "hf-to-gguf (llama.cpp's tensor names for llama, mistral, mixtral, qwen2, qwen3, "
+    "qwen2/3-moe, phi3 and gemma 1-3, with its q/k row order, stacked experts and Gemma's norm "
+    "weights + 1; head counts from the GGUF metadata "
     "or the config.json beside the source, else gguf-to-hf:HEADS[,KV_HEADS]; first in the "
     "list, they rename before --remap)."
 )

@@ -16,6 +16,7 @@ import gguf
 import numpy as np
 import pytest
 
+from ckptctl import UnsupportedError
 from ckptctl.ops.convert import ConvertOptions, convert
 from tests.conftest import VALID
 
@@ -104,9 +105,10 @@ def _same(got: dict[str, Raw], want: dict[str, Raw]) -> None:
 
 
 GEMMAS = ["gemma", "gemma2", "gemma3"]
+MOES = ["mixtral", "qwen2moe", "qwen3moe"]
 
 
-@pytest.mark.parametrize("name", ["qwen3"])
+@pytest.mark.parametrize("name", ["qwen3", *MOES])
 def test_gguf_to_hf_of_llama_cpp_output_is_the_transformers_model(
     tmp_path: Path, name: str
 ) -> None:
@@ -114,7 +116,7 @@ def test_gguf_to_hf_of_llama_cpp_output_is_the_transformers_model(
     _same(got, _safetensors(ARCHES / name / "model.safetensors"))
 
 
-@pytest.mark.parametrize("name", ["qwen3", *GEMMAS])
+@pytest.mark.parametrize("name", ["qwen3", *GEMMAS, *MOES])
 def test_hf_to_gguf_is_what_convert_hf_to_gguf_writes(tmp_path: Path, name: str) -> None:
     # the Gemma models are BF16 and llama.cpp wrote F32 (--outtype f32): cast:f32 does the same
     got = _converted(tmp_path, ARCHES / name / "model.safetensors", "hf-to-gguf", "cast:f32")
@@ -200,7 +202,7 @@ def test_qwen3_q_k_norms_are_named_and_its_rows_stay(tmp_path: Path) -> None:
     assert got["model.layers.0.self_attn.q_proj.weight"][2] == gguf_side["blk.0.attn_q.weight"][2]
 
 
-@pytest.mark.parametrize("name", ["qwen3", *GEMMAS])
+@pytest.mark.parametrize("name", ["qwen3", *GEMMAS, *MOES])
 def test_gguf_to_hf_then_hf_to_gguf_gives_llama_cpp_bytes_back(tmp_path: Path, name: str) -> None:
     # every stored Gemma norm g here is w + 1 of a BF16 w, and (g - 1) + 1 gives g back in F32
     (tmp_path / "hf").mkdir()
@@ -233,51 +235,88 @@ def _gguf_with(path: Path, arch: str, names: list[str]) -> Path:
     return path
 
 
-@pytest.mark.parametrize(
-    "kind", [gguf.MODEL_TENSOR.FFN_GATE_EXP, gguf.MODEL_TENSOR.FFN_DOWN_EXP,
-             gguf.MODEL_TENSOR.FFN_GATE_INP]
-)  # fmt: skip
-def test_a_gguf_mixtral_is_refused_naming_the_stacked_experts(
-    tmp_path: Path, run_cli, kind: gguf.MODEL_TENSOR
-) -> None:
-    # Mixtral converts as general.architecture llama; its experts are blk.N.ffn_*_exps
-    name = gguf.TENSOR_NAMES[kind].format(bid=0) + ".weight"
-    src = _gguf_with(tmp_path / "m.gguf", "llama", ["blk.0.attn_norm.weight", name])
-    result = run_cli("convert", src, tmp_path / "o.safetensors", "-a", "gguf-to-hf")
+def test_mixtral_s_stacked_experts_are_cut_into_transformers_experts(tmp_path: Path) -> None:
+    got = _converted(tmp_path, ARCHES / "mixtral.gguf", "gguf-to-hf")
+    stacked = _gguf(ARCHES / "mixtral.gguf")["blk.1.ffn_down_exps.weight"]
+    assert stacked[1] == (3, 16, 24)  # [experts, hidden, ffn]
+    for xid in range(3):
+        piece = got[f"model.layers.1.block_sparse_moe.experts.{xid}.w2.weight"]
+        assert piece[1] == (16, 24)
+        assert piece[2] == stacked[2][xid * 16 * 24 * 4 : (xid + 1) * 16 * 24 * 4]
+
+
+def test_quantized_stacked_experts_split_as_blocks(tmp_path: Path) -> None:
+    values = np.random.default_rng(3).standard_normal((3, 8, 64)).astype(np.float32)
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    blocks = gguf.quants.quantize(values, q8)
+    writer = gguf.GGUFWriter(tmp_path / "m.gguf", "qwen3moe")
+    writer.add_head_count(2)
+    writer.add_tensor("blk.0.ffn_gate_exps.weight", blocks, raw_dtype=q8)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    out = tmp_path / "o.gguf"
+    convert(tmp_path / "m.gguf", out, ConvertOptions(adapters=("gguf-to-hf",)))
+    reader = gguf.GGUFReader(out)
+    flat = blocks.reshape(-1)
+    size = flat.size // 3
+    assert len(reader.tensors) == 3
+    for xid, tensor in enumerate(reader.tensors):
+        assert tensor.name == f"model.layers.0.mlp.experts.{xid}.gate_proj.weight"
+        assert tensor.tensor_type == q8  # still the file's blocks, undecoded
+        assert tensor.data.tobytes() == flat[xid * size : (xid + 1) * size].tobytes()
+        decoded = gguf.quants.dequantize(tensor.data, q8).reshape(8, 64)
+        assert decoded.tobytes() == gguf.quants.dequantize(blocks, q8)[xid].tobytes()
+
+
+def test_experts_not_numbered_from_0_are_refused(tmp_path: Path, run_cli) -> None:
+    hf = _safetensors(ARCHES / "qwen3moe" / "model.safetensors")
+    del hf["model.layers.0.mlp.experts.1.up_proj.weight"]
+    _write_safetensors(tmp_path / "model.safetensors", hf)
+    (tmp_path / "config.json").write_bytes((ARCHES / "qwen3moe" / "config.json").read_bytes())
+    result = run_cli("convert", tmp_path / "model.safetensors", tmp_path / "o.safetensors",
+                     "-a", "hf-to-gguf")  # fmt: skip
     assert result.code == 4
-    assert name in result.stderr
-    assert "not yet" in result.stderr
+    assert "blk.0.ffn_up_exps.weight" in result.stderr
     assert not (tmp_path / "o.safetensors").exists()
 
 
-def test_a_gguf_qwen3_moe_is_refused(tmp_path: Path, run_cli) -> None:
-    src = _gguf_with(tmp_path / "m.gguf", "qwen3moe", ["blk.0.ffn_up_exps.weight"])
-    result = run_cli("convert", src, tmp_path / "o.safetensors", "-a", "gguf-to-hf")
-    assert result.code == 4
-    assert "qwen3moe" in result.stderr
-    assert "not yet" in result.stderr
-
-
 @pytest.mark.parametrize(
-    ("hf_class", "expert"),
-    [  # the names transformers 5.23 save_pretrained writes
-        ("MixtralForCausalLM", "model.layers.0.block_sparse_moe.experts.1.w1.weight"),
-        ("MixtralForCausalLM", "model.layers.0.block_sparse_moe.gate.weight"),
-        ("Qwen2MoeForCausalLM", "model.layers.0.mlp.experts.0.gate_proj.weight"),
-        ("Qwen3MoeForCausalLM", "model.layers.0.mlp.gate.weight"),
+    ("src", "adapters"),
+    [
+        (ARCHES / "mixtral.gguf", ("cast:f32", "gguf-to-hf")),
+        (ARCHES / "qwen3moe" / "model.safetensors", ("cast:f32", "hf-to-gguf")),
     ],
 )
-def test_a_hugging_face_moe_is_refused(tmp_path: Path, run_cli, hf_class: str, expert: str) -> None:
-    folder = tmp_path / "hf"
-    folder.mkdir()
-    config = {"architectures": [hf_class], "num_attention_heads": 2, "num_key_value_heads": 2}
-    (folder / "config.json").write_text(json.dumps(config))
-    norm = ("F32", (4,), bytes(16))
-    _write_safetensors(folder / "model.safetensors",
-                       {"model.norm.weight": norm, expert: ("F32", (2, 2), bytes(16))})  # fmt: skip
-    result = run_cli("convert", folder / "model.safetensors", tmp_path / "o.safetensors",
-                     "-a", "hf-to-gguf")  # fmt: skip
-    assert result.code == 4
-    assert "not yet" in result.stderr
-    if hf_class == "MixtralForCausalLM":  # converts as llama: refused at the tensor
-        assert expert in result.stderr
+def test_experts_are_refused_where_the_gguf_adapter_does_not_head_the_list(
+    tmp_path: Path, src: Path, adapters: tuple[str, ...]
+) -> None:
+    with pytest.raises(UnsupportedError, match="experts"):
+        convert(src, tmp_path / "o.safetensors", ConvertOptions(adapters=adapters))
+    assert not (tmp_path / "o.safetensors").exists()
+
+
+def test_quantized_experts_are_stacked_only_once_decoded(tmp_path: Path) -> None:
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    values = np.random.default_rng(5).standard_normal((2, 4, 32)).astype(np.float32)
+    writer = gguf.GGUFWriter(tmp_path / "m.gguf", "qwen3moe")
+    writer.add_head_count(2)
+    for xid in range(2):  # Hugging Face names, Q8_0 blocks
+        name = f"model.layers.0.mlp.experts.{xid}.up_proj.weight"
+        writer.add_tensor(name, gguf.quants.quantize(values[xid], q8), raw_dtype=q8)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(UnsupportedError, match="quantized") as refused:
+        convert(tmp_path / "m.gguf", tmp_path / "o.safetensors",
+                ConvertOptions(adapters=("hf-to-gguf",)))  # fmt: skip
+    assert "--dequantize" in str(refused.value.hint)
+    from ckptctl.dtypes import DType
+
+    opts = ConvertOptions(adapters=("hf-to-gguf",), dequantize=DType.F32)
+    convert(tmp_path / "m.gguf", tmp_path / "o.safetensors", opts)
+    got = _safetensors(tmp_path / "o.safetensors")["blk.0.ffn_up_exps.weight"]
+    want = np.stack([gguf.quants.dequantize(gguf.quants.quantize(v, q8), q8) for v in values])
+    assert got == ("F32", (2, 4, 32), want.astype(np.float32).tobytes())
