@@ -107,6 +107,8 @@ def facts_from_config(config: Mapping[str, JSONValue], origin: str = "config.jso
     model_type = config.get("model_type")
     if arch is None and isinstance(model_type, str):
         arch = ARCH_OF_MODEL_TYPE.get(model_type)
+    if arch is None:  # a model the table does not know keeps its name: refused, not guessed
+        arch = next((n for n in (first, model_type) if isinstance(n, str)), None)
     heads = _count(config.get("num_attention_heads"))
     kv_heads = _count(config.get("num_key_value_heads")) if heads else None
     return ModelFacts(arch, heads, kv_heads, origin)

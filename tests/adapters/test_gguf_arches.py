@@ -320,3 +320,25 @@ def test_quantized_experts_are_stacked_only_once_decoded(tmp_path: Path) -> None
     got = _safetensors(tmp_path / "o.safetensors")["blk.0.ffn_up_exps.weight"]
     want = np.stack([gguf.quants.dequantize(gguf.quants.quantize(v, q8), q8) for v in values])
     assert got == ("F32", (2, 4, 32), want.astype(np.float32).tobytes())
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        ({"architectures": ["Qwen3NextForCausalLM"]}, "Qwen3NextForCausalLM"),
+        ({"model_type": "qwen3_next"}, "qwen3_next"),
+    ],
+)
+def test_a_config_naming_an_unknown_model_is_refused_not_taken_for_llama(
+    tmp_path: Path, run_cli, config: dict[str, object], named: str
+) -> None:
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**config, "num_attention_heads": 4}))
+    hf = _safetensors(ARCHES / "qwen3" / "model.safetensors")
+    _write_safetensors(folder / "model.safetensors", hf)
+    result = run_cli("convert", folder / "model.safetensors", tmp_path / "o.safetensors",
+                     "-a", "hf-to-gguf")  # fmt: skip
+    assert result.code == 4
+    assert named in result.stderr
+    assert not (tmp_path / "o.safetensors").exists()
