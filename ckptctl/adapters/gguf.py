@@ -220,10 +220,10 @@ class GGUFNames(BaseAdapter):
 
 def split_experts(
     entries: list[TensorEntry], renamers: Chain
-) -> tuple[list[TensorEntry], dict[str, str]]:
+) -> tuple[list[TensorEntry], dict[str, tuple[str, Action]]]:
     """Before ``gguf-to-hf`` renames: each stacked expert tensor (``blk.N.ffn_up_exps.weight``,
     first axis the expert) as one lazy entry per expert (``blk.N.ffn_up_exps.E.weight``), a byte
-    range of it (quantized blocks stay blocks); and the source name of each piece.
+    range of it (quantized blocks stay blocks); and the source name and split of each piece.
 
     Raises:
         UnsupportedError: a stacked tensor whose bytes do not split into its first axis.
@@ -231,15 +231,18 @@ def split_experts(
     if not any(isinstance(a, GGUFNames) and a.to_hf for a in renamers.adapters):
         return entries, {}
     out: list[TensorEntry] = []
-    origin: dict[str, str] = {}
+    origin: dict[str, tuple[str, Action]] = {}
     for entry in entries:
         stem, dot, last = entry.name.rpartition(".")
         if not dot or stem.rpartition(".")[2] not in EXPERT_MODULES:
             out.append(entry)
             continue
-        for piece in _expert_pieces(entry, stem, last):
+        pieces = _expert_pieces(entry, stem, last)
+        for xid, piece in enumerate(pieces):
             out.append(piece)
-            origin[piece.name] = entry.name
+            detail = f"expert {xid} of {len(pieces)} -> {list(listed_shape(piece))}"
+            split = Action(ActionKind.SPLIT, detail, "llama.cpp stacks experts", GGUF_ADAPTERS[0])
+            origin[piece.name] = (entry.name, split)
     return out, origin
 
 

@@ -207,7 +207,9 @@ def _renamed(
     chosen = plan(entries, select, unique=False)
     pieces, origin = split_experts([i.entry for i in chosen if i.entry is not None], renamers)
     named = [
-        PlanItem(origin.get(item.source, item.source), item.entry, item.actions)
+        PlanItem(origin[item.source][0], item.entry, (origin[item.source][1], *item.actions))
+        if item.source in origin
+        else item
         for item in plan(pieces, renamers, unique=False)
     ]
     by_source: dict[str, list[PlanItem]] = {}

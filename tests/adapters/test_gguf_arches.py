@@ -236,7 +236,14 @@ def _gguf_with(path: Path, arch: str, names: list[str]) -> Path:
 
 
 def test_mixtral_s_stacked_experts_are_cut_into_transformers_experts(tmp_path: Path) -> None:
-    got = _converted(tmp_path, ARCHES / "mixtral.gguf", "gguf-to-hf")
+    report = convert(ARCHES / "mixtral.gguf", tmp_path / "o.safetensors",
+                     ConvertOptions(adapters=("gguf-to-hf",)))  # fmt: skip
+    rows = [row for row in report.plan if row.source == "blk.1.ffn_down_exps.weight"]
+    assert [row.target for row in rows] == [
+        f"model.layers.1.block_sparse_moe.experts.{xid}.w2.weight" for xid in range(3)
+    ]
+    assert all("split" in row.kinds for row in rows)
+    got = _safetensors(tmp_path / "o.safetensors")
     stacked = _gguf(ARCHES / "mixtral.gguf")["blk.1.ffn_down_exps.weight"]
     assert stacked[1] == (3, 16, 24)  # [experts, hidden, ffn]
     for xid in range(3):
