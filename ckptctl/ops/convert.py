@@ -210,7 +210,10 @@ def convert(
         modules = ckpt.structure.modules if ckpt.structure and not opts.state_key else None
         pipeline = replace(opts.pipeline, facts=model_facts(ckpt, src, opts.adapters))
         order = definition_order(ckpt.format, entries) if opts.target else None
-        plan = _plan(src, opts, entries, pipeline, target_specs, modules, order)
+        try:
+            plan = _plan(src, opts, entries, pipeline, target_specs, modules, order)
+        except UnsupportedError as exc:  # an adapter refusing what this file holds
+            raise exc.with_path(src) from None
         items, inferred = plan.items, plan.inferred
         warnings = plan.warnings
         outside = outside_state_key(everything, opts.state_key, ckpt)

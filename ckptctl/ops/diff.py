@@ -51,11 +51,12 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ckptctl.adapters.pipeline import PipelineOptions, run_pipeline
-from ckptctl.errors import SelectionError
+from ckptctl.errors import SelectionError, UnsupportedError
 from ckptctl.fix import Command, Note, Option
 from ckptctl.formats import open_checkpoint
 from ckptctl.model import listed_dtype
 from ckptctl.ops._compare import compare_values
+from ckptctl.ops._facts import model_facts
 from ckptctl.ops._select import compile_regex, select_state_key
 from ckptctl.ops._size_limit import check_size
 from ckptctl.ops._stream import tracked
@@ -133,10 +134,16 @@ def diff_checkpoints(
         specs_b = specs_of(entries_b)
         entries_a = select_state_key(ckpt_a.entries(), opts.state_key, ckpt_a)
         pipeline = PipelineOptions(
-            remap=opts.remap, adapters=opts.adapters, module_types=opts.module_types
+            remap=opts.remap,
+            adapters=opts.adapters,
+            module_types=opts.module_types,
+            facts=model_facts(ckpt_a, a, opts.adapters),  # as convert reads them
         )
         modules = ckpt_a.structure.modules if ckpt_a.structure and not opts.state_key else None
-        items, warnings = run_pipeline(entries_a, pipeline, specs_b, modules)
+        try:
+            items, warnings = run_pipeline(entries_a, pipeline, specs_b, modules)
+        except UnsupportedError as exc:  # an adapter refusing what A holds
+            raise exc.with_path(a) from None
         outputs = [item.entry for item in items if item.entry is not None]
         if opts.pattern is not None:
             regex = compile_regex(opts.pattern, "pattern")

@@ -123,6 +123,18 @@ def test_hf_to_gguf_is_what_convert_hf_to_gguf_writes(tmp_path: Path, name: str)
     _same(got, _gguf(ARCHES / f"{name}.gguf"))
 
 
+@pytest.mark.parametrize("name", ["qwen3", *MOES])
+def test_diff_reads_the_config_as_convert_does(run_cli, name: str) -> None:
+    # diff of the HF model against llama.cpp's GGUF, through hf-to-gguf: the architecture comes
+    # from the config.json beside the model (it was taken for llama, asking for head counts)
+    result = run_cli("diff", ARCHES / name / "model.safetensors", ARCHES / f"{name}.gguf",
+                     "-a", "hf-to-gguf", "--json")  # fmt: skip
+    assert result.code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["identical"] is True
+    assert report["counts"]["common"] == report["counts"]["tensors_b"] > 0
+
+
 @pytest.mark.parametrize("name", GEMMAS)
 def test_gguf_to_hf_of_gemma_is_the_bf16_model_with_its_norms_exact_from_2_to_the_minus_16(
     tmp_path: Path, name: str
@@ -286,7 +298,12 @@ def test_experts_not_numbered_from_0_are_refused(tmp_path: Path, run_cli) -> Non
                      "-a", "hf-to-gguf")  # fmt: skip
     assert result.code == 4
     assert "blk.0.ffn_up_exps.weight" in result.stderr
+    assert str(tmp_path / "model.safetensors") in result.stderr  # the file, as every refusal
     assert not (tmp_path / "o.safetensors").exists()
+    diffed = run_cli("diff", tmp_path / "model.safetensors", ARCHES / "qwen3moe.gguf",
+                     "-a", "hf-to-gguf")  # fmt: skip
+    assert diffed.code == 4
+    assert str(tmp_path / "model.safetensors") in diffed.stderr
 
 
 @pytest.mark.parametrize(
