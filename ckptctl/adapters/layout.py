@@ -210,6 +210,7 @@ class TransposedData(TensorData):
             out[:] = self.read_range(start, len(out))
             return
         source, offset = where
+        source.check_still_holds(offset, self.entry.nbytes)  # not SIGBUS if it was truncated
         matrix = np.frombuffer(source.view(offset, self.entry.nbytes), self.entry.dtype.numpy)
         first, count = start // row, len(out) // row
         band = np.frombuffer(out, self.entry.dtype.numpy).reshape(count, rows)
