@@ -47,11 +47,9 @@ STRIP_ROWS = 16
 STRIP_COLUMNS = 1024
 #: Bands narrower than this are transposed in one numpy call (:func:`_transpose_narrow`).
 NARROW_COLUMNS = 128
-#: 8-byte units (two F32, four F16) transposed per pass of :func:`_transpose_units`, and the
-#: most scratch that pass may use (16 units of a 16,384-row matrix): fewer units per pass and
-#: the per-call cost of the narrow kernel wins back what moving 8 bytes at a time saved.
-UNITS_COLUMNS = 16
-UNITS_SCRATCH_BYTES = 2 << 20
+#: Scratch of :func:`_transpose_units` (unit rows split back at a time): small enough to
+#: stay in the CPU's cache between its two copies.
+UNITS_SCRATCH_BYTES = 256 << 10
 #: Below this many elements one numpy copy is faster than the strips.
 SMALL_TRANSPOSE_ELEMENTS = 1 << 16
 #: Output bytes per step of a transposed tensor written by ranges: a band of whole output rows
@@ -106,33 +104,34 @@ def _transpose_narrow(out: NDArray[Any], array: NDArray[Any]) -> None:
 
 def _transpose_units(out: NDArray[Any], array: NDArray[Any]) -> bool:
     """:func:`transpose_into` in two passes, if ``array`` allows: its rows seen as 8-byte units
-    of ``k`` adjacent elements (two F32, four F16) are transposed with :func:`_transpose_narrow`
-    (which pays per element moved, so moving ``k`` at a time costs about ``1/k`` as much),
-    ``UNITS_COLUMNS`` units at a time into a reused scratch buffer, from which each unit row is
-    split into its ``k`` output rows by one strided copy at memory speed. 1.7 -> 2.3 GiB/s for
-    64-column bands of a ``[16384, 1024]`` F32 matrix, 1.1-1.4 -> 1.7-2.1 for F16 (in-process,
-    benchmarks/RESULTS.md, issue 50 round two). Returns False, writing nothing, where the
-    elements are 8 bytes or more, an 8-byte view is impossible or misaligned, or a row is so
-    long that fewer than ``UNITS_COLUMNS // 2`` units fit the scratch (then slower)."""
+    of ``k`` adjacent elements (two F32, four F16) are transposed by :func:`_transpose_narrow`
+    (which pays per element moved, so moving ``k`` at a time costs less) straight into
+    ``out``, where unit row ``j`` fills output rows ``jk`` to ``jk + k - 1``; then each group
+    of unit rows is copied to a small scratch buffer and split back into its output rows by one
+    strided copy, at memory speed. Each input page is read once per band, as before. From the
+    page cache, 64-column bands of ``[16384, 1024]`` F32: 12 % less CPU; F16 in 128-column
+    bands: 38 % less (benchmarks/RESULTS.md, issue 50 round two). Returns False, writing
+    nothing, for elements of 8 bytes or more, an ``out`` that is not C-contiguous, or an
+    ``array`` whose rows cannot be seen as aligned 8-byte units."""
     rows, cols = array.shape
     item = array.dtype.itemsize
     k = 8 // item if item in (1, 2, 4) else 1
-    per = min(UNITS_COLUMNS, UNITS_SCRATCH_BYTES // (rows * 8), cols // k)
-    if k == 1 or per < UNITS_COLUMNS // 2 or not out.flags.c_contiguous:
+    if k == 1 or cols < k or not out.flags.c_contiguous:
         return False
     if array.strides[1] != item or array.strides[0] % 8 or array.ctypes.data % 8:
         return False
-    bits = np.dtype(f"<u{item}")
     full = cols - cols % k
-    with spare_buffer("transpose_units", per * rows * 8) as space:
+    units = out[:full].reshape(-1).view(np.uint64).reshape(full // k, rows)
+    _transpose_narrow(units, array[:, :full].view(np.uint64))
+    bits = np.dtype(f"<u{item}")
+    group = max(1, UNITS_SCRATCH_BYTES // (rows * 8))
+    with spare_buffer("transpose_units", min(group, full // k) * rows * 8) as space:
         scratch = np.frombuffer(space, dtype=np.uint64)
-        for c in range(0, full, per * k):
-            units = array[:, c : min(c + per * k, full)].view(np.uint64)
-            n = units.shape[1]
-            moved = scratch[: n * rows].reshape(n, rows)
-            _transpose_narrow(moved, units)
-            split = moved.view(bits).reshape(n, rows, k).transpose(0, 2, 1)
-            np.copyto(out[c : c + n * k].view(bits).reshape(n, k, rows), split)
+        for j in range(0, full // k, group):
+            moved = scratch[: min(group, full // k - j) * rows].reshape(-1, rows)
+            np.copyto(moved, units[j : j + len(moved)])
+            split = moved.view(bits).reshape(len(moved), rows, k).transpose(0, 2, 1)
+            np.copyto(out[j * k : (j + len(moved)) * k].view(bits).reshape(-1, k, rows), split)
     if full < cols:
         _transpose_narrow(out[full:], array[:, full:])
     return True
