@@ -109,7 +109,7 @@ def _transpose_units(out: NDArray[Any], array: NDArray[Any]) -> bool:
     ``out``, where unit row ``j`` fills output rows ``jk`` to ``jk + k - 1``; then each group
     of unit rows is copied to a small scratch buffer and split back into its output rows by one
     strided copy, at memory speed. Each input page is read once per band, as before. From the
-    page cache, 64-column bands of ``[16384, 1024]`` F32: 12 % less CPU; F16 in 128-column
+    page cache, 64-column bands of ``[16384, 1024]`` F32: 9 % less CPU; F16 in 128-column
     bands: 38 % less (benchmarks/RESULTS.md, issue 50 round two). Returns False, writing
     nothing, for elements of 8 bytes or more, an ``out`` that is not C-contiguous, or an
     ``array`` whose rows cannot be seen as aligned 8-byte units."""
