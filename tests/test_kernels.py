@@ -136,3 +136,21 @@ def test_transpose_of_a_narrow_band_of_a_tall_matrix(dtype: type, rows: int, col
     assert out[:, 4 : 4 + rows].tobytes() == np.ascontiguousarray(matrix.T).tobytes()
     assert not out[:, :4].any()
     assert not out[:, 4 + rows :].any()
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.float64])
+@pytest.mark.parametrize(("rows", "cols"), [(9000, 127), (4099, 64), (1030, 130), (20011, 37)])
+@pytest.mark.parametrize("first", [0, 1, 16])
+def test_transpose_of_a_band_into_whole_rows(dtype: type, rows: int, cols: int, first: int) -> None:
+    """A band of columns from ``first`` on (8-byte aligned or not) into a buffer of whole
+    output rows, as a transposed tensor is written a band at a time: every element's bits,
+    NaN payloads included, whether its rows are moved as 8-byte units or one by one."""
+    rng = np.random.default_rng(rows + first)
+    width = (cols + 40) * np.dtype(dtype).itemsize
+    wide: np.ndarray = rng.integers(0, 2**8, size=(rows, width), dtype=np.uint8).view(dtype)
+    if dtype is np.float32:
+        wide[::5, first] = np.array([0x7F800001], dtype=np.uint32).view(np.float32)[0]
+    matrix = wide[:, first : first + cols]
+    out: np.ndarray = np.empty((cols, rows), dtype=dtype)
+    transpose_into(out, matrix)
+    assert out.tobytes() == np.ascontiguousarray(matrix.T).tobytes()

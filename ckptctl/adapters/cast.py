@@ -63,9 +63,7 @@ def convert_float(raw: NDArray[Any], source: DType, target: DType) -> NDArray[An
     """
     flat = np.ascontiguousarray(raw).reshape(-1)
     out = np.empty(flat.shape, dtype=target.numpy)
-    for start in range(0, flat.size, CAST_BLOCK_ELEMENTS):
-        stop = start + CAST_BLOCK_ELEMENTS
-        convert_into(flat[start:stop], source, target, out[start:stop])
+    convert_into(flat, source, target, out)
     return out.reshape(np.shape(raw))
 
 
@@ -74,27 +72,36 @@ _NUMPY_CASTS = frozenset({(DType.F32, DType.F64), (DType.F64, DType.F32)})
 
 
 def convert_into(raw: NDArray[Any], source: DType, target: DType, out: NDArray[Any]) -> None:
-    """Convert one block (at most ``CAST_BLOCK_ELEMENTS`` elements, 1-D) stored as ``source``
-    into ``out``, stored as ``target``: :func:`convert_float` through this thread's reused
-    scratch, so a pass over a tensor allocates nothing per block."""
+    """Convert the 1-D ``raw``, stored as ``source``, into ``out``, stored as ``target``
+    (:func:`convert_float`), a block of ``CAST_BLOCK_ELEMENTS`` at a time through one reused
+    scratch buffer, so a pass over a tensor allocates nothing per block."""
     # overflow to +-inf and NaNs (signalling ones too) are results, not warnings
     with np.errstate(over="ignore", invalid="ignore"):
         if source is target or (source, target) in _NUMPY_CASTS:  # F64 -> F32: nearest even
             np.copyto(out, raw, casting="unsafe")
             return
-        n = raw.size
-        with spare_buffer("cast_scratch", 16 * n) as space:
+        step = min(raw.size, CAST_BLOCK_ELEMENTS)
+        with spare_buffer("cast_scratch", 16 * step) as space:
             scratch = np.frombuffer(space, dtype=np.uint32)
-            values = raw  # F32 as it is; else widened (BF16/FP8/F16 exactly, F64 rounded)
-            if source is not DType.F32:
-                values = out if target is DType.F32 else scratch[3 * n :].view(np.float32)
-                widen_into(raw, source, values, scratch[:n])
-            if target is DType.BF16:
-                bf16_into(values, out, scratch[:n])
-            elif target is DType.F16:
-                f16_into(values, out.view(np.uint16), scratch[: 3 * n])
-            elif target is DType.F64:
-                np.copyto(out, values)
+            for at in range(0, raw.size, step):
+                _convert_block(raw[at : at + step], source, target, out[at : at + step], scratch)
+
+
+def _convert_block(
+    raw: NDArray[Any], source: DType, target: DType, out: NDArray[Any], scratch: NDArray[Any]
+) -> None:
+    """:func:`convert_into` of one block, ``scratch`` holding four times its elements."""
+    n = raw.size
+    values = raw  # F32 as it is; else widened (BF16/FP8/F16 exactly, F64 rounded)
+    if source is not DType.F32:
+        values = out if target is DType.F32 else scratch[3 * n : 4 * n].view(np.float32)
+        widen_into(raw, source, values, scratch[:n])
+    if target is DType.BF16:
+        bf16_into(values, out, scratch[:n])
+    elif target is DType.F16:
+        f16_into(values, out.view(np.uint16), scratch[: 3 * n])
+    elif target is DType.F64:
+        np.copyto(out, values)
 
 
 @dataclass(frozen=True, eq=False)
@@ -178,9 +185,7 @@ class ConvertedData(TensorData):
                 raw = np.frombuffer(
                     whole[first * isize : (first + count) * isize], self.source.numpy
                 )
-            for at in range(0, count, CAST_BLOCK_ELEMENTS):
-                stop = at + CAST_BLOCK_ELEMENTS
-                convert_into(raw[at:stop], self.source, self.target, dst[at:stop])
+            convert_into(raw, self.source, self.target, dst)
 
     def is_ranged(self) -> bool:
         return self.inner.is_ranged()

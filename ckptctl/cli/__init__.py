@@ -189,6 +189,18 @@ def _error(message: str, hint: object = None) -> None:
         click.echo(f"hint: {sanitize(str(hint))}", err=True)
 
 
+def _one_blas_thread() -> None:
+    """Ask numpy's BLAS (OpenBLAS in the wheels) for one thread, unless the user chose.
+
+    ckptctl parallelises on its own copy threads (``-j``) and uses BLAS only for vector dot
+    products; OpenBLAS starting a thread per core when numpy is imported cost every command
+    that imports numpy about 0.05 s of CPU and wall time on a 2-core VM (benchmarks/RESULTS.md,
+    issue 50). Only effective before numpy's first import.
+    """
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def main(args: Sequence[str] | None = None) -> None:
     """Run the CLI and exit with the documented code; never show a traceback unless asked."""
     from ckptctl.cli._options import _remote_traffic
@@ -196,6 +208,7 @@ def main(args: Sequence[str] | None = None) -> None:
     from ckptctl.cli._streams import guard_closed_pipes
     from ckptctl.fix import SPELLER
 
+    _one_blas_thread()
     _remote_traffic()  # a report counts only its own requests, not a failed earlier command's
     # The library's suggestions are spelled as this CLI's flags while it runs.
     speller, current = SPELLER.set(spell_cli), CURRENT.set(None)

@@ -149,6 +149,25 @@ class ByteSource:
         start = offset - offset % mmap.PAGESIZE
         mapped.madvise(advise, start, min(self.size, offset + length) - start)
 
+    def check_still_holds(self, offset: int, length: int) -> None:
+        """Raise ``CorruptCheckpointError`` unless the file as it is now (one ``fstat``) still
+        holds ``[offset, offset+length)``. Call it before reading a range through the memory
+        map: a page of a file truncated since it was opened kills the process with SIGBUS
+        when touched, where a read returns short and is reported (``file truncated``)."""
+        now = self._size_now()
+        if offset + length > now:
+            raise CorruptCheckpointError(
+                f"{length} bytes at offset {offset} are past the end of the file, now {now} "
+                "bytes: file truncated while being read",
+                path=self.path,
+                hint="leave the checkpoint alone while ckptctl reads it",
+            )
+
+    def _size_now(self) -> int:
+        """The file's size now (``size`` is its size when opened)."""
+        file = getattr(self, "_file", None)
+        return self.size if file is None else os.fstat(file.fileno()).st_size
+
     def check_range(self, offset: int, length: int, what: str) -> None:
         """Raise ``CorruptCheckpointError`` unless ``[offset, offset+length)`` is in the file."""
         if offset < 0 or length < 0 or offset + length > self.size:
@@ -241,6 +260,9 @@ class SliceSource(ByteSource):
     def absolute(self, offset: int) -> int:
         """Where byte ``offset`` of the slice is in the parent."""
         return self.base + offset
+
+    def check_still_holds(self, offset: int, length: int) -> None:
+        self.parent.check_still_holds(self.base + offset, length)
 
     def release_pages(self, offset: int, length: int) -> None:
         self.parent.release_pages(self.base + offset, length)
@@ -387,6 +409,10 @@ class PooledSource(ByteSource):
     def release_pages(self, offset: int, length: int) -> None:
         with self.pool.lock:
             super().release_pages(offset, length)
+
+    def _size_now(self) -> int:
+        with self._opened() as file:
+            return os.fstat(file.fileno()).st_size
 
     def close(self) -> None:
         with self.pool.lock:

@@ -87,6 +87,20 @@ def test_the_fixtures_hold_the_cases_they_are_for() -> None:
     assert (_bits(direct) != _bits(through_f32))[~np.isnan(wide)].any()
 
 
+def test_f16_of_values_below_its_normal_range_among_normal_weights() -> None:
+    """Weights hold few values below 2**-14: each input, alone among 31 normal values, rounds
+    as torch rounds it (a block of mostly normal values with rare subnormals, infinities and
+    NaNs, where the golden file alone is a third subnormal)."""
+    raw, dtype, expected = _golden("f32", "f16")
+    spread = np.full((raw.size, 32), 0.75, dtype=np.float32)
+    spread[:, 5] = raw
+    want = np.full(spread.shape, 0.75, dtype=np.float16)
+    want[:, 5] = expected
+    out = parse_adapter("cast:f16")(array_entry("x", spread.reshape(-1), dtype))
+    assert out is not None
+    assert_cast_like_torch(spread.reshape(-1), dtype, out.load(), out.dtype, want.reshape(-1))
+
+
 #: (source, target, -j): the writer's streamed path, several tasks on the copy threads
 STREAMED = [("f32", "bf16", "2"), ("f32", "f16", "2"), ("f16", "f32", "2"), ("bf16", "f16", "1"),
             ("f64", "f16", "2"), ("f16", "bf16", "1")]  # fmt: skip

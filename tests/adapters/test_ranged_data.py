@@ -9,6 +9,8 @@ ranges from a local file are computed whole, as before.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 from dataclasses import replace
 
@@ -136,6 +138,42 @@ def test_a_transpose_unmaps_the_input_once_every_band_was_read(stored, monkeypat
     where = entry.data.file_range()
     assert where is not None
     assert released == [(where[1], entry.nbytes)]
+
+
+#: Reads the first band of a transposed tensor, truncates its file, then reads the second.
+_TRUNCATED_BETWEEN_BANDS = """
+import os, sys
+from ckptctl import open_checkpoint
+from ckptctl.adapters.layout import transposed
+from ckptctl.errors import CorruptCheckpointError
+path = sys.argv[1]
+with open_checkpoint(path) as ckpt:
+    data = transposed(ckpt["w"]).data
+    step = data.compute_step()
+    data.read_into(0, memoryview(bytearray(step)))
+    os.truncate(path, os.path.getsize(path) // 2)
+    try:
+        data.read_into(step, memoryview(bytearray(step)))
+    except CorruptCheckpointError as exc:
+        print(exc.path, "|", exc.message)
+"""
+
+
+def test_a_transpose_of_a_file_truncated_meanwhile_is_an_error_not_sigbus(tmp_path):
+    """A transpose reads its input through the memory map, where a page past the new end of a
+    truncated file is SIGBUS: in a child process, so that a crash fails this test alone."""
+    path = tmp_path / "in.safetensors"
+    save_checkpoint(path, [array_entry("w", _values((2048, 1024)))])
+    child = subprocess.run(
+        [sys.executable, "-c", _TRUNCATED_BETWEEN_BANDS, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert child.returncode == 0, (child.returncode, child.stderr)  # -7: SIGBUS
+    assert child.stdout.startswith(f"{path} |")
+    assert "truncated" in child.stdout
 
 
 @pytest.mark.parametrize(

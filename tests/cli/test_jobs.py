@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -91,3 +96,34 @@ def test_diff_report_does_not_depend_on_jobs(run_cli, tmp_path):
     results = [run_cli("diff", index, other, "--json", "-j", j) for j in ("1", "3")]
     assert [r.code for r in results] == [1, 1]
     assert results[0].stdout == results[1].stdout
+
+
+#: Runs the CLI and prints, as it exits, how many threads the process has.
+_THREADS_AT_EXIT = """
+import atexit, os, sys
+atexit.register(lambda: print("threads", len(os.listdir("/proc/self/task"))))
+from ckptctl.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+def test_numpy_blas_runs_one_thread_unless_the_user_chose(tmp_path):
+    """The CLI runs its own copy threads: OpenBLAS's thread per core only cost start-up time
+    (issue 50). A user's OPENBLAS_NUM_THREADS still wins."""
+    src = _source(tmp_path)
+    base = {
+        k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+    }
+
+    def threads(**env: str) -> int:
+        out = subprocess.run(
+            [sys.executable, "-c", _THREADS_AT_EXIT, "ls", "--stats", str(src)],
+            env={**base, **env},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return int(out.stdout.rsplit("threads", 1)[1])
+
+    assert threads(OPENBLAS_NUM_THREADS="2") == threads() + 1
