@@ -24,10 +24,6 @@ ALLOWED: dict[str, int] = {
     "ckptctl/adapters/rename.py:translate_pattern": 127,
     "ckptctl/formats/pytorch/_containers.py:read_zip": 132,
     "ckptctl/formats/pytorch/_layout.py:_zip_layout": 116,
-    "ckptctl/formats/pytorch/_safety.py:_run": 392,
-    "ckptctl/formats/pytorch/_safety.py:_run.handlers": 270,
-    "ckptctl/formats/pytorch/_scan.py:_scan_ops": 286,
-    "ckptctl/formats/pytorch/_scan.py:_scan_ops.handlers": 177,
     "ckptctl/ops/summary.py:summarize": 117,
 }
 

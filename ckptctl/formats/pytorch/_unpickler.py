@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ckptctl.errors import CkptError, CorruptCheckpointError, UnsafePickleError
 from ckptctl.formats.pytorch._allowlist import classify
-from ckptctl.formats.pytorch._scan import PickleBudgetError, PickleTruncatedError, scan_pickle
+from ckptctl.formats.pytorch._scan import PickleTruncatedError, pickle_budget
 from ckptctl.safety import Verdict
 
 if TYPE_CHECKING:
@@ -627,22 +627,20 @@ def load_pickle(
         UnsafePickleError: the pickle is unsafe, or names a global only an attack would.
         CorruptCheckpointError: the pickle is malformed or exceeds a limit.
     """
-    try:
-        end = scan_pickle(data, start, where, file_bytes, compressed=compressed)
-    except PickleBudgetError as exc:
-        if ledger is not None:  # judged on what is within the budget, then refused
-            ledger.judge(memoryview(data)[start : exc.pos], where)
-        raise
-    except PickleTruncatedError:
-        if ledger is not None and complete:
-            ledger.judge(memoryview(data)[start:], where)
-        raise
-    except CorruptCheckpointError:
-        if ledger is not None:  # pickle.load runs every opcode before the damage
-            ledger.judge(memoryview(data)[start:], where)
-        raise
-    if ledger is not None:
-        ledger.judge(memoryview(data)[start:end], where)
+    from ckptctl.formats.pytorch._safety import new_judge
+    from ckptctl.formats.pytorch._walker import walk_pickle
+
+    # One walk: the bounds, and (with a ledger) the verdict.
+    budget = pickle_budget(len(data) if file_bytes is None else file_bytes, compressed=compressed)
+    walker = walk_pickle(
+        data, start, where, judge=None if ledger is None else new_judge(where), budget=budget
+    )
+    if ledger is not None and (complete or not isinstance(walker.error, PickleTruncatedError)):
+        # Judged before anything is unpickled: an unsafe pickle is refused here. A pickle out
+        # of bounds is judged too (pickle.load runs every opcode before the damage); over the
+        # budget, on what is within it.
+        ledger.add(walker.safety(), walker.frame_left, where)
+    end = walker.stop()
     if end - start > MAX_PICKLE_BYTES:
         raise CorruptCheckpointError(f"{where} is larger than {MAX_PICKLE_BYTES} bytes")
     # Bytes after the STOP stay: a frame may run past it (the frames section of _safety.py),
