@@ -308,9 +308,13 @@ class PickleWalker:
             elif code == 0x28:  # MARK
                 marks.append(len(stack))
             elif code == 0x58:  # BINUNICODE
-                self.here, self.spent = here, spent
-                pos = self.counted(pos, 4, 0x58)
-                spent = self.spent
+                self.here = here
+                length = u32(data, pos)[0] if pos + 4 <= end else end
+                if pos + 4 + length > end:
+                    self.spent = spent
+                    pos = self.counted(pos, 4, 0x58)  # (raises)
+                spent += length
+                pos = self.binunicode(pos + 4, length)
             elif code == 0x74 or code == 0x86 or code == 0x52:  # TUPLE TUPLE2 REDUCE
                 # (allocating: in methods, as tracemalloc finds the line of each allocation by
                 # scanning its function's line table from the start)
@@ -424,6 +428,17 @@ class PickleWalker:
 
     def counted8(self, at: int) -> int:
         return self.counted(at, 8, self.data[self.here])
+
+    def binunicode(self, at: int, length: int) -> int:
+        """BINUNICODE's text (its length read and checked by the loop)."""
+        end = at + length
+        try:
+            self.stack.append(self.data[at:end].decode("utf-8", "surrogatepass"))
+        except UnicodeDecodeError:
+            self._malformed("UnicodeDecodeError")
+            self.stack.append(_OTHER)
+        self.depths.append(0)
+        return end
 
     def counted(self, at: int, width: int, code: int) -> int:
         """A length-prefixed argument; its value (decoded as pickle would) is pushed."""
@@ -779,6 +794,19 @@ class PickleWalker:
         return at
 
     def reduce(self, at: int) -> int:
+        stack, depths, marks = self.stack, self.depths, self.marks
+        if len(stack) - 2 >= (marks[-1] if marks else 0):  # the common case, without take()
+            args = stack.pop()
+            depth = max(depths.pop(), depths[-1]) + 1
+            func = stack[-1]
+            if type(func) is _Global and func.call is not None:
+                stack[-1] = func.call
+            else:
+                stack[-1] = _reduce(func, args, self.judge)
+            depths[-1] = depth
+            if depth > MAX_PICKLE_DEPTH:
+                self._deep()
+            return at
         (args, func), depth = self.take_depth(2)
         if type(func) is _Global and func.call is not None:
             result: object = func.call
@@ -801,6 +829,13 @@ class PickleWalker:
         return at
 
     def binpersid(self, at: int) -> int:
+        stack, depths, marks = self.stack, self.depths, self.marks
+        if len(stack) > (marks[-1] if marks else 0):  # the common case, without take()
+            stack[-1] = _OTHER
+            depth = depths[-1] = depths[-1] + 1
+            if depth > MAX_PICKLE_DEPTH:
+                self._deep()
+            return at
         _, depth = self.take_depth(1)
         self.push(_OTHER, depth)
         self.check(depth)
