@@ -257,6 +257,7 @@ class PickleWalker:
         )  # fmt: skip
         push, dpush = stack.append, depths.append
         table, cost, limit, u32 = self.table, _KNOWN_COST, self.limit, _U32.unpack_from
+        cap = self.memo_cap
         known = WEIGHTS_ONLY_OPCODES
         seen = self.judge.seen_ops
         spent = self.spent
@@ -280,7 +281,7 @@ class PickleWalker:
                     why = f"stack underflow at byte {here}" if under else "error"
                     raise self._fatal("truncated", why, cut=True)
                 index = u32(data, pos)[0]
-                if not stack or len(stack) <= (marks[-1] if marks else 0) or index > self.memo_cap:
+                if len(stack) <= (marks[-1] if marks else 0) or index > cap:
                     self.here = here
                     self._put(index)
                 else:
@@ -290,20 +291,20 @@ class PickleWalker:
                     elif mdepth:
                         mdepth.pop(index, None)
                 pos += 4
-            elif code == 0x4B or code == 0x89:  # BININT1 NEWFALSE
-                if code == 0x4B:
-                    pos += 1
-                    if pos > end:  # (the verdict reads past the end, then finds no STOP)
-                        self.here = here
-                        raise self._fatal("truncated", "no STOP opcode", cut=True)
+            elif code == 0x4B:  # BININT1
+                pos += 1
+                if pos > end:  # (the verdict reads past the end, then finds no STOP)
+                    self.here = here
+                    raise self._fatal("truncated", "no STOP opcode", cut=True)
                 push(_OTHER)
                 dpush(0)
             elif code == 0x68:  # BINGET
                 if pos >= end:
                     self.here = here
                     raise self._fatal("truncated", "IndexError", cut=True)
-                push(memo.get(data[pos], _OTHER))
-                dpush(mdepth.get(data[pos], 0))
+                index = data[pos]
+                push(memo.get(index, _OTHER))
+                dpush(mdepth.get(index, 0))
                 pos += 1
             elif code == 0x28:  # MARK
                 marks.append(len(stack))
@@ -320,13 +321,12 @@ class PickleWalker:
                 # scanning its function's line table from the start)
                 self.here = here
                 table[code](pos)
-            elif code == 0x51 or code == 0x29:  # BINPERSID EMPTY_TUPLE
-                if code == 0x29:
-                    push(())
-                    dpush(0)
-                else:
-                    self.here = here
-                    self.binpersid(pos)
+            elif code == 0x51:  # BINPERSID
+                self.here = here
+                self.binpersid(pos)
+            elif code == 0x89 or code == 0x29:  # NEWFALSE EMPTY_TUPLE
+                push(_OTHER if code == 0x89 else ())
+                dpush(0)
             elif code == 0x2E:  # STOP
                 if code not in known and code not in seen:  # pragma: no cover - STOP is known
                     self.judge.op(code)
