@@ -1,10 +1,10 @@
 """The four physical containers of a PyTorch checkpoint: ZIP, legacy stream, TAR, plain pickle.
 
 Each reader unpickles the object tree with the restricted unpickler and maps every storage key
-to a :class:`StorageBytes` (where its bytes are, read lazily). See the spec, sections 2 (ZIP),
-6 (legacy stream), 7 (TAR) and 8 (plain pickle). Stored ZIP records and legacy/TAR storages are
-addressed by absolute file offset (zero-copy); compressed ZIP records are decompressed on first
-load, with the size checked against the persistent id.
+to a :class:`StorageBytes` (where its bytes are, read lazily). See ``docs/formats/pytorch.md``,
+#zip-container, #legacy-stream, #tar and #plain-pickles. Stored ZIP records and legacy/TAR
+storages are addressed by absolute file offset (zero-copy); compressed ZIP records are
+decompressed on first load, with the size checked against the persistent id.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ MAX_CODE_BYTES = 16 << 20
 MAX_TAR_MEMBERS = 16
 MAX_STORAGES = 10_000_000
 
-# Element size of every torch dtype a storage can hold (spec section 4).
+# Element size of every torch dtype a storage can hold (docs/formats/pytorch.md#dtypes).
 TORCH_ITEMSIZE = {
     "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
     "int16": 2, "int8": 1, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1,

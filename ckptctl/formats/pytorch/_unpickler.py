@@ -2,9 +2,10 @@
 
 ``SafeUnpickler`` subclasses the C ``pickle.Unpickler`` and overrides ``find_class`` and
 ``persistent_load``. ``find_class`` never imports: it maps the globals torch checkpoints use to
-this module's own functions and types (spec sections 3.3, 3.4), refuses the globals that only
-make sense as an attack (spec section 12 rule 1) with ``UnsafePickleError``, and turns every
-other global into an inert stand-in type that records its name, arguments and state.
+this module's own functions and types (``docs/formats/pytorch.md#rebuild-functions``), refuses
+the globals that only make sense as an attack (``docs/formats/pytorch.md#safety``) with
+``UnsafePickleError``, and turns every other global into an inert stand-in type that records
+its name, arguments and state.
 
 Tensors come out as :class:`TensorRef` objects holding a :class:`StorageRef` (a storage key from
 the persistent id, resolved to bytes by the container) plus offset, size and stride; no tensor
@@ -227,7 +228,7 @@ def _stub_type(qualname: str) -> type[Stub]:
     return cast("type[Stub]", stub)
 
 
-# --- emulated rebuild functions (spec section 3.3) -------------------------------------------
+# --- emulated rebuild functions (docs/formats/pytorch.md#rebuild-functions) ---------------
 
 
 def _int(value: object, what: str) -> int:
@@ -470,7 +471,7 @@ _DTYPE_ALIASES = {
     "short": "int16", "cfloat": "complex64", "cdouble": "complex128", "chalf": "complex32",
 }  # fmt: skip
 
-# Legacy storage / tensor class names -> torch dtype name (spec section 4).
+# Legacy storage / tensor class names -> torch dtype name (docs/formats/pytorch.md#dtypes).
 STORAGE_DTYPES = {
     "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
     "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
@@ -558,7 +559,8 @@ class SafeUnpickler(pickle.Unpickler):
         return found
 
     def _find_class(self, module: str, name: str) -> object:
-        # Python 2 spellings, as the default find_class would map them (spec section 3.1).
+        # Python 2 spellings, as the default find_class would map them
+        # (docs/formats/pytorch.md#pickle).
         if (module, name) in _compat_pickle.NAME_MAPPING:
             module, name = _compat_pickle.NAME_MAPPING[(module, name)]
         module = _compat_pickle.IMPORT_MAPPING.get(module, module)
