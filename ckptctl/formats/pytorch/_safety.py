@@ -34,7 +34,7 @@ from ckptctl.formats.pytorch._allowlist import (
     canonical,
     classify,
 )
-from ckptctl.formats.pytorch._scan import scan_pickle
+from ckptctl.formats.pytorch._scan import pickle_budget
 from ckptctl.safety import TORCH_REFUSES, GlobalUse, PickleSafety, Problem, Verdict
 
 #: Deepest chain of ``_load_from_bytes`` streams followed inside one another.
@@ -584,11 +584,8 @@ def assess_stream(
     for index in range(pickles):
         if pos >= len(blob):
             break
-        stop = _stop_of(blob, pos)
         name = f"{where} (pickle {index + 1})" if pickles > 1 else where
-        part, frame_left = _assess(
-            blob[pos : stop if stop is not None else len(blob)], name, reached, depth, budget
-        )
+        part, frame_left, stop = _assess_at(blob, pos, name, reached, depth, budget)
         out = out.merge(part)
         if stop is None:
             break
@@ -601,13 +598,18 @@ def assess_stream(
     return out
 
 
-def _stop_of(blob: bytes, pos: int) -> int | None:
-    """Where the pickle at ``pos`` ends, by the bounds scan; None when it cannot tell."""
+def _assess_at(
+    blob: bytes, pos: int, where: str, reached: bool, depth: int, budget: list[int] | None
+) -> tuple[PickleSafety, int | None, int | None]:
+    """:func:`_assess` of the pickle at ``pos``, and where it ends (None: its bounds do not
+    hold, so where the next pickle starts cannot be told), in one walk."""
+    from ckptctl.formats.pytorch._walker import walk_pickle  # (it imports this module)
 
-    try:
-        return scan_pickle(blob, pos, "a nested stream")
-    except CkptError:
-        return None
+    judge = _Walk(where, reached, depth, _new_budget() if budget is None else budget)
+    walker = walk_pickle(
+        blob, pos, where, judge=judge, budget=pickle_budget(len(blob)), budget_stops=False
+    )
+    return walker.safety(), walker.frame_left, walker.end
 
 
 def first_unsafe(safety: PickleSafety) -> str:

@@ -79,11 +79,25 @@ _KNOWN_COST = [_COST[code] if code in _ARG else 0 for code in range(256)]
 
 
 def walk_pickle(
-    data: bytes, start: int, where: str, *, judge: _Walk | None, budget: int | None
+    data: bytes,
+    start: int,
+    where: str,
+    *,
+    judge: _Walk | None,
+    budget: int | None,
+    budget_stops: bool = True,
 ) -> PickleWalker:
     """Walk the pickle at ``data[start]`` (see :class:`PickleWalker`; ``budget`` None: none)."""
     chunk = data[start:] if start else data
-    walker = PickleWalker(chunk, where, judge, base=start, limit=budget, memo_cap=len(data))
+    walker = PickleWalker(
+        chunk,
+        where,
+        judge,
+        base=start,
+        limit=budget,
+        memo_cap=len(data),
+        budget_stops=budget_stops,
+    )
     return walker.run()
 
 
@@ -142,6 +156,7 @@ class PickleWalker:
             there, the verdict's messages from the pickle's start).
         limit: the budget (``_scan.pickle_budget``); None: no limit.
         memo_cap: the highest memo index accepted (the length of the caller's bytes).
+        budget_stops: going over the budget stops the verdict too (else it is only an error).
 
     After :meth:`run`: ``end`` (the caller's offset just past STOP, None if not reached),
     ``error`` (the first bounds error, or None), :meth:`safety` and ``frame_left``.
@@ -156,6 +171,7 @@ class PickleWalker:
         base: int = 0,
         limit: int | None = None,
         memo_cap: int | None = None,
+        budget_stops: bool = True,
     ) -> None:
         self.data = data
         self.where = where
@@ -163,6 +179,7 @@ class PickleWalker:
         self.judge: _Walk = _BLIND if judge is None else judge
         self.base = base
         self.limit = _NO_LIMIT if limit is None else limit
+        self.budget_stops = budget_stops
         self.memo_cap = base + len(data) if memo_cap is None else memo_cap
         self.end: int | None = None
         self.error: CorruptCheckpointError | None = None
@@ -238,11 +255,13 @@ class PickleWalker:
             raise _Stop
 
     def _over_budget(self, here: int) -> None:
-        """Over the budget: the verdict is that of the bytes before ``here``."""
+        """Over the budget: the verdict is that of the bytes before ``here`` (or of them all,
+        when the budget only bounds the work of a later unpickling: ``budget_stops`` False)."""
         self.here = here
         self.error = _over_budget(self.where, self.base + here, self.limit)
-        self._malformed("no STOP opcode", stop=False)
-        raise _Stop
+        if self.budget_stops or self.judge is _BLIND:
+            self._malformed("no STOP opcode", stop=False)
+            raise _Stop
 
     def _fatal(self, why: str, judged: str | None = None, *, cut: bool = False) -> _Fatal:
         return _Fatal(why, judged or f"{why} at byte {self.here}", cut=cut)
