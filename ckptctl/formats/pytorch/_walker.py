@@ -25,10 +25,14 @@ same opcodes, a third being the C unpickler):
   need it. Errors both parts share (truncated data, an unknown opcode, an underflow of the
   whole stack) stop both at once, each with its own message.
 * ``limit``: with a budget (``load_pickle``), going over it stops the walk, and the verdict is
-  that of the bytes before that opcode, as it always was; without one (``assess_pickle``)
-  nothing limits the work but the data.
+  that of the bytes before that opcode, as it always was; ``assess_stream`` walks on past it
+  (``budget_stops`` False: the budget then only says where the next pickle cannot be found);
+  without one (``assess_pickle``) nothing limits the work but the data.
+* Callers that need one answer (``scan_pickle``: the bounds, ``judge=None``; ``assess_pickle``:
+  the verdict) still walk both stacks: one loop, at the price of a slower pass for them.
 * Objects are still built by the C unpickler (``_unpickler.py``), which sees only a pickle this
-  walk found within bounds and judged.
+  walk found within bounds and judged: its opcode dispatch is C, where building the objects in
+  this walk would add Python work to each opcode (benchmarks/RESULTS.md, issue #47).
 """
 
 from __future__ import annotations
@@ -294,11 +298,8 @@ class PickleWalker:
             here = pos
             pos += 1
             if code == 0x72:  # LONG_BINPUT
-                if pos + 4 > end:  # (the verdict checks the stack, then reads the index)
-                    self.here = here
-                    under = len(stack) <= (marks[-1] if marks else 0)
-                    why = f"stack underflow at byte {here}" if under else "error"
-                    raise self._fatal("truncated", why, cut=True)
+                if pos + 4 > end:
+                    self._cut_binput(here)
                 index = u32(data, pos)[0]
                 if len(stack) <= (marks[-1] if marks else 0) or index > cap:
                     self.here = here
@@ -347,11 +348,7 @@ class PickleWalker:
                 push(_OTHER if code == 0x89 else ())
                 dpush(0)
             elif code == 0x2E:  # STOP
-                if code not in known and code not in seen:  # pragma: no cover - STOP is known
-                    self.judge.op(code)
-                self.judge.frame_left = fend if fend != _NO_FRAME and pos < fend else None
-                self.frame_left = self.judge.frame_left
-                self.end = self.base + pos if self.error is None else None
+                self._stop(pos, fend)
                 return
             else:
                 if code not in known and code not in seen:
@@ -364,6 +361,20 @@ class PickleWalker:
                 spent = self.spent
         self.here = end
         raise _Fatal("no STOP opcode before the end of the data", "no STOP opcode", cut=True)
+
+    def _stop(self, pos: int, fend: int) -> None:
+        """STOP (known to torch's weights-only unpickler), ``pos`` just past it."""
+        self.judge.frame_left = fend if fend != _NO_FRAME and pos < fend else None
+        self.frame_left = self.judge.frame_left
+        self.end = self.base + pos if self.error is None else None
+
+    def _cut_binput(self, here: int) -> None:
+        """A LONG_BINPUT cut short (the verdict checks the stack, then reads the index)."""
+        self.here = here
+        stack, marks = self.stack, self.marks
+        under = len(stack) <= (marks[-1] if marks else 0)
+        why = f"stack underflow at byte {here}" if under else "error"
+        raise self._fatal("truncated", why, cut=True)
 
     # --- handlers: given the offset after the opcode, return the next opcode's -----------
 
