@@ -462,8 +462,13 @@ class PickleWalker:
     def binunicode(self, at: int, length: int) -> int:
         """BINUNICODE's text (its length read and checked by the loop)."""
         end = at + length
-        try:
-            self.stack.append(self.data[at:end].decode("utf-8", "surrogatepass"))
+        try:  # (the bounds alone need no text)
+            text = (
+                _OTHER
+                if self.judge is _BLIND
+                else self.data[at:end].decode("utf-8", "surrogatepass")
+            )
+            self.stack.append(text)
         except UnicodeDecodeError:
             self._malformed("UnicodeDecodeError")
             self.stack.append(_OTHER)
