@@ -12,8 +12,6 @@ See ``docs/formats/pytorch.md#bounds``."""
 
 from __future__ import annotations
 
-import struct
-
 from ckptctl.errors import CorruptCheckpointError
 
 #: Deepest container nesting accepted (real checkpoints stay far below 100).
@@ -69,9 +67,6 @@ _op(b"\x8d\x8e\x96", _LEN8)  # BINUNICODE8 BINBYTES8 BYTEARRAY8
 # Newline-terminated arguments.
 _op(b"IFLSVPpg", _LINE)  # INT FLOAT LONG STRING UNICODE PERSID PUT GET
 _op(b"ci", _LINE2)  # GLOBAL INST
-
-# Stack effect of each opcode for the depth simulation: pushes a leaf.
-_PUSH_LEAF = frozenset(b"KMJGIFLSVUCXBTN\x88\x89\x8a\x8b\x8c\x8d\x8e\x96)]}\x8f\x82\x83\x84cP\x97")
 
 # Estimated bytes each opcode makes the scan, the safety walk and the unpickler allocate
 # (CPython 3.11, 64-bit): a stack slot in each by default; length-prefixed data adds its length.
@@ -131,8 +126,6 @@ def _fail(where: str, pos: int, why: str, *, cut: bool = False) -> CorruptCheckp
 
 
 _DEEP = f"objects nested deeper than {MAX_PICKLE_DEPTH} levels"
-_U32 = struct.Struct("<I")
-_U64 = struct.Struct("<Q")
 
 
 def scan_pickle(
