@@ -220,6 +220,18 @@ def test_a_frame_left_over_before_the_next_pickle_of_a_stream_is_unsafe():
     assert alone.verdict is not Verdict.UNSAFE
 
 
+def test_a_stream_malformed_before_its_stop_leaves_no_frame_to_judge():
+    # TUPLE2 across a MARK: malformed for the verdict, though within bounds, before the STOP
+    # that leaves a byte of the frame unread. The verdict stops at the damage, as pickle.load
+    # does, so it never sees that STOP: needs-trust, not a hidden pickle (#47).
+    first = b"\x80\x04" + frame(8) + b"N(N\x860.K"
+    rest = b"\x80\x02K\x02."
+    found = assess_stream(first + rest, "s")
+    assert found.verdict is Verdict.NEEDS_TRUST
+    assert any("malformed" in p.message for p in found.problems)
+    assert not any("bytes left after the pickle's STOP" in p.message for p in found.problems)
+
+
 # --- nested archives -------------------------------------------------------------------------
 
 

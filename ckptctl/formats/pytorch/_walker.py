@@ -363,9 +363,14 @@ class PickleWalker:
         raise _Fatal("no STOP opcode before the end of the data", "no STOP opcode", cut=True)
 
     def _stop(self, pos: int, fend: int) -> None:
-        """STOP (known to torch's weights-only unpickler), ``pos`` just past it."""
-        self.judge.frame_left = fend if fend != _NO_FRAME and pos < fend else None
-        self.frame_left = self.judge.frame_left
+        """STOP (known to torch's weights-only unpickler), ``pos`` just past it.
+
+        Where the frame ends is the verdict's: a stream it found malformed before its STOP has
+        none (and ``_BLIND``, shared by every walk, is never written to).
+        """
+        if self.judge is not _BLIND:
+            left = fend if fend != _NO_FRAME and pos < fend else None
+            self.frame_left = self.judge.frame_left = left
         self.end = self.base + pos if self.error is None else None
 
     def _cut_binput(self, here: int) -> None:
