@@ -92,6 +92,7 @@ def walk_pickle(
     budget_stops: bool = True,
 ) -> PickleWalker:
     """Walk the pickle at ``data[start]`` (see :class:`PickleWalker`; ``budget`` None: none)."""
+    start = min(start, len(data))  # (past the end: no STOP at the end of the data)
     chunk = data[start:] if start else data
     walker = PickleWalker(
         chunk,
