@@ -310,6 +310,12 @@ def test_scan_messages(body: bytes, at: int, why: str, cut: bool) -> None:
     assert_error(scan_error(shifted, 3), 5 + at, why, cut=cut)
 
 
+def test_a_start_past_the_end_finds_no_stop_at_the_end() -> None:
+    data = PROTO2 + b"N."
+    for start in (len(data), len(data) + 1, len(data) + 100):
+        assert_error(scan_error(data, start), len(data), "no STOP", cut=True)
+
+
 def test_the_scan_accepts_what_the_error_cases_miss_by_one() -> None:
     binary = [
         b"K\x01.", b"G" + bytes(8) + b".", b"U\x00.", b"X" + u32(0) + b".", b"U\x03abc.",
