@@ -3,10 +3,10 @@
 Times, for one ``.pt`` written by torch.save (a zip whose ``data.pkl`` is the pickle):
 
 * start-up: the whole ``ckptctl ls --json`` process for a 1-tensor ``.pt``;
-* the bounds pass (``_scan.scan_pickle``): the C unpickler trusts memo indices (a
+* the bounds pass (``_walker.scan_pickle``): the C unpickler trusts memo indices (a
   ``LONG_BINPUT`` sizes the memo), declared lengths and nesting, so hostile bytes must be walked
   once in Python before it sees them; this pass is already one tight opcode loop;
-* the safety walk (``_safety.assess_pickle``): the allowlist verdict, judged before unpickling;
+* the safety walk (``_verdict.assess_pickle``): the allowlist verdict, judged before unpickling;
 * the C unpickler alone, with callbacks that do nothing but return their arguments;
 * ``json.dumps`` of the report ckptctl prints for the file.
 
@@ -32,8 +32,8 @@ from pathlib import Path
 
 from bench import child_env, timings
 
-from ckptctl.formats.pytorch._safety import assess_pickle
-from ckptctl.formats.pytorch._scan import scan_pickle
+from ckptctl.formats.pytorch._verdict import assess_pickle
+from ckptctl.formats.pytorch._walker import scan_pickle
 
 
 def _data_pkl(path: Path) -> bytes:

@@ -225,6 +225,7 @@ BYTE_SOURCE_MEMBERS = {
     "fileno": "os.pread/os.preadv/os.read on any descriptor of the file are recorded; mmap.mmap "
     "is guarded",
     "check_range": "reads nothing",
+    "check_still_holds": "reads nothing: one fstat of the file's size",
     "close": "reads nothing",
     "is_remote": "a class constant (False), reads nothing",
     "fetch_all": "reads nothing for a local file (a remote source downloads itself)",

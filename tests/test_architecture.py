@@ -355,17 +355,6 @@ def test_architecture_md_maps_every_ops_and_pytorch_module() -> None:
 #: their numbered sections: the code cites ``docs/formats/<page>.md#<anchor>`` instead.
 STALE_CITATION = re.compile(r"shared/spec|\bspec,? (?:§|sections? \d)")
 
-#: TODO(#47): rewritten in branch walk -- delete this set when that branch lands.
-#: (#47: rewritten in branch walk)
-NOT_YET_REPOINTED = frozenset(
-    {
-        "formats/pytorch/_scan.py",
-        "formats/pytorch/_safety.py",
-        "formats/pytorch/_unpickler.py",
-        "formats/pytorch/_containers.py",
-    }
-)
-
 #: A page of this repository's docs, and optionally a heading in it, as the code cites them (not
 #: another repository's ``https://.../docs/x.md``).
 DOCS_CITATION = re.compile(r"(?<![\w/.-])docs/[\w./-]+\.md(?:#[\w-]+)?")
@@ -415,12 +404,10 @@ def test_no_module_cites_the_research_notes() -> None:
     stale = [
         f"{path.relative_to(PACKAGE).as_posix()}:{n}: {line.strip()}"
         for path in sorted(PACKAGE.rglob("*.py"))
-        if path.relative_to(PACKAGE).as_posix() not in NOT_YET_REPOINTED
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if STALE_CITATION.search(line)
     ]
     assert not stale, "citations of the research notes:\n" + "\n".join(stale)
-    assert all((PACKAGE / p).exists() for p in NOT_YET_REPOINTED)  # delete it once they are gone
 
 
 def test_docs_pages_and_anchors_the_code_cites_exist() -> None:

@@ -289,7 +289,7 @@ def test_dense_stored_pickles_are_within_the_budget() -> None:
     # pickle gets 128 per byte of its file, so dense real pickles (30 to 46 per byte) pass.
     import pickle
 
-    from ckptctl.formats.pytorch._scan import scan_pickle
+    from ckptctl.formats.pytorch._walker import scan_pickle
 
     state = {
         i: {"step": i, "lr": 0.1 * i, "name": f"p{i}", "ids": (i, i + 1)} for i in range(2**18)

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from ckptctl.formats.pytorch import _safety
-from ckptctl.formats.pytorch._safety import assess_pickle, assess_stream
+from ckptctl.formats.pytorch import _safety, _verdict
+from ckptctl.formats.pytorch._verdict import assess_pickle, assess_stream
 from ckptctl.safety import Verdict
 from tests.conftest import HOSTILE, load_module
 from tests.formats.test_pytorch_reader import frame
@@ -220,6 +220,18 @@ def test_a_frame_left_over_before_the_next_pickle_of_a_stream_is_unsafe():
     assert alone.verdict is not Verdict.UNSAFE
 
 
+def test_a_stream_malformed_before_its_stop_leaves_no_frame_to_judge():
+    # TUPLE2 across a MARK: malformed for the verdict, though within bounds, before the STOP
+    # that leaves a byte of the frame unread. The verdict stops at the damage, as pickle.load
+    # does, so it never sees that STOP: needs-trust, not a hidden pickle (#47).
+    first = b"\x80\x04" + frame(8) + b"N(N\x860.K"
+    rest = b"\x80\x02K\x02."
+    found = assess_stream(first + rest, "s")
+    assert found.verdict is Verdict.NEEDS_TRUST
+    assert any("malformed" in p.message for p in found.problems)
+    assert not any("bytes left after the pickle's STOP" in p.message for p in found.problems)
+
+
 # --- nested archives -------------------------------------------------------------------------
 
 
@@ -265,7 +277,7 @@ def test_a_nested_torchscript_archive_needs_trust():
 
 def test_nested_zips_are_bounded(monkeypatch):
     blob = archive({"archive/data.pkl": b"\x80\x02}."})
-    monkeypatch.setattr(_safety, "MAX_NESTED_RECORD_BYTES", 2)
+    monkeypatch.setattr(_verdict, "MAX_NESTED_RECORD_BYTES", 2)
     found = assess_pickle(nested(blob), "d")
     assert found.verdict is Verdict.UNSAFE
     assert any("too large to judge" in p.message for p in found.problems)

@@ -30,9 +30,9 @@ from ckptctl.formats import open_checkpoint
 from ckptctl.formats.pytorch import _containers
 from ckptctl.formats.pytorch._containers import Parsed
 from ckptctl.formats.pytorch._read import _is_legacy
-from ckptctl.formats.pytorch._safety import Ledger
 from ckptctl.formats.pytorch._scan import PickleBudgetError, PickleTruncatedError
 from ckptctl.formats.pytorch._unpickler import StorageRef, Stub, TensorRef
+from ckptctl.formats.pytorch._verdict import Ledger
 from ckptctl.safety import Problem, Verdict
 from ckptctl.sources import ByteSource
 from tests.formats.test_pytorch_reader import f32, frame, glob, lit, pkl, tensor_v2

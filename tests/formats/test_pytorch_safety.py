@@ -20,8 +20,8 @@ import pytest
 from ckptctl.errors import CkptError, CorruptCheckpointError, UnsafePickleError
 from ckptctl.formats import open_checkpoint
 from ckptctl.formats.pytorch._allowlist import WEIGHTS_ONLY_GLOBALS, classify
-from ckptctl.formats.pytorch._safety import assess_pickle
 from ckptctl.formats.pytorch._unpickler import _rebuild_tensor_v2, load_pickle
+from ckptctl.formats.pytorch._verdict import assess_pickle
 from ckptctl.safety import PickleSafety, Verdict, carried_safety
 
 # --- opcode helpers ---------------------------------------------------------------------------

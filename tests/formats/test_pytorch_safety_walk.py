@@ -29,13 +29,8 @@ import pytest
 from ckptctl.errors import ExitCode, UnsafePickleError
 from ckptctl.formats.pytorch import _safety
 from ckptctl.formats.pytorch._allowlist import WEIGHTS_ONLY_OPCODES, classify
-from ckptctl.formats.pytorch._safety import (
-    MAX_NESTED_STREAMS,
-    Ledger,
-    assess_pickle,
-    assess_stream,
-    first_unsafe,
-)
+from ckptctl.formats.pytorch._safety import MAX_NESTED_STREAMS, first_unsafe
+from ckptctl.formats.pytorch._verdict import Ledger, assess_pickle, assess_stream
 from ckptctl.safety import GlobalUse, PickleSafety, Problem, Verdict
 
 SAFE, TRUST, UNSAFE = Verdict.SAFE, Verdict.NEEDS_TRUST, Verdict.UNSAFE

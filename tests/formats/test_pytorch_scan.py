@@ -65,11 +65,8 @@ import pytest
 
 from ckptctl.errors import CorruptCheckpointError, ExitCode
 from ckptctl.formats.pytorch import _scan
-from ckptctl.formats.pytorch._scan import (
-    MAX_PICKLE_DEPTH,
-    PickleTruncatedError,
-    scan_pickle,
-)
+from ckptctl.formats.pytorch._scan import MAX_PICKLE_DEPTH, PickleTruncatedError
+from ckptctl.formats.pytorch._walker import scan_pickle
 from tests import conftest
 
 WHERE = "data.pkl"
@@ -308,6 +305,12 @@ def test_scan_messages(body: bytes, at: int, why: str, cut: bool) -> None:
     # The same stream later in a buffer: positions are absolute.
     shifted = b"..." + data
     assert_error(scan_error(shifted, 3), 5 + at, why, cut=cut)
+
+
+def test_a_start_past_the_end_finds_no_stop_at_the_end() -> None:
+    data = PROTO2 + b"N."
+    for start in (len(data), len(data) + 1, len(data) + 100):
+        assert_error(scan_error(data, start), len(data), "no STOP", cut=True)
 
 
 def test_the_scan_accepts_what_the_error_cases_miss_by_one() -> None:

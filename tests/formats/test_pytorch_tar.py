@@ -31,9 +31,9 @@ from ckptctl.formats.pytorch._containers import (
     ViewReader,
     read_tar,
 )
-from ckptctl.formats.pytorch._safety import Ledger
 from ckptctl.formats.pytorch._scan import PickleTruncatedError
 from ckptctl.formats.pytorch._unpickler import MAX_RANK, StorageRef, Stub, TensorRef
+from ckptctl.formats.pytorch._verdict import Ledger
 from ckptctl.safety import Verdict
 from ckptctl.sources import ByteSource
 from tests.formats.test_pytorch_reader import f32, glob, lit, pkl, tensor_v2

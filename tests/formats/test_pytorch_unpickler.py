@@ -56,7 +56,6 @@ from ckptctl.errors import (
 )
 from ckptctl.formats import open_checkpoint
 from ckptctl.formats.pytorch import _unpickler
-from ckptctl.formats.pytorch._safety import Ledger
 from ckptctl.formats.pytorch._scan import PickleTruncatedError
 from ckptctl.formats.pytorch._unpickler import (
     MAX_RANK,
@@ -68,6 +67,7 @@ from ckptctl.formats.pytorch._unpickler import (
     TorchDType,
     load_pickle,
 )
+from ckptctl.formats.pytorch._verdict import Ledger
 from tests.conftest import VALID
 from tests.formats.test_pytorch_safety_walk import Says
 

@@ -369,8 +369,8 @@ def read_metadata(source: ByteSource) -> DcpMetadata:
         CorruptCheckpointError: not the metadata of a DCP checkpoint, or inconsistent.
         UnsupportedError: a tensor of a dtype ckptctl has no name for.
     """
-    from ckptctl.formats.pytorch._safety import Ledger
     from ckptctl.formats.pytorch._unpickler import load_pickle
+    from ckptctl.formats.pytorch._verdict import Ledger
 
     if source.size > MAX_METADATA_BYTES:
         raise metadata_error(f"{source.size} bytes, more than the limit of {MAX_METADATA_BYTES}")

@@ -198,8 +198,8 @@ def _judge(chunk: LazyChunk) -> None:
 def _value(opened: _Opened, value: ValueMeta) -> object:
     """A non-tensor value, as plain data for the objects table (``<qualname>`` otherwise)."""
     from ckptctl.formats.pytorch._containers import read_zip
-    from ckptctl.formats.pytorch._safety import Ledger
     from ckptctl.formats.pytorch._structure import plain_value
+    from ckptctl.formats.pytorch._verdict import Ledger
 
     what = f"value {value.name!r}"
     if value.item.transforms and zstd_module() is None:  # listed without it; verify fails

@@ -78,8 +78,8 @@ def open_pytorch_tree(source: ByteSource) -> tuple[Checkpoint, object]:
     Raises:
         UnsafePickleError, CorruptCheckpointError, UnsupportedError: as :func:`open_pytorch`.
     """
-    from ckptctl.formats.pytorch._safety import Ledger
     from ckptctl.formats.pytorch._structure import analyse, make_entries
+    from ckptctl.formats.pytorch._verdict import Ledger
 
     ledger = Ledger()
     try:

@@ -1,10 +1,10 @@
 """The four physical containers of a PyTorch checkpoint: ZIP, legacy stream, TAR, plain pickle.
 
 Each reader unpickles the object tree with the restricted unpickler and maps every storage key
-to a :class:`StorageBytes` (where its bytes are, read lazily). See the spec, sections 2 (ZIP),
-6 (legacy stream), 7 (TAR) and 8 (plain pickle). Stored ZIP records and legacy/TAR storages are
-addressed by absolute file offset (zero-copy); compressed ZIP records are decompressed on first
-load, with the size checked against the persistent id.
+to a :class:`StorageBytes` (where its bytes are, read lazily). See ``docs/formats/pytorch.md``,
+#zip-container, #legacy-stream, #tar and #plain-pickles. Stored ZIP records and legacy/TAR
+storages are addressed by absolute file offset (zero-copy); compressed ZIP records are
+decompressed on first load, with the size checked against the persistent id.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from ckptctl.errors import CkptError, CorruptCheckpointError, UnknownFormatError, UnsupportedError
-from ckptctl.formats.pytorch._safety import Ledger
 from ckptctl.formats.pytorch._scan import (
     COMPRESSED_PICKLE_BUDGET_PER_FILE_BYTE,
     MIN_PICKLE_BUDGET_BYTES,
@@ -41,6 +40,7 @@ from ckptctl.formats.pytorch._unpickler import (
     _rebuild_tensor_v2,
     load_pickle,
 )
+from ckptctl.formats.pytorch._verdict import Ledger
 from ckptctl.formats.pytorch._zipdir import (
     ZipRecord,
     ZipRecords,
@@ -63,7 +63,7 @@ MAX_CODE_BYTES = 16 << 20
 MAX_TAR_MEMBERS = 16
 MAX_STORAGES = 10_000_000
 
-# Element size of every torch dtype a storage can hold (spec section 4).
+# Element size of every torch dtype a storage can hold (docs/formats/pytorch.md#dtypes).
 TORCH_ITEMSIZE = {
     "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
     "int16": 2, "int8": 1, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1,
@@ -365,9 +365,10 @@ def _note_differences(view: _ZipView, ledger: Ledger, twins: list[int]) -> None:
 
 
 def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
-    """Read a ``torch.save`` or ``torch.jit.save`` ZIP archive (spec sections 2 and 10).
+    """Read a ``torch.save`` or ``torch.jit.save`` ZIP archive.
 
-    Records are resolved as torch 2.13 resolves them (``_torchzip.py``).
+    Records are resolved as torch 2.13 resolves them (``_torchzip.py``). See
+    ``docs/formats/pytorch.md#zip-container``.
     """
     parsed = Parsed("pytorch-zip", None, ledger=ledger or Ledger())
     view = _open_zip_view(source, parsed.ledger)
@@ -380,76 +381,51 @@ def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
         parsed.format = "torchscript"
     if not prefix:
         parsed.notes.append("data.pkl is at the archive root (torch itself would refuse this)")
+    _read_text_records(view, parsed)
+    data = _main_pickle(source, view)
+    if script:
+        parsed.ledger.note(
+            "a TorchScript archive: torch.load(weights_only=True) refuses it, and "
+            "torch.jit.load runs the archive's code",
+            Verdict.NEEDS_TRUST,
+            "the archive",
+        )
+    storages = _ZipStorages(source, view, parsed)
+    parsed.root, _ = load_pickle(
+        data,
+        "data.pkl",
+        storages.persistent_load,
+        seen_globals=parsed.globals,
+        ledger=parsed.ledger,
+        file_bytes=source.size,
+        compressed=not records.is_stored(view.main),
+    )
+    storages.note(parsed)
+    parsed.zip_prefix = prefix
+    parsed.main_record = view.main.header_offset
+    _judge_other_pickles(records, view.main, parsed.ledger)
+    if script:
+        parsed.script_members = _script_members(records, prefix)
+    return parsed
+
+
+def _read_text_records(view: _ZipView, parsed: Parsed) -> None:
+    """The ``byteorder`` and ``version`` records, into ``parsed.metadata``."""
     for name in ("byteorder", "version", ".data/version"):
         info = view.lookup(name)
         if info is not None:
-            text = records.read(info, MAX_TEXT_RECORD_BYTES).decode("ascii", "replace").strip()
-            parsed.metadata[name.lstrip(".").replace("data/", "")] = text
+            raw = view.records.read(info, MAX_TEXT_RECORD_BYTES)
+            parsed.metadata[name.lstrip(".").replace("data/", "")] = raw.decode(
+                "ascii", "replace"
+            ).strip()
     parsed.byteorder = parsed.metadata.get("byteorder", "little")
     if parsed.byteorder not in ("little", "big"):
         raise CorruptCheckpointError(f"unknown byteorder record {parsed.byteorder!r}")
-    refs: dict[object, StorageRef] = {}
-    seen_compressed: list[str] = []
-    storage_differs: list[str] = []
-    refused: list[str] = []
 
-    def persistent_load(pid: object) -> object:
-        if not isinstance(pid, tuple) or len(pid) != 5 or pid[0] != "storage":
-            raise _bad_persistent_id(pid, "data.pkl")
-        _, stype, key, location, numel = pid
-        if not isinstance(stype, StorageType) or type(key) not in (str, int):
-            raise CorruptCheckpointError("malformed storage persistent id in data.pkl")
-        skey = str(key)  # torch: f"data/{key}"
-        if type(numel) is not int or numel < 0 or len(skey) > 64:
-            raise CorruptCheckpointError(f"malformed storage {skey!r} in data.pkl")
-        ref = refs.get(key)
-        if ref is not None:
-            if ref.stype.dtype != stype.dtype:
-                raise CorruptCheckpointError(f"storage {skey!r} is used with two different types")
-            return ref
-        record = "data/" + skey
-        if view.torch is not None:
-            index = view.torch.lookup(record)
-            info = None if index is None else view.torch.record(index)
-        else:
-            index, info = None, view.lookup(record)
-        if info is None:
-            raise CorruptCheckpointError(
-                f"storage record {prefix + record!r} is missing from the archive"
-            )
-        nbytes = numel * _element_size(stype)
-        if info.file_size != nbytes:
-            message = (
-                f"storage record {info.name!r} has {info.file_size} bytes, the pickle says {nbytes}"
-            )
-            _torch_refuses(parsed.ledger, message, "data.pkl", "record size does not match")
-            raise CorruptCheckpointError(message)
-        if view.torch is not None and index is not None:
-            why = unreadable_reason(source, view.torch, index, local=False)
-            if why is not None:
-                refused.append(f"its storage record {info.name!r} {why}")
-            others = [*map(view.torch.record, view.torch.twins(index)), *view.exact(record)]
-            if any(o is not info and not _same_bytes(view, info, o) for o in others):
-                storage_differs.append(info.name)
-        if records.is_stored(info) and source.is_remote:
-            # Each local header would cost a request: find it when the bytes are loaded.
-            parsed.storages[skey] = StorageBytes(nbytes, None, _deferred_loader(records, info))
-        elif records.is_stored(info):
-            offset = records.data_offset(info)
-            parsed.storages[skey] = StorageBytes(
-                nbytes, offset, _file_loader(source, offset, nbytes)
-            )
-        else:
-            records.data_offset(info)
-            seen_compressed.append(info.name)
-            parsed.storages[skey] = StorageBytes(
-                nbytes, None, cache(lambda i=info, n=nbytes: records.decompress(i, n)), "compressed"
-            )
-        parsed.storage_records[info.header_offset] = skey
-        ref = refs[key] = StorageRef(skey, stype, numel, location=str(location))
-        return ref
 
-    info = view.main
+def _main_pickle(source: ByteSource, view: _ZipView) -> bytes:
+    """The bytes of data.pkl; a compressed one larger than its budget is refused uninflated."""
+    records, info = view.records, view.main
     cap = min(MAX_PICKLE_BYTES, pickle_budget(source.size, compressed=True))
     if info.file_size > cap and not records.is_stored(info):
         # A longer pickle would be over its memory budget anyway: refuse it before inflating.
@@ -459,43 +435,105 @@ def read_zip(source: ByteSource, ledger: Ledger | None = None) -> Parsed:
             f"{COMPRESSED_PICKLE_BUDGET_PER_FILE_BYTE} x the file's size) bytes when compressed)",
             hint="torch.save never compresses data.pkl: the file is crafted (a zip bomb?)",
         )
-    data = records.read(info, MAX_PICKLE_BYTES)
-    if script:
-        parsed.ledger.note(
-            "a TorchScript archive: torch.load(weights_only=True) refuses it, and "
-            "torch.jit.load runs the archive's code",
-            Verdict.NEEDS_TRUST,
-            "the archive",
-        )
-    parsed.root, _ = load_pickle(
-        data,
-        "data.pkl",
-        persistent_load,
-        seen_globals=parsed.globals,
-        ledger=parsed.ledger,
-        file_bytes=source.size,
-        compressed=not records.is_stored(info),
-    )
-    if refused:
-        parsed.ledger.torch_refuses_file(refused[0], "the archive")
-    if storage_differs:
-        parsed.ledger.note(
-            f"two readers see different bytes for {', '.join(storage_differs[:3])}: torch reads "
-            "another record than a zipfile-style reader",
-            Verdict.UNSAFE,
-            "the archive",
-        )
-    parsed.zip_prefix = prefix
-    parsed.main_record = view.main.header_offset
-    _judge_other_pickles(records, view.main, parsed.ledger)
-    if seen_compressed:
-        parsed.notes.append(
-            f"{len(seen_compressed)} storage record(s) are compressed: they are decompressed "
-            "into memory on load (torch.load(mmap=True) would return garbage for them)"
-        )
-    if script:
-        parsed.script_members = _script_members(records, prefix)
-    return parsed
+    return records.read(info, MAX_PICKLE_BYTES)
+
+
+class _ZipStorages:
+    """data.pkl's storages: each persistent id resolved to its ``data/<key>`` record."""
+
+    def __init__(self, source: ByteSource, view: _ZipView, parsed: Parsed) -> None:
+        self.source = source
+        self.view = view
+        self.parsed = parsed
+        self.refs: dict[object, StorageRef] = {}
+        self.seen_compressed: list[str] = []
+        self.storage_differs: list[str] = []
+        self.refused: list[str] = []
+
+    def persistent_load(self, pid: object) -> object:
+        if not isinstance(pid, tuple) or len(pid) != 5 or pid[0] != "storage":
+            raise _bad_persistent_id(pid, "data.pkl")
+        _, stype, key, location, numel = pid
+        if not isinstance(stype, StorageType) or type(key) not in (str, int):
+            raise CorruptCheckpointError("malformed storage persistent id in data.pkl")
+        skey = str(key)  # torch: f"data/{key}"
+        if type(numel) is not int or numel < 0 or len(skey) > 64:
+            raise CorruptCheckpointError(f"malformed storage {skey!r} in data.pkl")
+        ref = self.refs.get(key)
+        if ref is not None:
+            if ref.stype.dtype != stype.dtype:
+                raise CorruptCheckpointError(f"storage {skey!r} is used with two different types")
+            return ref
+        self._add(skey, numel, stype)
+        ref = self.refs[key] = StorageRef(skey, stype, numel, location=str(location))
+        return ref
+
+    def _record(self, record: str) -> tuple[int | None, ZipRecord]:
+        """The record torch reads for ``data/<key>`` (and its index in torch's view)."""
+        view = self.view
+        if view.torch is not None:
+            index = view.torch.lookup(record)
+            info = None if index is None else view.torch.record(index)
+        else:
+            index, info = None, view.lookup(record)
+        if info is None:
+            raise CorruptCheckpointError(
+                f"storage record {view.prefix + record!r} is missing from the archive"
+            )
+        return index, info
+
+    def _add(self, skey: str, numel: int, stype: StorageType) -> None:
+        """Check the storage's record and say where its bytes are."""
+        view, records, parsed = self.view, self.view.records, self.parsed
+        record = "data/" + skey
+        index, info = self._record(record)
+        nbytes = numel * _element_size(stype)
+        if info.file_size != nbytes:
+            message = (
+                f"storage record {info.name!r} has {info.file_size} bytes, the pickle says {nbytes}"
+            )
+            _torch_refuses(parsed.ledger, message, "data.pkl", "record size does not match")
+            raise CorruptCheckpointError(message)
+        if view.torch is not None and index is not None:
+            why = unreadable_reason(self.source, view.torch, index, local=False)
+            if why is not None:
+                self.refused.append(f"its storage record {info.name!r} {why}")
+            others = [*map(view.torch.record, view.torch.twins(index)), *view.exact(record)]
+            if any(o is not info and not _same_bytes(view, info, o) for o in others):
+                self.storage_differs.append(info.name)
+        if records.is_stored(info) and self.source.is_remote:
+            # Each local header would cost a request: find it when the bytes are loaded.
+            parsed.storages[skey] = StorageBytes(nbytes, None, _deferred_loader(records, info))
+        elif records.is_stored(info):
+            offset = records.data_offset(info)
+            parsed.storages[skey] = StorageBytes(
+                nbytes, offset, _file_loader(self.source, offset, nbytes)
+            )
+        else:
+            records.data_offset(info)
+            self.seen_compressed.append(info.name)
+            parsed.storages[skey] = StorageBytes(
+                nbytes, None, cache(lambda i=info, n=nbytes: records.decompress(i, n)), "compressed"
+            )
+        parsed.storage_records[info.header_offset] = skey
+
+    def note(self, parsed: Parsed) -> None:
+        """What the storages tell once data.pkl is read: the verdict's and the notes' part."""
+        if self.refused:
+            parsed.ledger.torch_refuses_file(self.refused[0], "the archive")
+        if self.storage_differs:
+            parsed.ledger.note(
+                f"two readers see different bytes for {', '.join(self.storage_differs[:3])}: "
+                "torch reads another record than a zipfile-style reader",
+                Verdict.UNSAFE,
+                "the archive",
+            )
+        if self.seen_compressed:
+            parsed.notes.append(
+                f"{len(self.seen_compressed)} storage record(s) are compressed: they are "
+                "decompressed into memory on load (torch.load(mmap=True) would return garbage "
+                "for them)"
+            )
 
 
 #: Largest extra ``.pkl`` record judged (bigger ones are reported without a verdict).

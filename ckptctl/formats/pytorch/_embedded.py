@@ -9,7 +9,7 @@ A file no reader accepts can still run code under a plain loader:
   ``DATA.PKL``): a script that unzips and unpickles every record runs it.
 
 :func:`embedded_pickles` finds every such pickle and judges it with the same symbolic walk as a
-checkpoint's (``_safety.assess_pickle``); nothing is unpickled. A zip record counts as a pickle
+checkpoint's (``_verdict.assess_pickle``); nothing is unpickled. A zip record counts as a pickle
 when it starts with a ``PROTO`` opcode (protocol 2 and later), or is exactly one well-formed
 protocol 0/1 pickle to its ``STOP`` (the bounds scan of ``_scan.py``), so text files, images
 and the like are not judged as pickles.
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 
 from ckptctl.errors import CkptError
 from ckptctl.formats.pytorch._read import TEXT_PICKLE_STARTS
-from ckptctl.formats.pytorch._safety import MAX_NESTED_RECORD_BYTES, assess_pickle
-from ckptctl.formats.pytorch._scan import scan_pickle
+from ckptctl.formats.pytorch._verdict import MAX_NESTED_RECORD_BYTES, assess_pickle
+from ckptctl.formats.pytorch._walker import scan_pickle
 from ckptctl.formats.pytorch._zipdir import ZipRecords, inflate
 from ckptctl.safety import PickleSafety, Problem, Verdict
 

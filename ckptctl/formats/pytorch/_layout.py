@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from ckptctl.errors import CorruptCheckpointError
 from ckptctl.formats._base import tile_regions
-from ckptctl.formats.pytorch._scan import PickleTruncatedError, scan_pickle
+from ckptctl.formats.pytorch._scan import PickleTruncatedError
 from ckptctl.formats.pytorch._unpickler import MAX_PICKLE_BYTES
+from ckptctl.formats.pytorch._walker import scan_pickle
 from ckptctl.model import HeaderLayout, Region, RegionKind
 
 if TYPE_CHECKING:

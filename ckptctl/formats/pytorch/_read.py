@@ -8,7 +8,7 @@ from ckptctl.errors import CkptError, CorruptCheckpointError
 
 if TYPE_CHECKING:
     from ckptctl.formats.pytorch._containers import Parsed
-    from ckptctl.formats.pytorch._safety import Ledger
+    from ckptctl.formats.pytorch._verdict import Ledger
     from ckptctl.sources import ByteSource
 
 
@@ -60,7 +60,8 @@ def _container(head: bytes, source: ByteSource) -> str | None:
         return None if head[8:10] == b'{"' else "pickle"
     if head[:1] and head[0] in TEXT_PICKLE_STARTS and head[8:10] != b'{"' and source.size > 2:
         # Protocol 0/1 pickle (no PROTO opcode): its opcodes must scan up to a STOP.
-        from ckptctl.formats.pytorch._scan import PickleTruncatedError, scan_pickle
+        from ckptctl.formats.pytorch._scan import PickleTruncatedError
+        from ckptctl.formats.pytorch._walker import scan_pickle
 
         try:
             scan_pickle(source.read(0, min(source.size, _TEXT_SNIFF_BYTES)), 0, "the file")
@@ -115,7 +116,7 @@ def _read_tar_first(source: ByteSource, ledger: Ledger | None) -> Parsed:
     """A file ``tarfile`` opens is what torch reads as a TAR checkpoint, even if it is a
     legacy stream too: then two readers see different pickles (issue 25, family 4)."""
     from ckptctl.formats.pytorch import _containers
-    from ckptctl.formats.pytorch._safety import Ledger
+    from ckptctl.formats.pytorch._verdict import Ledger
     from ckptctl.safety import Verdict
 
     ledger = ledger or Ledger()

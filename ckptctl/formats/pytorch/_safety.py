@@ -10,8 +10,9 @@ allowed types, APPEND only on lists, SETITEM only on dicts), and to follow the n
 streams that ``torch.storage._load_from_bytes`` hands to an unrestricted ``torch.load``.
 
 The walk tolerates malformed streams: it stops at the first byte it cannot decode, keeping what
-it saw, because ``pickle.load`` runs every opcode before the bad one. Bounds for the C
-unpickler are checked separately (``_scan.py``).
+it saw, because ``pickle.load`` runs every opcode before the bad one. The opcodes are decoded
+by the one walk over a pickle (``_walker.py``), which checks the bounds for the C unpickler in
+the same pass; this module holds the verdict's rules. See ``docs/formats/pytorch.md#safety``.
 
 How each global is classified is ``_allowlist.py``'s business.
 """
@@ -22,7 +23,6 @@ import codecs
 import struct
 from typing import TYPE_CHECKING
 
-from ckptctl.errors import CkptError, UnsafePickleError
 from ckptctl.formats.pytorch._allowlist import (
     CALLS_ARGUMENT,
     LOAD_FROM_BYTES,
@@ -34,19 +34,21 @@ from ckptctl.formats.pytorch._allowlist import (
     canonical,
     classify,
 )
-from ckptctl.formats.pytorch._scan import scan_pickle
-from ckptctl.safety import TORCH_REFUSES, GlobalUse, PickleSafety, Problem, Verdict
+from ckptctl.safety import GlobalUse, PickleSafety, Problem, Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    #: ``(blob, where, reached, depth, budget) -> verdict`` of a nested ``_load_from_bytes``
+    Follow = Callable[[bytes, str, bool, int, list[int]], PickleSafety]
 
 #: Deepest chain of ``_load_from_bytes`` streams followed inside one another.
 MAX_NESTED_STREAMS = 4
 #: Most nested streams scanned in one pickle (a plain pickle has one per storage).
 MAX_STREAMS = 100_000
-#: Most bytes of nested zip records (decompressed) judged for one pickle, and for one record.
+#: Most bytes of nested zip records (decompressed) judged for one pickle (one record's:
+#: ``_verdict.MAX_NESTED_RECORD_BYTES``).
 MAX_NESTED_ZIP_BYTES = 256 << 20
-MAX_NESTED_RECORD_BYTES = 64 << 20
 #: Problems kept as they come before repeats of one message are dropped.
 MAX_REPEATED_PROBLEMS = 100
 
@@ -94,7 +96,6 @@ class _Dict:
 
 
 _LIST, _NONE, _OTHER = _Kind("list"), _Kind("None"), _Kind("value")
-_U32 = struct.Struct("<I")
 _DICT_TYPES = frozenset({"collections.OrderedDict", "collections.Counter"})
 
 _OPNAMES = {
@@ -109,15 +110,18 @@ _OPNAMES = {
 }  # fmt: skip
 
 
-class _Malformed(Exception):
-    """The walk cannot go on (truncated data, stack underflow); what was seen stands."""
-
-
 class _Walk:
     """One stream's symbolic walk; results in ``uses`` and ``problems``."""
 
-    def __init__(self, where: str, reached: bool, depth: int, budget: list[int]) -> None:
+    #: notes nothing (a malformed stream's judge after the damage: ``_walker._Blind``)
+    blind = False
+
+    def __init__(
+        self, where: str, reached: bool, depth: int, budget: list[int], follow: Follow
+    ) -> None:
         self.where = where
+        #: judges a stream handed to ``_load_from_bytes`` (``_verdict.follow``: it walks it)
+        self.follow = follow
         self.reached = reached
         self.depth = depth
         self.budget = budget  # shared count of nested streams left
@@ -232,65 +236,9 @@ class _Walk:
             )
 
 
-def assess_pickle(
-    data: bytes | memoryview,
-    where: str,
-    *,
-    reached: bool = True,
-    _depth: int = 0,
-    _budget: list[int] | None = None,
-) -> PickleSafety:
-    """The safety verdict of the pickle starting at ``data[0]`` (data after STOP is ignored).
-
-    Never raises: a stream that cannot be decoded to its end is judged on what precedes the
-    damage, plus a needs-trust problem saying where the walk stopped.
-
-    Args:
-        data: the pickle bytes.
-        where: the stream's name in messages (``data.pkl``).
-        reached: whether ``torch.load`` would read this stream.
-    """
-    return _assess(data, where, reached, _depth, _budget)[0]
-
-
-def _assess(
-    data: bytes | memoryview, where: str, reached: bool, depth: int, budget: list[int] | None
-) -> tuple[PickleSafety, int | None]:
-    """:func:`assess_pickle`, and where the frame ends when its STOP left bytes of it."""
-    walk = _Walk(where, reached, depth, _new_budget() if budget is None else budget)
-    try:
-        _run(bytes(data), walk)
-    except _Malformed as exc:
-        walk.problem(
-            f"the pickle is malformed ({exc}); judged on what precedes", Verdict.NEEDS_TRUST
-        )
-    except (ValueError, struct.error, IndexError) as exc:  # UnicodeDecodeError is a ValueError
-        walk.problem(
-            f"the pickle is malformed ({type(exc).__name__}); judged on what precedes",
-            Verdict.NEEDS_TRUST,
-        )
-    except RecursionError:  # pragma: no cover - the walk is iterative
-        walk.problem("the pickle nests too deeply to judge", Verdict.UNSAFE)
-    out = PickleSafety(tuple(walk.uses), tuple(walk.problems))
-    for nested in walk.nested:
-        out = out.merge(nested)
-    return out, walk.frame_left
-
-
 def _new_budget() -> list[int]:
     """Shared by every stream nested in one pickle: [streams left, nested zip bytes left]."""
     return [MAX_STREAMS, MAX_NESTED_ZIP_BYTES]
-
-
-def _line(data: bytes, pos: int) -> tuple[bytes, int]:
-    end = data.find(b"\n", pos)
-    if end < 0:
-        raise _Malformed(f"text argument without newline at byte {pos}")
-    return data[pos:end], end + 1
-
-
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "surrogatepass")
 
 
 def _quoted(raw: bytes) -> str | bytes:
@@ -299,405 +247,6 @@ def _quoted(raw: bytes) -> str | bytes:
         raw = raw[1:-1]
     value = codecs.escape_decode(raw)[0]
     return value.decode("latin-1")
-
-
-def _run(data: bytes, walk: _Walk) -> None:  # one dispatch loop
-    end = len(data)
-    stack: list[object] = []
-    marks: list[int] = []
-    memo: dict[int, object] = {}
-    push = stack.append
-    pos = 0
-    here = 0
-
-    def pop() -> object:
-        if not stack or (marks and len(stack) <= marks[-1]):
-            raise _Malformed(f"stack underflow at byte {here}")
-        return stack.pop()
-
-    def pop_mark() -> list[object]:
-        if not marks:
-            raise _Malformed(f"no MARK at byte {here}")
-        at = marks.pop()
-        items = stack[at:]
-        del stack[at:]
-        return items
-
-    def top() -> object:
-        if not stack:
-            raise _Malformed(f"stack underflow at byte {here}")
-        return stack[-1]
-
-    def need(at: int, n: int) -> int:
-        if at + n > end:
-            raise _Malformed(f"truncated at byte {here}")
-        return at + n
-
-    def handlers() -> list[Callable[[int], int] | None]:
-        # (A function of its own, so that ``_run``'s code stays short: tracemalloc looks up the
-        # line of every allocation by scanning the code object's line table from its start.)
-        # The general path: one handler per opcode, given the offset after the opcode byte and
-        # returning the offset of the next opcode (a table, so that no opcode costs a long if-chain:
-        # a 2 MB pickle of any one opcode is judged in about a second, issue 25).
-        def counted(fmt: str, value: Callable[[bytes], object] | None) -> Callable[[int], int]:
-            """A length-prefixed argument: ``value(its bytes)`` is pushed (None: skipped, an
-            opaque value pushed)."""
-            unpack = struct.Struct(fmt).unpack_from
-            width = struct.calcsize(fmt)
-
-            def handler(at: int) -> int:
-                n: int = unpack(data, need(at, width) - width)[0]
-                at += width
-                if n < 0:
-                    raise _Malformed(f"negative length at byte {here}")
-                end = need(at, n)
-                push(_OTHER if value is None else value(data[at:end]))
-                return end
-
-            return handler
-
-        def python2_str(code: int) -> Callable[[bytes], object]:
-            return lambda raw: _python2_str(raw, code, here, walk)
-
-        def fixed(size: int, value: object = None) -> Callable[[int], int]:
-            def handler(at: int) -> int:
-                at = need(at, size)
-                if value is not None:
-                    push(value)
-                return at
-
-            return handler
-
-        def pushes(value: object) -> Callable[[int], int]:
-            def handler(at: int) -> int:
-                push(value)
-                return at
-
-            return handler
-
-        def empty_dict(at: int) -> int:
-            push(_Dict())
-            return at
-
-        def memo_index(raw: bytes) -> int:
-            try:
-                return int(raw)
-            except ValueError:
-                raise _Malformed(f"bad memo index at byte {here}") from None
-
-        def binput(at: int) -> int:
-            memo[data[need(at, 1) - 1]] = top()
-            return at + 1
-
-        def long_binget(at: int) -> int:
-            push(memo.get(u32(data, need(at, 4) - 4)[0], _OTHER))
-            return at + 4
-
-        def memoize(at: int) -> int:
-            memo[len(memo)] = top()
-            return at
-
-        def put(at: int) -> int:
-            raw, at = _line(data, at)
-            index = memo_index(raw)
-            memo[index] = top()
-            return at
-
-        def get(at: int) -> int:
-            raw, at = _line(data, at)
-            push(memo.get(memo_index(raw), _OTHER))
-            return at
-
-        def tuple_n(n: int) -> Callable[[int], int]:
-            def handler(at: int) -> int:
-                items = [pop() for _ in range(n)][::-1]
-                push(tuple(items))
-                return at
-
-            return handler
-
-        def list_(at: int) -> int:
-            pop_mark()
-            push(_LIST)
-            return at
-
-        def dict_(at: int) -> int:
-            push(_Dict(bool(pop_mark())))
-            return at
-
-        def frozenset_(at: int) -> int:
-            pop_mark()
-            push(_OTHER)
-            return at
-
-        def append(at: int) -> int:
-            if len(stack) < 2 or (marks and len(stack) <= marks[-1]):
-                raise _Malformed(f"stack underflow at byte {here}")
-            stack.pop()
-            target = stack[-1]
-            if target is not _LIST and not _untrusted_call(target):
-                walk.problem("APPEND to something that is not a list", Verdict.NEEDS_TRUST)
-            return at
-
-        def appends(at: int) -> int:
-            if not marks:
-                raise _Malformed(f"no MARK at byte {here}")
-            del stack[marks.pop() :]
-            if not stack:
-                raise _Malformed(f"stack underflow at byte {here}")
-            target = stack[-1]
-            if target is not _LIST and not _untrusted_call(target):
-                walk.problem("APPEND to something that is not a list", Verdict.NEEDS_TRUST)
-            return at
-
-        def set_in(added: bool) -> None:
-            target = top()
-            if isinstance(target, _Dict):
-                target.filled = target.filled or added
-            elif not (
-                _untrusted_call(target)
-                or (isinstance(target, _Call) and target.name in _DICT_TYPES)
-            ):
-                walk.problem("SETITEM on something that is not a dict", Verdict.NEEDS_TRUST)
-
-        def setitem(at: int) -> int:
-            pop()
-            pop()
-            set_in(True)
-            return at
-
-        def setitems(at: int) -> int:
-            set_in(bool(pop_mark()))
-            return at
-
-        def additems(at: int) -> int:
-            pop_mark()
-            top()
-            return at
-
-        def build(at: int) -> int:
-            state = pop()
-            _build(top(), state, walk)
-            return at
-
-        def newobj(at: int) -> int:
-            pop()
-            cls = pop()
-            push(walk.called(cls, "NEWOBJ"))
-            return at
-
-        def newobj_ex(at: int) -> int:
-            pop()
-            pop()
-            cls = pop()
-            push(walk.called(cls, "NEWOBJ_EX"))
-            return at
-
-        def obj(at: int) -> int:
-            items = pop_mark()
-            if not items:
-                raise _Malformed(f"OBJ without a class at byte {here}")
-            push(walk.called(items[0], "OBJ"))
-            return at
-
-        def named_line(at: int) -> tuple[_Global | _Call | object, int]:
-            raw_module, at = _line(data, at)
-            raw_name, at = _line(data, at)
-            return walk.named(_text(raw_module), _text(raw_name)), at
-
-        def global_(at: int) -> int:
-            item, at = named_line(at)
-            push(item)
-            return at
-
-        def inst(at: int) -> int:
-            item, at = named_line(at)
-            pop_mark()
-            push(walk.called(item, "INST"))
-            return at
-
-        def stack_global(at: int) -> int:
-            name_item = pop()
-            module_item = pop()
-            if isinstance(module_item, str) and isinstance(name_item, str):
-                push(walk.named(module_item, name_item))
-            else:
-                walk.problem(
-                    "STACK_GLOBAL with a module or name computed by the pickle", Verdict.UNSAFE
-                )
-                push(_OTHER)
-            return at
-
-        def ext(fmt: str) -> Callable[[int], int]:
-            unpack = struct.Struct(fmt).unpack_from
-            width = struct.calcsize(fmt)
-
-            def handler(at: int) -> int:
-                (code,) = unpack(data, need(at, width) - width)
-                push(walk.extension(code))
-                return at + width
-
-            return handler
-
-        def text_line(at: int) -> int:  # PERSID INT LONG FLOAT
-            _, at = _line(data, at)
-            push(_OTHER)
-            return at
-
-        def unicode(at: int) -> int:
-            raw, at = _line(data, at)
-            push(raw.decode("raw-unicode-escape"))
-            return at
-
-        def string(at: int) -> int:
-            raw, at = _line(data, at)
-            try:
-                push(_quoted(raw))
-            except ValueError:
-                raise _Malformed(f"bad STRING at byte {here}") from None
-            return at
-
-        def pop_(at: int) -> int:
-            if marks and marks[-1] == len(stack):
-                marks.pop()
-            else:
-                pop()
-            return at
-
-        def pop_mark_(at: int) -> int:
-            pop_mark()
-            return at
-
-        def dup(at: int) -> int:
-            push(top())
-            return at
-
-        def readonly_buffer(at: int) -> int:
-            top()
-            return at
-
-        def unknown(at: int) -> int:
-            raise _Malformed(f"unknown opcode 0x{data[here]:02x} at byte {here}")
-
-        table: list[Callable[[int], int] | None] = [unknown] * 256
-        for code, handler in (
-            (0x71, binput), (0x6A, long_binget), (0x94, memoize), (0x70, put), (0x67, get),
-            (0x8C, counted("<B", _text)), (0x8D, counted("<Q", _text)),
-            (0x54, counted("<i", python2_str(0x54))), (0x55, counted("<B", python2_str(0x55))),
-            (0x42, counted("<I", bytes)), (0x43, counted("<B", bytes)),
-            (0x8E, counted("<Q", bytes)), (0x96, counted("<Q", None)),
-            (0x4D, fixed(2, _OTHER)), (0x4A, fixed(4, _OTHER)), (0x47, fixed(8, _OTHER)),
-            (0x80, fixed(1)), (0x8A, counted("<B", None)), (0x8B, counted("<i", None)),
-            (0x4E, pushes(_NONE)), (0x88, pushes(_OTHER)),
-            (0x8F, pushes(_OTHER)), (0x5D, pushes(_LIST)), (0x7D, empty_dict),
-            (0x86, tuple_n(2)), (0x87, tuple_n(3)), (0x6C, list_), (0x64, dict_),
-            (0x91, frozenset_), (0x61, append), (0x65, appends), (0x73, setitem),
-            (0x75, setitems), (0x90, additems), (0x62, build), (0x81, newobj),
-            (0x92, newobj_ex), (0x6F, obj), (0x63, global_), (0x69, inst),
-            (0x93, stack_global), (0x82, ext("<B")), (0x83, ext("<H")), (0x84, ext("<i")),
-            (0x50, text_line), (0x49, text_line), (0x4C, text_line), (0x46, text_line),
-            (0x56, unicode), (0x53, string), (0x30, pop_), (0x31, pop_mark_), (0x32, dup),
-            (0x97, pushes(_OTHER)), (0x98, readonly_buffer),
-        ):  # fmt: skip
-            table[code] = handler
-        for code in _INLINE:  # the loop's own
-            table[code] = None
-        return table
-
-    table = handlers()
-
-    known = WEIGHTS_ONLY_OPCODES
-    seen = walk.seen_ops
-    u32 = _U32.unpack_from
-    fend = _NO_FRAME  # where the current FRAME ends (see _frame_straddled)
-    while pos < end:
-        if pos >= fend:  # the opcode at ``here`` reached the end of the frame
-            if pos > fend and here < fend and fend not in _read_splits(data, here):
-                _frame_straddled(walk, here)
-            fend = _NO_FRAME
-        here = pos
-        code = data[pos]
-        pos += 1
-        handler = table[code]
-        if handler is not None:  # the general path: one call
-            if code not in known and code not in seen:
-                walk.op(code)
-            pos = handler(pos)
-            continue
-        # The opcodes of torch's own pickles, without calls (``_INLINE``): 600,000 of them for a
-        # 20,000-tensor state dict, handled only here.
-        if code == 0x72:  # LONG_BINPUT
-            if len(stack) <= (marks[-1] if marks else 0):
-                raise _Malformed(f"stack underflow at byte {here}")
-            memo[u32(data, pos)[0]] = stack[-1]
-            pos += 4
-            continue
-        if code == 0x68:  # BINGET
-            push(memo.get(data[pos], _OTHER))
-            pos += 1
-            continue
-        if code == 0x4B:  # BININT1
-            push(_OTHER)
-            pos += 1
-            continue
-        if code == 0x28:  # MARK
-            marks.append(len(stack))
-            continue
-        if code == 0x58:  # BINUNICODE
-            n = u32(data, pos)[0]
-            pos += 4
-            if pos + n > end:
-                raise _Malformed(f"truncated at byte {here}")
-            push(data[pos : pos + n].decode("utf-8", "surrogatepass"))
-            pos += n
-            continue
-        if code == 0x52:  # REDUCE
-            if len(stack) < (marks[-1] if marks else 0) + 2:
-                raise _Malformed(f"stack underflow at byte {here}")
-            args = stack.pop()
-            func = stack.pop()
-            if type(func) is _Global and func.call is not None:
-                push(func.call)
-            else:
-                push(_reduce(func, args, walk))
-            continue
-        if code == 0x74:  # TUPLE
-            if not marks:
-                raise _Malformed(f"no MARK at byte {here}")
-            at = marks.pop()
-            built = tuple(stack[at:])
-            del stack[at:]
-            push(built)
-            continue
-        if code == 0x85:  # TUPLE1
-            if len(stack) <= (marks[-1] if marks else 0):
-                raise _Malformed(f"stack underflow at byte {here}")
-            stack[-1] = (stack[-1],)
-            continue
-        if code == 0x29:  # EMPTY_TUPLE
-            push(())
-            continue
-        if code == 0x51:  # BINPERSID
-            if len(stack) <= (marks[-1] if marks else 0):
-                raise _Malformed(f"stack underflow at byte {here}")
-            stack[-1] = _OTHER
-            continue
-        if code == 0x89:  # NEWFALSE
-            push(_OTHER)
-            continue
-        if code not in known and code not in seen:
-            walk.op(code)
-        if code == 0x2E:  # STOP
-            walk.frame_left = fend if fend != _NO_FRAME and pos < fend else None
-            return
-        pos = need(pos, 8)  # FRAME, the last of ``_INLINE``
-        fend = _frame(data, here, pos, fend, walk)
-    raise _Malformed("no STOP opcode")
-
-
-#: Opcodes ``_run``'s loop handles itself: torch's own pickles' (LONG_BINPUT BINGET BININT1 MARK
-#: BINUNICODE REDUCE TUPLE TUPLE1 EMPTY_TUPLE BINPERSID NEWFALSE), STOP and FRAME.
-_INLINE = b"\x72\x68\x4b\x28\x58\x52\x74\x85\x29\x51\x89\x2e\x95"
 
 
 def _untrusted_call(item: object) -> bool:
@@ -917,6 +466,8 @@ def _nested(args: object, walk: _Walk) -> None:
     (``serialization.py``, ``_is_zipfile``), else a legacy stream; never a TAR, which
     ``_legacy_load`` tries only for real files (``_should_read_directly``).
     """
+    if walk.blind:
+        return
     blob = args[0] if isinstance(args, tuple) and len(args) == 1 else None
     if not isinstance(blob, bytes):
         walk.problem("_load_from_bytes of bytes computed by the pickle", Verdict.UNSAFE)
@@ -927,108 +478,7 @@ def _nested(args: object, walk: _Walk) -> None:
     walk.budget[0] -= 1
     count = sum(1 for p in walk.nested) + 1
     where = f"{walk.where} > _load_from_bytes #{count}"
-    if blob.startswith(b"PK\x03\x04"):
-        walk.nested.append(_nested_zip(blob, where, walk.reached, walk.depth + 1, walk.budget))
-        return
-    walk.nested.append(
-        assess_stream(blob, where, reached=walk.reached, depth=walk.depth + 1, budget=walk.budget)
-    )
-
-
-def _nested_zip(
-    blob: bytes, where: str, reached: bool, depth: int, budget: list[int]
-) -> PickleSafety:
-    """Judge a zip archive handed to ``_load_from_bytes``: every ``.pkl`` record in it.
-
-    torch reads ``<folder>/data.pkl`` (``constants.pkl`` too for TorchScript), the folder being
-    the first record's; judging every pickle record is stricter and needs no name rules.
-    """
-    from ckptctl.formats.pytorch._zipdir import ZipRecords
-    from ckptctl.sources import MemorySource  # only nested archives need it
-
-    def problem(message: str, verdict: Verdict, torch_refuses: bool = False) -> PickleSafety:
-        return PickleSafety((), (Problem(message, verdict, where, reached, torch_refuses),))
-
-    try:
-        records = ZipRecords(MemorySource(blob, where))
-    except CkptError as exc:
-        return problem(
-            f"a nested zip archive ckptctl cannot read ({exc.message}); torch.load would unpickle "
-            "what it holds unrestricted",
-            Verdict.UNSAFE,
-        )
-    out = PickleSafety()
-    names = [n for n in records.infos if n.endswith(".pkl")]
-    if any(n.endswith("constants.pkl") for n in names):
-        out = out.merge(
-            problem(
-                "a nested TorchScript archive: torch.load hands it to torch.jit.load, which runs "
-                "the archive's code",
-                Verdict.NEEDS_TRUST,
-            )
-        )
-    for name in names:
-        info = records.infos[name]
-        if info.file_size > min(MAX_NESTED_RECORD_BYTES, budget[1]):
-            return out.merge(
-                problem(f"nested record {name!r} is too large to judge", Verdict.UNSAFE)
-            )
-        budget[1] -= info.file_size
-        try:
-            data = records.read(info, MAX_NESTED_RECORD_BYTES)
-        except CkptError as exc:
-            return out.merge(
-                problem(
-                    f"cannot read nested record {name!r} ({exc.message}); torch.load would "
-                    "unpickle it unrestricted",
-                    Verdict.UNSAFE,
-                )
-            )
-        out = out.merge(
-            assess_pickle(data, f"{where} > {name}", reached=reached, _depth=depth, _budget=budget)
-        )
-    return out
-
-
-def assess_stream(
-    blob: bytes,
-    where: str,
-    *,
-    reached: bool = True,
-    depth: int = 0,
-    budget: list[int] | None = None,
-    pickles: int = 5,
-) -> PickleSafety:
-    """Assess up to ``pickles`` pickles written back to back (a legacy stream's five)."""
-    out = PickleSafety()
-    pos = 0
-    for index in range(pickles):
-        if pos >= len(blob):
-            break
-        stop = _stop_of(blob, pos)
-        name = f"{where} (pickle {index + 1})" if pickles > 1 else where
-        part, frame_left = _assess(
-            blob[pos : stop if stop is not None else len(blob)], name, reached, depth, budget
-        )
-        out = out.merge(part)
-        if stop is None:
-            break
-        if frame_left is not None and index + 1 < pickles and pos + frame_left < len(blob):
-            # torch's next pickle.load starts where the C unpickler stopped reading: the end of
-            # the frame, not the STOP (see the frames section above).
-            message = _HIDDEN.format(what="a frame has bytes left after the pickle's STOP")
-            return out.merge(PickleSafety((), (Problem(message, Verdict.UNSAFE, name, reached),)))
-        pos = stop
-    return out
-
-
-def _stop_of(blob: bytes, pos: int) -> int | None:
-    """Where the pickle at ``pos`` ends, by the bounds scan; None when it cannot tell."""
-
-    try:
-        return scan_pickle(blob, pos, "a nested stream")
-    except CkptError:
-        return None
+    walk.nested.append(walk.follow(blob, where, walk.reached, walk.depth + 1, walk.budget))
 
 
 def first_unsafe(safety: PickleSafety) -> str:
@@ -1041,72 +491,3 @@ def first_unsafe(safety: PickleSafety) -> str:
         return f"global {shown} in {where}" if len(distinct) == 1 else f"globals {shown} in {where}"
     problem = next(p for p in safety.problems if p.reached and p.verdict is Verdict.UNSAFE)
     return f"{problem.message} in {problem.where}"
-
-
-class Ledger:
-    """The verdicts of every stream one container holds, gathered while it is read.
-
-    :meth:`judge` refuses (``UnsafePickleError``) as soon as a stream ``torch.load`` would read
-    is unsafe, before a single opcode of it is unpickled.
-    """
-
-    def __init__(self) -> None:
-        self.safety = PickleSafety()
-        #: where the last judged pickle's frame ends when its STOP left bytes of it
-        self.frame_end: int | None = None
-
-    def judge(self, data: bytes | memoryview, where: str, *, reached: bool = True) -> None:
-        """Assess one pickle stream and add it to the ledger.
-
-        Raises:
-            UnsafePickleError: the stream is reached and unsafe.
-        """
-        found, self.frame_end = _assess(data, where, reached, 0, None)
-        self.safety = self.safety.merge(found)
-        if reached and found.verdict is Verdict.UNSAFE:
-            raise UnsafePickleError(
-                f"unsafe pickle: {first_unsafe(found)}",
-                hint="loading this file with torch.load(weights_only=False) or pickle runs code; "
-                "do not load it",
-                safety=self.safety,
-            )
-
-    def refuse_frame_left(self, start: int, size: int, where: str) -> None:
-        """Refuse a stream whose last judged pickle (at ``start``) hides the next one.
-
-        torch.load of a legacy stream from a file object without ``peek`` (``io.BytesIO``) starts
-        each of its five pickles where the C unpickler stopped reading: the end of a frame, not
-        the STOP (see the frames section above).
-
-        Raises:
-            UnsafePickleError: the frame ends before ``size``, where another pickle follows.
-        """
-        if self.frame_end is None or start + self.frame_end >= size:
-            return
-        message = _HIDDEN.format(what="a frame has bytes left after the pickle's STOP")
-        self.note(message, Verdict.UNSAFE, where)
-        raise UnsafePickleError(
-            f"unsafe pickle: {message} in {where}",
-            hint="loading this file with torch.load(weights_only=False) or pickle runs code; "
-            "do not load it",
-            safety=self.safety,
-        )
-
-    def note(
-        self,
-        message: str,
-        verdict: Verdict,
-        where: str,
-        *,
-        reached: bool = True,
-        torch_refuses: bool = False,
-    ) -> None:
-        """Add a problem found by the container reader (TorchScript, TAR, trailing data)."""
-        self.safety = self.safety.merge(
-            PickleSafety((), (Problem(message, verdict, where, reached, torch_refuses),))
-        )
-
-    def torch_refuses_file(self, why: str, where: str) -> None:
-        """Note that ``torch.load`` refuses the whole file before it unpickles anything (its
-        container, issue 25): the verdict is needs-trust, never safe, and says why."""
-        self.note(f"{TORCH_REFUSES}{why}", Verdict.NEEDS_TRUST, where, torch_refuses=True)

@@ -2,9 +2,10 @@
 
 ``SafeUnpickler`` subclasses the C ``pickle.Unpickler`` and overrides ``find_class`` and
 ``persistent_load``. ``find_class`` never imports: it maps the globals torch checkpoints use to
-this module's own functions and types (spec sections 3.3, 3.4), refuses the globals that only
-make sense as an attack (spec section 12 rule 1) with ``UnsafePickleError``, and turns every
-other global into an inert stand-in type that records its name, arguments and state.
+this module's own functions and types (``docs/formats/pytorch.md#rebuild-functions``), refuses
+the globals that only make sense as an attack (``docs/formats/pytorch.md#safety``) with
+``UnsafePickleError``, and turns every other global into an inert stand-in type that records
+its name, arguments and state.
 
 Tensors come out as :class:`TensorRef` objects holding a :class:`StorageRef` (a storage key from
 the persistent id, resolved to bytes by the container) plus offset, size and stride; no tensor
@@ -21,13 +22,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ckptctl.errors import CkptError, CorruptCheckpointError, UnsafePickleError
 from ckptctl.formats.pytorch._allowlist import classify
-from ckptctl.formats.pytorch._scan import PickleBudgetError, PickleTruncatedError, scan_pickle
+from ckptctl.formats.pytorch._scan import PickleTruncatedError, pickle_budget
 from ckptctl.safety import Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ckptctl.formats.pytorch._safety import Ledger
+    from ckptctl.formats.pytorch._verdict import Ledger
 
 #: Largest pickle accepted (``data.pkl``, a legacy main pickle, a TAR ``pickle`` member).
 MAX_PICKLE_BYTES = 1 << 30
@@ -227,7 +228,7 @@ def _stub_type(qualname: str) -> type[Stub]:
     return cast("type[Stub]", stub)
 
 
-# --- emulated rebuild functions (spec section 3.3) -------------------------------------------
+# --- emulated rebuild functions (docs/formats/pytorch.md#rebuild-functions) ---------------
 
 
 def _int(value: object, what: str) -> int:
@@ -470,7 +471,7 @@ _DTYPE_ALIASES = {
     "short": "int16", "cfloat": "complex64", "cdouble": "complex128", "chalf": "complex32",
 }  # fmt: skip
 
-# Legacy storage / tensor class names -> torch dtype name (spec section 4).
+# Legacy storage / tensor class names -> torch dtype name (docs/formats/pytorch.md#dtypes).
 STORAGE_DTYPES = {
     "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
     "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
@@ -558,7 +559,8 @@ class SafeUnpickler(pickle.Unpickler):
         return found
 
     def _find_class(self, module: str, name: str) -> object:
-        # Python 2 spellings, as the default find_class would map them (spec section 3.1).
+        # Python 2 spellings, as the default find_class would map them
+        # (docs/formats/pytorch.md#pickle).
         if (module, name) in _compat_pickle.NAME_MAPPING:
             module, name = _compat_pickle.NAME_MAPPING[(module, name)]
         module = _compat_pickle.IMPORT_MAPPING.get(module, module)
@@ -627,22 +629,20 @@ def load_pickle(
         UnsafePickleError: the pickle is unsafe, or names a global only an attack would.
         CorruptCheckpointError: the pickle is malformed or exceeds a limit.
     """
-    try:
-        end = scan_pickle(data, start, where, file_bytes, compressed=compressed)
-    except PickleBudgetError as exc:
-        if ledger is not None:  # judged on what is within the budget, then refused
-            ledger.judge(memoryview(data)[start : exc.pos], where)
-        raise
-    except PickleTruncatedError:
-        if ledger is not None and complete:
-            ledger.judge(memoryview(data)[start:], where)
-        raise
-    except CorruptCheckpointError:
-        if ledger is not None:  # pickle.load runs every opcode before the damage
-            ledger.judge(memoryview(data)[start:], where)
-        raise
-    if ledger is not None:
-        ledger.judge(memoryview(data)[start:end], where)
+    from ckptctl.formats.pytorch._verdict import new_judge
+    from ckptctl.formats.pytorch._walker import walk_pickle
+
+    # One walk: the bounds, and (with a ledger) the verdict.
+    budget = pickle_budget(len(data) if file_bytes is None else file_bytes, compressed=compressed)
+    walker = walk_pickle(
+        data, start, where, judge=None if ledger is None else new_judge(where), budget=budget
+    )
+    if ledger is not None and (complete or not isinstance(walker.error, PickleTruncatedError)):
+        # Judged before anything is unpickled: an unsafe pickle is refused here. A pickle out
+        # of bounds is judged too (pickle.load runs every opcode before the damage); over the
+        # budget, on what is within it.
+        ledger.add(walker.safety(), walker.frame_left, where)
+    end = walker.stop()
     if end - start > MAX_PICKLE_BYTES:
         raise CorruptCheckpointError(f"{where} is larger than {MAX_PICKLE_BYTES} bytes")
     # Bytes after the STOP stay: a frame may run past it (the frames section of _safety.py),
