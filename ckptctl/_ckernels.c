@@ -277,25 +277,25 @@ run_cast(PyObject *args, const char *name, cast_kernel kernel, Py_ssize_t in, Py
 }
 
 static PyObject *
-py_f32_to_bf16(PyObject *self, PyObject *args)
+py_f32_to_bf16(PyObject *Py_UNUSED(self), PyObject *args)
 {
     return run_cast(args, "f32_to_bf16", f32_to_bf16_kernel, 4, 2);
 }
 
 static PyObject *
-py_f32_to_f16(PyObject *self, PyObject *args)
+py_f32_to_f16(PyObject *Py_UNUSED(self), PyObject *args)
 {
     return run_cast(args, "f32_to_f16", f32_to_f16_kernel, 4, 2);
 }
 
 static PyObject *
-py_f16_to_f32(PyObject *self, PyObject *args)
+py_f16_to_f32(PyObject *Py_UNUSED(self), PyObject *args)
 {
     return run_cast(args, "f16_to_f32", f16_to_f32_kernel, 2, 4);
 }
 
 static PyObject *
-py_bf16_to_f32(PyObject *self, PyObject *args)
+py_bf16_to_f32(PyObject *Py_UNUSED(self), PyObject *args)
 {
     return run_cast(args, "bf16_to_f32", bf16_to_f32_kernel, 2, 4);
 }
@@ -318,7 +318,7 @@ span(Py_ssize_t lines, Py_ssize_t width, Py_ssize_t stride)
 }
 
 static PyObject *
-py_transpose(PyObject *self, PyObject *args)
+py_transpose(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *src_obj, *dst_obj;
     Py_ssize_t rows, cols, src_stride, dst_stride, size;
@@ -371,7 +371,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_ckernels",
     "Compiled cast and transpose kernels (optional; ckptctl falls back to numpy without them).",
-    -1, methods,
+    -1, methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC
