@@ -28,14 +28,16 @@ NOT_SOURCE = shutil.ignore_patterns(
 )
 
 
-def _source_copy(tmp_path_factory) -> Path:
+def _source_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # setuptools builds in the source tree (build/, *.egg-info): build a copy, not the checkout.
     source = tmp_path_factory.mktemp("source") / "ckptctl"
     shutil.copytree(REPO, source, ignore=NOT_SOURCE, symlinks=True)
     return source
 
 
-def _build_wheel(tmp_path_factory, env: dict[str, str] | None = None) -> Path:
+def _build_wheel(
+    tmp_path_factory: pytest.TempPathFactory, env: dict[str, str] | None = None
+) -> Path:
     source = _source_copy(tmp_path_factory)
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
