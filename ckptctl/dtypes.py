@@ -214,6 +214,10 @@ def ckernels() -> ModuleType | None:
 
 @cache
 def _import_ckernels() -> ModuleType | None:
+    import sys
+
+    if sys.byteorder != "little":  # the kernels read and write native words; files are little
+        return None
     try:
         from ckptctl import _ckernels
     except ImportError:
