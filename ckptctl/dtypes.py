@@ -173,6 +173,13 @@ def to_float(raw: NDArray[np.generic], dtype: DType) -> NDArray[np.floating]:
     """
     import numpy as np
 
+    if dtype in (DType.BF16, DType.F16) and raw.size and raw.dtype.itemsize == 2:
+        compiled = _compiled(raw)
+        if compiled is not None:  # the same bits as below (tests/test_ckernels.py)
+            out = np.empty(raw.shape, dtype=np.float32)
+            kernel = compiled.bf16_to_f32 if dtype is DType.BF16 else compiled.f16_to_f32
+            kernel(raw, out, raw.size)
+            return out
     if dtype is DType.BF16:
         return (raw.astype(np.uint32) << 16).view(np.float32)
     if dtype in (DType.F8_E4M3, DType.F8_E5M2, DType.F8_E8M0):
@@ -226,9 +233,10 @@ def _import_ckernels() -> ModuleType | None:
 
 
 def _compiled(*arrays: NDArray[np.generic]) -> ModuleType | None:
-    """:func:`ckernels` when every array is C-contiguous (their buffers are what C reads)."""
+    """:func:`ckernels` when every array is C-contiguous (their buffers are what C reads) and
+    in the host's byte order (C reads words)."""
     kernels = ckernels()
-    if kernels is None or not all(a.flags.c_contiguous for a in arrays):
+    if kernels is None or not all(a.flags.c_contiguous and a.dtype.isnative for a in arrays):
         return None
     return kernels
 

@@ -17,7 +17,7 @@ import pytest
 
 from ckptctl.adapters.cast import convert_float
 from ckptctl.adapters.layout import transpose_2d, transpose_into
-from ckptctl.dtypes import NO_CKERNELS_ENV, DType, ckernels
+from ckptctl.dtypes import NO_CKERNELS_ENV, DType, ckernels, to_float
 
 COMPILED = pytest.param("compiled", marks=pytest.mark.ckernels)
 
@@ -234,3 +234,23 @@ def test_a_transpose_fits_exactly_and_no_further(ck):
         ck.transpose(source[:11], dest, 3, 2, 5, 4, 2)
     with pytest.raises(ValueError, match="does not fit"):
         ck.transpose(source, dest[:6], 3, 2, 5, 4, 2)
+
+
+@pytest.mark.parametrize("dtype", [DType.F16, DType.BF16])
+def test_to_float_of_every_code_and_of_strided_arrays(path, dtype):
+    """``to_float`` (statistics, diff, verify --no-nan) widens every F16 code as numpy does and
+    every BF16 code exactly, whatever the array's shape and strides."""
+    codes = np.arange(1 << 16, dtype=np.uint16)
+    want = (
+        codes.view(np.float16).astype(np.float32)
+        if dtype is DType.F16
+        else (codes.astype(np.uint32) << 16).view(np.float32)
+    )
+    raw = codes.view(np.float16) if dtype is DType.F16 else codes
+    got = to_float(raw.reshape(256, 256), dtype)
+    assert got.dtype == np.float32
+    assert got.shape == (256, 256)
+    assert _bits_of(got).tolist() == _bits_of(want).tolist()
+    strided = to_float(raw.reshape(256, 256)[::3, 1::2], dtype)
+    assert _bits_of(strided).tolist() == _bits_of(want.reshape(256, 256)[::3, 1::2].copy()).tolist()
+    assert to_float(raw[:0], dtype).shape == (0,)
