@@ -174,7 +174,7 @@ def to_float(raw: NDArray[np.generic], dtype: DType) -> NDArray[np.floating]:
     import numpy as np
 
     if dtype in (DType.BF16, DType.F16) and raw.size and raw.dtype.itemsize == 2:
-        compiled = _compiled(raw)
+        compiled = ckernels_for(raw)
         if compiled is not None:  # the same bits as below (tests/test_ckernels.py)
             out = np.empty(raw.shape, dtype=np.float32)
             kernel = compiled.bf16_to_f32 if dtype is DType.BF16 else compiled.f16_to_f32
@@ -232,9 +232,9 @@ def _import_ckernels() -> ModuleType | None:
     return _ckernels
 
 
-def _compiled(*arrays: NDArray[np.generic]) -> ModuleType | None:
-    """:func:`ckernels` when every array is C-contiguous (their buffers are what C reads) and
-    in the host's byte order (C reads words)."""
+def ckernels_for(*arrays: NDArray[np.generic]) -> ModuleType | None:
+    """:func:`ckernels` when every array can be handed to them: C-contiguous (their buffers
+    are what C reads) and in the host's byte order (C reads words); else None."""
     kernels = ckernels()
     if kernels is None or not all(a.flags.c_contiguous and a.dtype.isnative for a in arrays):
         return None
@@ -272,7 +272,7 @@ def bf16_into(
     of rounding into inf. In-place ufuncs, no temporaries; the NaN test is one ``max``
     reduction, which propagates NaN.
     """
-    compiled = _compiled(values, out)
+    compiled = ckernels_for(values, out)
     if compiled is not None:
         compiled.f32_to_bf16(values, out, values.size)
         return
@@ -306,7 +306,7 @@ def f16_into(
     the F16 subnormal grid, 2**-24). Each is at least the other where the other is right, so
     their minimum is the result; magnitudes from 2**16 up are set to inf or NaN apart.
     """
-    compiled = _compiled(values, out)
+    compiled = ckernels_for(values, out)
     if compiled is not None:
         compiled.f32_to_f16(values, out, values.size)
         return
@@ -352,7 +352,7 @@ def f16_widen_into(
     signalling ones too), in integer passes and one multiply by 2**112, which rescales the
     F16 exponent (subnormals included) exactly; inf and NaN are set apart. ``scratch`` holds
     as many elements as ``raw``."""
-    compiled = _compiled(raw, out)
+    compiled = ckernels_for(raw, out)
     if compiled is not None:
         compiled.f16_to_f32(raw, out, raw.size)
         return
@@ -385,7 +385,7 @@ def widen_into(
     import numpy as np
 
     if dtype is DType.BF16:
-        compiled = _compiled(raw, out)
+        compiled = ckernels_for(raw, out)
         if compiled is not None:
             compiled.bf16_to_f32(raw, out, raw.size)
         else:

@@ -23,7 +23,7 @@ import numpy as np
 
 from ckptctl.adapters._base import Action, ActionKind, Adapted, BaseAdapter
 from ckptctl.adapters.modules import Decision, resolve
-from ckptctl.dtypes import DType, bf16_into, ckernels, f16_into, widen_into
+from ckptctl.dtypes import DType, bf16_into, ckernels_for, f16_into, widen_into
 from ckptctl.errors import CorruptCheckpointError, SelectionError
 from ckptctl.model import TensorData, expected_nbytes, is_local_file
 from ckptctl.sources import spare_buffer
@@ -100,10 +100,8 @@ def _convert_compiled(raw: NDArray[Any], source: DType, target: DType, out: NDAr
     """:func:`convert_into` in one call of a compiled kernel, if there is one for the cast
     (no blocks: the kernel makes one pass from the cache whatever the length); else False."""
     name = _COMPILED_CASTS.get((source, target))
-    kernels = ckernels()
+    kernels = ckernels_for(raw, out) if name is not None else None
     if name is None or kernels is None:
-        return False
-    if not (raw.flags.c_contiguous and out.flags.c_contiguous):
         return False
     getattr(kernels, name)(raw, out, raw.size)
     return True
