@@ -335,7 +335,9 @@ py_transpose(PyObject *Py_UNUSED(self), PyObject *args)
         return NULL;
     }
     Py_ssize_t need_src = span(rows, cols, src_stride), need_dst = span(cols, rows, dst_stride);
-    if (need_src < 0 || need_dst < 0 || !fits(need_src, size, src.len)
+    /* strides in bytes must be representable too, even where a single line never uses them */
+    int strides_ok = src_stride <= PY_SSIZE_T_MAX / size && dst_stride <= PY_SSIZE_T_MAX / size;
+    if (!strides_ok || need_src < 0 || need_dst < 0 || !fits(need_src, size, src.len)
         || !fits(need_dst, size, dst.len)) {
         PyErr_Format(PyExc_ValueError,
                      "transpose: a [%zd, %zd] matrix (strides %zd, %zd) does not fit a source "

@@ -211,6 +211,8 @@ def test_a_cast_refuses_bad_buffers(ck):
         (2**62, 2, 2**62, 2**62, 8),  # sizes that overflow
         (2, 2**62, 2**62, 2, 8),
         (3, 2, 2**62, 3, 4),
+        (1, 2, 2**62, 1, 8),  # one row: its stride unused, but not representable in bytes
+        (2, 1, 1, 2**62, 8),
     ],
 )
 def test_a_transpose_shape_beyond_either_buffer_is_refused(
