@@ -497,26 +497,33 @@ def timings(
 
 
 def micro(size_mib: int, runs: int) -> list[dict[str, object]]:
-    """In-process throughput of the transpose and cast kernels against a plain memory copy."""
+    """In-process throughput of the transpose and cast kernels against a plain memory copy:
+    the compiled kernels where they are built, numpy's with ``CKPTCTL_NO_CKERNELS=1``."""
     from ckptctl.adapters.cast import convert_float
     from ckptctl.adapters.layout import transpose_2d
-    from ckptctl.dtypes import DType
+    from ckptctl.dtypes import DType, ckernels
 
     n = int((size_mib * (1 << 20) // 4) ** 0.5)
     array = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    half = array.astype(np.float16)
     kernels = {
         "memory copy": lambda: array.copy(),
         "transpose (strips)": lambda: transpose_2d(array),
         "transpose (numpy .T copy)": lambda: np.ascontiguousarray(array.T),
         "cast F32 → F16": lambda: convert_float(array, DType.F32, DType.F16),
         "cast F32 → BF16": lambda: convert_float(array, DType.F32, DType.BF16),
+        "cast F16 → F32": lambda: convert_float(half, DType.F16, DType.F32),
     }
+    path = "compiled" if ckernels() is not None else "numpy"
     results = []
     for name, kernel in kernels.items():
         kernel()  # warm up: first-touch page faults are not the kernel's cost
         seconds = statistics.median(timings(kernel, runs))
-        results.append({"kernel": name, "MiB": array.nbytes / (1 << 20), "seconds": seconds,
-                        "GiB_s": array.nbytes / seconds / (1 << 30)})  # fmt: skip
+        gib_s = array.nbytes / seconds / (1 << 30)
+        ours = name.startswith(("transpose (strips)", "cast"))  # ckptctl's kernels
+        label = f"{name} ({path})" if ours else name
+        results.append({"kernel": label, "MiB": array.nbytes / (1 << 20), "seconds": seconds,
+                        "GiB_s": gib_s})  # fmt: skip
     return results
 
 

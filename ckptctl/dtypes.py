@@ -10,11 +10,14 @@ numpy has no bfloat16 or float8 types: those load as their raw unsigned integers
 
 from __future__ import annotations
 
+import os
 from enum import Enum
 from functools import cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     import numpy as np
     from numpy.typing import NDArray
 
@@ -170,6 +173,13 @@ def to_float(raw: NDArray[np.generic], dtype: DType) -> NDArray[np.floating]:
     """
     import numpy as np
 
+    if dtype in (DType.BF16, DType.F16) and raw.size and raw.dtype.itemsize == 2:
+        compiled = ckernels_for(raw)
+        if compiled is not None:  # the same bits as below (tests/test_ckernels.py)
+            out = np.empty(raw.shape, dtype=np.float32)
+            kernel = compiled.bf16_to_f32 if dtype is DType.BF16 else compiled.f16_to_f32
+            kernel(raw, out, raw.size)
+            return out
     if dtype is DType.BF16:
         return (raw.astype(np.uint32) << 16).view(np.float32)
     if dtype in (DType.F8_E4M3, DType.F8_E5M2, DType.F8_E8M0):
@@ -193,6 +203,42 @@ def from_float(values: NDArray[np.generic], dtype: DType) -> NDArray[np.generic]
     if dtype in (DType.F8_E4M3, DType.F8_E5M2, DType.F8_E8M0):
         raise ValueError(f"casting to {dtype.value} is not supported")
     return values.astype(dtype.numpy)
+
+
+#: Set (to anything but empty) to use the numpy kernels even where the compiled ones are built.
+NO_CKERNELS_ENV = "CKPTCTL_NO_CKERNELS"
+
+
+def ckernels() -> ModuleType | None:
+    """The compiled kernels (``ckptctl._ckernels``, C, built where a compiler was found at
+    install time), or None: not built, or ``$CKPTCTL_NO_CKERNELS`` set. Both give the same bits
+    (tests/test_ckernels.py); the numpy kernels here are the fallback and the reference. Imported
+    at the first kernel call, not with ckptctl."""
+    if os.environ.get(NO_CKERNELS_ENV):
+        return None
+    return _import_ckernels()
+
+
+@cache
+def _import_ckernels() -> ModuleType | None:
+    import sys
+
+    if sys.byteorder != "little":  # the kernels read and write native words; files are little
+        return None
+    try:
+        from ckptctl import _ckernels
+    except ImportError:
+        return None
+    return _ckernels
+
+
+def ckernels_for(*arrays: NDArray[np.generic]) -> ModuleType | None:
+    """:func:`ckernels` when every array can be handed to them: C-contiguous (their buffers
+    are what C reads) and in the host's byte order (C reads words); else None."""
+    kernels = ckernels()
+    if kernels is None or not all(a.flags.c_contiguous and a.dtype.isnative for a in arrays):
+        return None
+    return kernels
 
 
 #: Elements per step of the BF16 kernel: 128 KiB of F32 plus its temporaries stay in L2, so the
@@ -226,6 +272,10 @@ def bf16_into(
     of rounding into inf. In-place ufuncs, no temporaries; the NaN test is one ``max``
     reduction, which propagates NaN.
     """
+    compiled = ckernels_for(values, out)
+    if compiled is not None:
+        compiled.f32_to_bf16(values, out, values.size)
+        return
     import numpy as np
 
     bits = values.view(np.uint32)
@@ -256,6 +306,10 @@ def f16_into(
     the F16 subnormal grid, 2**-24). Each is at least the other where the other is right, so
     their minimum is the result; magnitudes from 2**16 up are set to inf or NaN apart.
     """
+    compiled = ckernels_for(values, out)
+    if compiled is not None:
+        compiled.f32_to_f16(values, out, values.size)
+        return
     import numpy as np
 
     n = values.size
@@ -298,6 +352,10 @@ def f16_widen_into(
     signalling ones too), in integer passes and one multiply by 2**112, which rescales the
     F16 exponent (subnormals included) exactly; inf and NaN are set apart. ``scratch`` holds
     as many elements as ``raw``."""
+    compiled = ckernels_for(raw, out)
+    if compiled is not None:
+        compiled.f16_to_f32(raw, out, raw.size)
+        return
     import numpy as np
 
     half = raw.view(np.int16)
@@ -327,7 +385,11 @@ def widen_into(
     import numpy as np
 
     if dtype is DType.BF16:
-        np.left_shift(raw, 16, out=out.view(np.uint32), dtype=np.uint32)
+        compiled = ckernels_for(raw, out)
+        if compiled is not None:
+            compiled.bf16_to_f32(raw, out, raw.size)
+        else:
+            np.left_shift(raw, 16, out=out.view(np.uint32), dtype=np.uint32)
     elif dtype in (DType.F8_E4M3, DType.F8_E5M2, DType.F8_E8M0):
         np.take(_decode_table(dtype), raw.view(np.uint8), out=out, mode="clip")  # u8: in range
     elif dtype is DType.F16:

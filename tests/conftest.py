@@ -8,6 +8,10 @@ Such tests skip when what they need is absent -- fine in a user's clone, not in 
 instead, and so does a run that selects no test of a listed tier (see ``.ci/run``), also when
 pytest-xdist runs the tests in worker processes.
 
+``ckernels`` marks the tests that need the compiled kernels (``ckptctl._ckernels``, which
+``pip install`` builds where it finds a C compiler): they skip without them, and CI requires the
+tier so that it cannot test only the numpy fallback.
+
 ``bounded`` marks the tests that assert a time or memory bound on work (hostile inputs): the
 README's command leaves them out and runs the rest in parallel; ``.ci/run`` runs them on their
 own, serially (``-m bounded -p no:xdist``), where their CPU and wall-clock limits hold.
@@ -169,7 +173,7 @@ def time_bound(bound: float) -> float:
     return bound * TIME_SLACK
 
 
-TIERS = ("torch", "corpus", "quant", "bounded")
+TIERS = ("torch", "corpus", "quant", "bounded", "ckernels")
 _tier_counts = pytest.StashKey[dict[str, int]]()
 REQUIRE_TIERS_ENV = "CKPTCTL_REQUIRE_TIERS"
 

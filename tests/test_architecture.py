@@ -45,6 +45,7 @@ BASE = frozenset(
         "ckptctl.fix",
         "ckptctl._version",
         "ckptctl._lazy",
+        "ckptctl._ckernels",  # compiled (ckptctl/_ckernels.c, typed by its .pyi stub)
     }
 )
 
@@ -99,6 +100,8 @@ def module_name(path: Path) -> str:
 
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 PACKAGES = {module_name(p) for p in PACKAGE.rglob("__init__.py")}
+#: Compiled modules, known by their stubs (``ckptctl/_ckernels.pyi``).
+EXTENSIONS = {module_name(p) for p in PACKAGE.rglob("*.pyi")}
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,7 @@ def resolve(name: str) -> str:
     """The ckptctl module ``name`` loads: itself if it is a module, else its longest module prefix
     (``ckptctl.formats.HeaderLayout`` -> ``ckptctl.formats``)."""
     parts = name.split(".")
-    while parts and ".".join(parts) not in MODULES:
+    while parts and ".".join(parts) not in MODULES.keys() | EXTENSIONS:
         parts.pop()
     return ".".join(parts) or name
 

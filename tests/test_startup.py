@@ -64,6 +64,7 @@ def test_ls_of_safetensors_imports_only_what_it_renders(json):
         "ckptctl.report.diff",
         "ckptctl.report.verify",
         "ckptctl.report.optimizer",
+        "ckptctl._ckernels",  # imported by the first cast or transpose, not with ckptctl
     }
     assert not unwanted & loaded
     assert ("ckptctl.report.text" in loaded) is not json
@@ -113,3 +114,12 @@ def test_only_a_layout_adapter_imports_the_family_restructuring(adapter, tmp_pat
     loaded = _modules_after(args + (["--adapter", adapter] if adapter else []))
     assert ("ckptctl.adapters.families" in loaded) is (adapter is not None)
     assert (tmp_path / "out.safetensors").stat().st_size > 0
+
+
+@pytest.mark.ckernels
+def test_a_cast_imports_the_compiled_kernels_only_when_it_converts(tmp_path):
+    pytest.importorskip("ckptctl._ckernels")
+    source = str(VALID / "safetensors" / "bf16.safetensors")
+    loaded = _modules_after(["convert", source, str(tmp_path / "o.safetensors"), "-a", "cast:f32"])
+    assert "ckptctl._ckernels" in loaded
+    assert "ckptctl._ckernels" not in _modules_after(["ls", source])

@@ -23,7 +23,7 @@ import numpy as np
 
 from ckptctl.adapters._base import Action, ActionKind, Adapted, BaseAdapter
 from ckptctl.adapters.modules import Decision, resolve
-from ckptctl.dtypes import DType, bf16_into, f16_into, widen_into
+from ckptctl.dtypes import DType, bf16_into, ckernels_for, f16_into, widen_into
 from ckptctl.errors import CorruptCheckpointError, SelectionError
 from ckptctl.model import TensorData, expected_nbytes, is_local_file
 from ckptctl.sources import spare_buffer
@@ -69,6 +69,13 @@ def convert_float(raw: NDArray[Any], source: DType, target: DType) -> NDArray[An
 
 #: Casts numpy does fast and as specified (F16's it does one element at a time: ``dtypes``).
 _NUMPY_CASTS = frozenset({(DType.F32, DType.F64), (DType.F64, DType.F32)})
+#: Casts the compiled kernels (:func:`ckptctl.dtypes.ckernels`) do in one pass, whole.
+_COMPILED_CASTS = {
+    (DType.F32, DType.BF16): "f32_to_bf16",
+    (DType.F32, DType.F16): "f32_to_f16",
+    (DType.F16, DType.F32): "f16_to_f32",
+    (DType.BF16, DType.F32): "bf16_to_f32",
+}
 
 
 def convert_into(raw: NDArray[Any], source: DType, target: DType, out: NDArray[Any]) -> None:
@@ -80,11 +87,24 @@ def convert_into(raw: NDArray[Any], source: DType, target: DType, out: NDArray[A
         if source is target or (source, target) in _NUMPY_CASTS:  # F64 -> F32: nearest even
             np.copyto(out, raw, casting="unsafe")
             return
+        if not raw.size or _convert_compiled(raw, source, target, out):
+            return
         step = min(raw.size, CAST_BLOCK_ELEMENTS)
         with spare_buffer("cast_scratch", 16 * step) as space:
             scratch = np.frombuffer(space, dtype=np.uint32)
             for at in range(0, raw.size, step):
                 _convert_block(raw[at : at + step], source, target, out[at : at + step], scratch)
+
+
+def _convert_compiled(raw: NDArray[Any], source: DType, target: DType, out: NDArray[Any]) -> bool:
+    """:func:`convert_into` in one call of a compiled kernel, if there is one for the cast
+    (no blocks: the kernel makes one pass from the cache whatever the length); else False."""
+    name = _COMPILED_CASTS.get((source, target))
+    kernels = ckernels_for(raw, out) if name is not None else None
+    if name is None or kernels is None:
+        return False
+    getattr(kernels, name)(raw, out, raw.size)
+    return True
 
 
 def _convert_block(

@@ -28,9 +28,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ckptctl.adapters._base import Action, ActionKind, Adapted, BaseAdapter
 from ckptctl.adapters.modules import RENAMED_NORMS, Decision, resolve
+from ckptctl.dtypes import ckernels
 from ckptctl.model import TensorData, iter_row_blocks
 from ckptctl.sources import spare_buffer
 
@@ -72,6 +74,8 @@ def transpose_into(out: NDArray[Any], array: NDArray[Any]) -> None:
     Works on any dtype by element: BF16/FP8 arrive as their raw unsigned-integer bits and are
     moved without decoding.
     """
+    if _transpose_compiled(out, array):
+        return
     rows, cols = array.shape
     if rows * cols <= SMALL_TRANSPOSE_ELEMENTS:
         np.copyto(out, array.T)
@@ -86,6 +90,29 @@ def transpose_into(out: NDArray[Any], array: NDArray[Any]) -> None:
         target = out[c : c + STRIP_COLUMNS]
         for r in range(0, rows, STRIP_ROWS):
             np.copyto(target[:, r : r + STRIP_ROWS], source[r : r + STRIP_ROWS].T)
+
+
+def _transpose_compiled(out: NDArray[Any], array: NDArray[Any]) -> bool:
+    """:func:`transpose_into` by the compiled kernel (:func:`ckptctl.dtypes.ckernels`), if it is
+    built and both arrays have rows of adjacent elements of 1, 2, 4 or 8 bytes (any row stride,
+    as a band of columns of a memory map has); else False, writing nothing. The kernel gets each
+    array's memory as a flat run of elements from its first to its last, and the row strides."""
+    kernels = ckernels()
+    item = array.dtype.itemsize
+    if kernels is None or item not in (1, 2, 4, 8) or out.dtype.itemsize != item:
+        return False
+    rows, cols = array.shape
+    if not rows or not cols:
+        return True
+    (src_row, src_col), (dst_row, dst_col) = array.strides, out.strides
+    if src_col != item or dst_col != item or src_row % item or dst_row % item:
+        return False
+    if src_row < cols * item or dst_row < rows * item:  # not overlapping rows (nor negative)
+        return False
+    src = as_strided(array, ((rows - 1) * src_row // item + cols,), (item,), writeable=False)
+    dst = as_strided(out, ((cols - 1) * dst_row // item + rows,), (item,))
+    kernels.transpose(src, dst, rows, cols, src_row // item, dst_row // item, item)
+    return True
 
 
 def _transpose_narrow(out: NDArray[Any], array: NDArray[Any]) -> None:
