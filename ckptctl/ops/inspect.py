@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from ckptctl._gc import gc_paused
 from ckptctl.errors import SelectionError, TruncatedError
 from ckptctl.formats import open_checkpoint, read_layout, resolve_path
 from ckptctl.model import damaged_layout, listed_dtype, listed_shape
@@ -96,7 +97,7 @@ def list_tensors(
     """
     _check_listing(sort, tree, depth)
     regex = compile_regex(pattern, "pattern") if pattern is not None else None
-    with open_checkpoint(path) as ckpt:
+    with gc_paused(), open_checkpoint(path) as ckpt:  # the parsed tree is freed on close
         everything = ckpt.entries()
         entries = select_state_key(everything, state_key, ckpt)
         total = len(entries)
