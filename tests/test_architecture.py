@@ -45,6 +45,7 @@ BASE = frozenset(
         "ckptctl.fix",
         "ckptctl._version",
         "ckptctl._lazy",
+        "ckptctl._gc",
     }
 )
 

@@ -37,10 +37,13 @@ SORT_KEYS = ("file", "name", "size", "dtype", "shape")
 
 
 def _row(entry: TensorEntry) -> TensorRow:
-    shape = listed_shape(entry)  # a quantized GGUF tensor: its logical shape, stored bytes
+    if entry.extra:  # a quantized GGUF tensor: its logical shape, stored bytes
+        shape, dtype = listed_shape(entry), listed_dtype(entry)
+    else:  # the usual tensor (20,000 rows of a big state dict: one call fewer each)
+        shape, dtype = entry.shape, entry.dtype.value
     return TensorRow(
         name=entry.name,
-        dtype=listed_dtype(entry),
+        dtype=dtype,
         shape=shape,
         nbytes=entry.nbytes,
         numel=math.prod(shape),
