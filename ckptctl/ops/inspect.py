@@ -23,6 +23,7 @@ from ckptctl.report.model import HeaderReport, LsReport, TensorRow
 
 if TYPE_CHECKING:
     import os
+    import re
     from collections.abc import Sequence
 
     from ckptctl.model import Progress, TensorEntry
@@ -100,7 +101,24 @@ def list_tensors(
     """
     _check_listing(sort, tree, depth)
     regex = compile_regex(pattern, "pattern") if pattern is not None else None
-    with gc_paused(), open_checkpoint(path) as ckpt:  # the parsed tree is freed on close
+    with gc_paused():  # the parsed tree, entries and all, is freed before it resumes
+        return _listing(path, state_key, regex, sort, (tree, depth, expand), stats,
+                        full_metadata, progress)  # fmt: skip
+
+
+def _listing(
+    path: str | os.PathLike[str],
+    state_key: str | None,
+    regex: re.Pattern[str] | None,
+    sort: str,
+    tree_options: tuple[bool, int | None, bool],
+    stats: bool,
+    full_metadata: bool,
+    progress: Progress | None,
+) -> LsReport:
+    """:func:`list_tensors` once its options are checked."""
+    tree, depth, expand = tree_options
+    with open_checkpoint(path) as ckpt:
         everything = ckpt.entries()
         entries = select_state_key(everything, state_key, ckpt)
         total = len(entries)
