@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import TYPE_CHECKING
 
@@ -101,7 +102,9 @@ def list_tensors(
     """
     _check_listing(sort, tree, depth)
     regex = compile_regex(pattern, "pattern") if pattern is not None else None
-    with gc_paused():  # the parsed tree, entries and all, is freed before it resumes
+    # Header-only: the collector stays off until the parsed tree, entries and all, is freed.
+    # With stats every tensor is read: that is the time, and the collector runs as usual.
+    with contextlib.nullcontext() if stats else gc_paused():
         return _listing(path, state_key, regex, sort, (tree, depth, expand), stats,
                         full_metadata, progress)  # fmt: skip
 
