@@ -7,6 +7,11 @@ Usage (a Python with torch and this ckptctl installed)::
 
 Each round runs the three commands one after the other, so all three see the same machine
 load; wall and CPU seconds (user + system, from ``getrusage``) are medians over the rounds.
+
+The warm-up run writes each ckptctl's bytecode caches (``__pycache__``), as ``pip install``
+does and as torch's installed modules have them, even where ``PYTHONDONTWRITEBYTECODE`` is
+set: without them every run compiles ckptctl's modules again (~0.09 s CPU). With
+``--no-bytecode`` it writes none (delete the trees' ``__pycache__`` first to measure that).
 """
 
 import os
@@ -16,7 +21,9 @@ import subprocess
 import sys
 import time
 
-PT, BEFORE = sys.argv[1], sys.argv[2]
+NO_BYTECODE = "--no-bytecode" in sys.argv
+ARGS = [a for a in sys.argv if a != "--no-bytecode"]
+PT, BEFORE = ARGS[1], ARGS[2]
 PY = sys.executable
 LS = [PY, "-m", "ckptctl", "ls", "--json", PT]
 TORCH = [PY, "-c", f"import torch; torch.load({PT!r}, mmap=True, weights_only=True)"]
@@ -25,10 +32,13 @@ CASES = {
     "ckptctl ls --json, after": (LS, {}, "/"),
     "torch.load(mmap=True, weights_only=True)": (TORCH, {}, "/"),
 }
-runs = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+runs = int(ARGS[3]) if len(ARGS) > 3 else 5
 res = {k: ([], []) for k in CASES}
+WARM = dict(os.environ)
+if not NO_BYTECODE:
+    WARM.pop("PYTHONDONTWRITEBYTECODE", None)
 for cmd, env, cwd in CASES.values():  # warm-up (bytecode, page cache)
-    subprocess.run(cmd, env={**os.environ, **env}, cwd=cwd, stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(cmd, env={**WARM, **env}, cwd=cwd, stdout=subprocess.DEVNULL, check=True)
 for _ in range(runs):  # interleaved: the same machine load for all three
     for name, (cmd, env, cwd) in CASES.items():
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -43,7 +53,7 @@ for _ in range(runs):  # interleaved: the same machine load for all three
         res[name][1].append(cpu)
 print(
     f"median of {runs} runs (interleaved); load average {os.getloadavg()[0]:.1f}"
-    f" on {os.cpu_count()} cores"
+    f" on {os.cpu_count()} cores; bytecode caches {'not ' if NO_BYTECODE else ''}written"
 )
 print("| case | wall | CPU |")
 print("| --- | ---: | ---: |")

@@ -46,6 +46,7 @@ BASE = frozenset(
         "ckptctl._version",
         "ckptctl._lazy",
         "ckptctl._ckernels",  # compiled (ckptctl/_ckernels.c, typed by its .pyi stub)
+        "ckptctl._gc",
     }
 )
 

@@ -44,8 +44,11 @@ def data_progress(
     Without ``thread``, the bar is redrawn by the callback itself (at most every
     ``REDRAW_SECONDS``) instead of by a thread, so the work may still fork worker processes
     (``verify -j``, which forks only while the process has a single thread)."""
+    if quiet or fmt is not OutputFormat.TEXT:  # decided before rich is imported
+        yield None
+        return
     err = make_console(stderr=True)
-    if quiet or fmt is not OutputFormat.TEXT or not err.is_terminal:
+    if not err.is_terminal:
         yield None
         return
     with byte_progress(err, description, thread=thread) as advance:

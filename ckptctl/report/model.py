@@ -6,6 +6,7 @@ Strings taken from files are stored raw here and escaped by the renderers.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -115,7 +116,7 @@ class LsReport:
         plain = sum(r.numel for r in self.tensors if r.name not in packed)
         return plain + sum(q.parameters or 0 for q in self.quantized)
 
-    @property
+    @functools.cached_property  # renderers ask for it several times (and for total)
     def totals(self) -> tuple[DTypeTotal, ...]:
         """Totals by dtype, largest first."""
         count: Counter[str] = Counter()

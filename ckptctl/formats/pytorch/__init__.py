@@ -16,40 +16,18 @@ one of ``pytorch-zip``, ``pytorch-legacy``, ``pytorch-tar``, ``pickle``, ``torch
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from typing import TYPE_CHECKING
 
+from ckptctl._gc import gc_paused
 from ckptctl.errors import CkptError, CorruptCheckpointError
 from ckptctl.formats._base import FormatSpec, lazy_write
 from ckptctl.formats.pytorch._read import parse, sniff_pytorch
 from ckptctl.model import Checkpoint, HeaderLayout
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from ckptctl.sources import ByteSource
 
 __all__ = ["layout_pytorch", "open_pytorch", "open_pytorch_tree", "sniff_pytorch"]
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a pickle is parsed.
-
-    Parsing allocates a few container objects per opcode and keeps nearly all of them; the
-    collector, triggered every 700 allocations, then re-scans the growing heap again and again.
-    For a 20,000-tensor ``.pt`` that was 0.22 s of ``ls``'s 0.95 s (benchmarks/RESULTS.md, round
-    two). Reference counting still frees everything acyclic; cycles a hostile pickle might build
-    are bounded by ``MAX_PICKLE_BYTES`` and collected once the collector is back on.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def open_pytorch(source: ByteSource) -> Checkpoint:
@@ -83,7 +61,7 @@ def open_pytorch_tree(source: ByteSource) -> tuple[Checkpoint, object]:
 
     ledger = Ledger()
     try:
-        with _gc_paused():
+        with gc_paused():
             parsed = parse(source, ledger)
             analysis = analyse(parsed)
             entries, shared_notes = make_entries(parsed, analysis, source)

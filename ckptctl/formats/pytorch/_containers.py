@@ -15,7 +15,7 @@ import re
 import struct
 import tarfile
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from typing import TYPE_CHECKING
 
 from ckptctl.errors import CkptError, CorruptCheckpointError, UnknownFormatError, UnsupportedError
@@ -495,16 +495,12 @@ class _ZipStorages:
             _torch_refuses(parsed.ledger, message, "data.pkl", "record size does not match")
             raise CorruptCheckpointError(message)
         if view.torch is not None and index is not None:
-            why = unreadable_reason(self.source, view.torch, index, local=False)
-            if why is not None:
-                self.refused.append(f"its storage record {info.name!r} {why}")
-            others = [*map(view.torch.record, view.torch.twins(index)), *view.exact(record)]
-            if any(o is not info and not _same_bytes(view, info, o) for o in others):
-                self.storage_differs.append(info.name)
-        if records.is_stored(info) and self.source.is_remote:
+            self._compare_readers(view.torch, index, info, record)
+        stored = records.is_stored(info)
+        if stored and self.source.is_remote:
             # Each local header would cost a request: find it when the bytes are loaded.
             parsed.storages[skey] = StorageBytes(nbytes, None, _deferred_loader(records, info))
-        elif records.is_stored(info):
+        elif stored:
             offset = records.data_offset(info)
             parsed.storages[skey] = StorageBytes(
                 nbytes, offset, _file_loader(self.source, offset, nbytes)
@@ -516,6 +512,21 @@ class _ZipStorages:
                 nbytes, None, cache(lambda i=info, n=nbytes: records.decompress(i, n)), "compressed"
             )
         parsed.storage_records[info.header_offset] = skey
+
+    def _compare_readers(
+        self, torch: TorchArchive, index: int, info: ZipRecord, record: str
+    ) -> None:
+        """Note a storage record torch cannot read, or one another reader reads other bytes of."""
+        why = unreadable_reason(self.source, torch, index, local=False)
+        if why is not None:
+            self.refused.append(f"its storage record {info.name!r} {why}")
+        view = self.view
+        # The usual archive: no other name folds to this one, and no other directory.
+        if len(torch.groups[torch.folded[index]]) == 1 and not view.others:
+            return
+        others = [*map(torch.record, torch.twins(index)), *view.exact(record)]
+        if any(o is not info and not _same_bytes(view, info, o) for o in others):
+            self.storage_differs.append(info.name)
 
     def note(self, parsed: Parsed) -> None:
         """What the storages tell once data.pkl is read: the verdict's and the notes' part."""
@@ -592,7 +603,7 @@ def _bad_persistent_id(pid: object, where: str) -> CorruptCheckpointError:
 
 
 def _file_loader(source: ByteSource, offset: int, nbytes: int) -> Callable[[], memoryview]:
-    return lambda: source.view(offset, nbytes)
+    return partial(source.view, offset, nbytes)  # no Python frame to build, one per storage
 
 
 def _deferred_loader(records: ZipRecords, info: ZipRecord) -> Callable[[], memoryview]:

@@ -14,6 +14,7 @@ anything else (strided views, compressed records, conj/neg flags, big-endian dat
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -366,6 +367,7 @@ def analyse(parsed: Parsed) -> Analysis:
 # --- entries ----------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1024)  # most tensors of a model share a few shapes
 def _contiguous(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     expected = 1
     for dim, st in zip(reversed(size), reversed(stride), strict=True):
@@ -385,10 +387,8 @@ def make_entries(
     parsed: Parsed, structure: Analysis, source: ByteSource
 ) -> tuple[list[TensorEntry], list[str]]:
     """Turn found tensors into lazy entries; return them and notes on shared storages."""
-    users: Counter[tuple[str, int]] = Counter()
-    for f in structure.found:
-        if f.tensor.storage is not None:
-            users[(f.tensor.storage.key, id(f.tensor.storage.inline))] += 1
+    refs = [f.tensor.storage for f in structure.found]
+    users = Counter((ref.key, id(ref.inline)) for ref in refs if ref is not None)
     entries = []
     shared = 0
     for f in structure.found:

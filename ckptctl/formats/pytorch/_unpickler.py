@@ -290,7 +290,8 @@ def _rebuild_tensor_v2(
     metadata: object = None,
 ) -> TensorRef:
     tensor = _rebuild_tensor(storage, offset, size, stride)
-    tensor.flags = _flags(metadata)
+    if metadata is not None:  # else the flags stay empty
+        tensor.flags = _flags(metadata)
     return tensor
 
 
@@ -411,7 +412,8 @@ class _OrderedDictType(OrderedDict[object, object], metaclass=_SealedType):
         return super().__new__(cls)
 
     def __init__(self, items: object = ()) -> None:
-        super().__init__(_ordered_dict(items))
+        if type(items) is not tuple or items:  # torch.save pickles an empty one per tensor
+            super().__init__(_ordered_dict(items))
 
     def __setstate__(self, state: object) -> None:
         pass  # attributes on an OrderedDict (``_metadata`` of state dicts): not needed
