@@ -248,6 +248,10 @@ class PickleWalker:
             pass
         except RecursionError:  # pragma: no cover - the walk is iterative
             self.judge.problem("the pickle nests too deeply to judge", Verdict.UNSAFE)
+        finally:
+            # the table's bound methods point back at the walker: without this the walker, its
+            # memo and its copy of the pickle would wait for the cyclic collector
+            self.table = []
         return self
 
     def stop(self) -> int:
